@@ -1,0 +1,65 @@
+"""Shared fixtures: a real broker on an ephemeral port.
+
+`broker` (session scope) is an `EmbeddedBroker` serving 127.0.0.1:<ephemeral>. Set
+BROKER_TEST_URI (e.g. amqp://guest:guest@127.0.0.1:5672/%2F) to run the same tests against
+another broker, such as a real RabbitMQ, to check that a test encodes RabbitMQ's behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class ExternalBroker:
+    """An already running broker given by BROKER_TEST_URI."""
+
+    url: str
+
+    @property
+    def host(self) -> str:
+        return urllib.parse.urlparse(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urllib.parse.urlparse(self.url).port or 5672
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[object]:
+    uri = os.environ.get("BROKER_TEST_URI")
+    if uri:
+        yield ExternalBroker(uri)
+        return
+    from broker.embedded import EmbeddedBroker
+
+    b = EmbeddedBroker().start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """unique("q") -> "q-<8 hex>": names that never collide across tests or runs."""
+    return lambda prefix="t": f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 5.0, interval: float = 0.01) -> object:
+    """Poll `cond` until truthy or `timeout` seconds pass (then AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
