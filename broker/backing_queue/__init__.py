@@ -1,0 +1,1 @@
+"""Backing queues: where a queue process keeps its messages (see base.BackingQueue)."""
