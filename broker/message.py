@@ -28,11 +28,13 @@ class Message:
     """One published message: routing info, properties, body.
 
     Fields: `msg_id` (16 bytes, store key), `exchange` and `routing_key` (as published, str),
-    `properties` (pamqp `Basic.Properties`), `body` (bytes). `persistent` is
+    `properties` (pamqp `Basic.Properties`), `body` (bytes), `raw_properties` (the encoded
+    property flags + list as received, or None). `persistent` is
     delivery_mode == 2 (AMQP 0-9-1 §1.8.2 basic properties).
     """
 
-    __slots__ = ("msg_id", "exchange", "routing_key", "properties", "body", "persistent")
+    __slots__ = ("msg_id", "exchange", "routing_key", "properties", "body", "persistent",
+                 "raw_properties")
 
     def __init__(
         self,
@@ -41,6 +43,7 @@ class Message:
         properties: Properties,
         body: bytes,
         msg_id: bytes | None = None,
+        raw_properties: bytes | None = None,
     ) -> None:
         self.msg_id = msg_id if msg_id is not None else new_msg_id()
         self.exchange = exchange
@@ -48,6 +51,8 @@ class Message:
         self.properties = properties
         self.body = body
         self.persistent = properties.delivery_mode == 2
+        # the properties as received on the wire (flags + list), forwarded without re-encoding
+        self.raw_properties = raw_properties
 
     @property
     def size(self) -> int:

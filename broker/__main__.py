@@ -1,0 +1,44 @@
+"""`python -m broker`: parse the configuration, install uvloop, serve until SIGINT/SIGTERM.
+
+Owns: process-level concerns only (logging setup, signals, exit code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from broker.config import load_config
+from broker.server import Broker
+
+
+async def _serve(broker: Broker) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    await stop.wait()
+    logging.getLogger("broker.server").info("shutting down")
+    await broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = load_config(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        asyncio.run(_serve(Broker(config)))
+    else:
+        uvloop.run(_serve(Broker(config)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""The channel process: one per open AMQP channel (RabbitMQ `rabbit_channel.erl`).
+
+Owns: the channel's state (open/closing), its consumers, unacked deliveries (delivery_tag →
+queue, ack tag), basic.qos limiter, publisher-confirm tracker, tx buffer, and credit towards
+queue processes. The reader casts it commands; queue processes use its façade (`deliver`,
+`can_deliver`, `grant_credit`, `consumer_cancelled`, cast `confirm`). Method handlers live in
+`channel_basic.py` (basic.*, confirm.*, tx.*) and `channel_entities.py` (exchange.*, queue.*);
+this module keeps the loop, the dispatch table and the error boundary: soft errors become
+`channel.close` here, hard errors are handed to the connection. Never reads the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pamqp import commands
+
+from broker import errors
+from broker.confirms import ConfirmTracker
+from broker.credit_flow import CreditFlow
+from broker.limiter import Limiter
+from broker.mailbox import Process
+from broker.message import Message
+from broker.protocol.framing import encode_deliver, encode_method, encode_properties
+from broker.queue_process import ACK, DISCARD, REQUEUE, RUN
+
+log = logging.getLogger("broker.channel")
+
+OPEN, CLOSING, CLOSED = "open", "closing", "closed"
+
+# mailbox message kinds from the reader / queues
+CMD = "cmd"  # ("cmd", Command)
+CONFIRM = "confirm"  # ("confirm", queue, [msg_seq_no])
+REJECT = "reject"  # ("reject", queue, [msg_seq_no])
+
+
+class TxState:
+    """Uncommitted work of a tx channel (AMQP 0-9-1 §1.9 tx): publishes and settlements."""
+
+    __slots__ = ("publishes", "settles")
+
+    def __init__(self) -> None:
+        self.publishes: list[tuple[Any, Message]] = []  # (basic.publish method, message)
+        self.settles: list[tuple[int, dict[int, tuple]]] = []  # (kind, {delivery_tag: entry})
+
+
+class ChannelProcess(Process):
+    """Channel `number` of connection `conn` (the reader façade: `writer`, `vhost`,
+    `frame_max`, `capabilities`, `connection_error`, `grant_credit`, `channel_closed`)."""
+
+    def __init__(self, conn: Any, number: int) -> None:
+        super().__init__(conn.loop)
+        self.conn = conn  # the connection (reader) this channel belongs to
+        self.number = number  # channel number on the wire
+        self.writer = conn.writer  # outbound frames of the connection
+        self.vhost = conn.vhost  # where exchanges and queues are looked up
+        self.frame_max = conn.frame_max  # negotiated, for splitting bodies
+        self.state = OPEN  # open / closing (we sent channel.close) / closed
+        self.limiter = Limiter()  # basic.qos state
+        cfg = conn.config
+        self.credit = CreditFlow(cfg.credit_flow_initial, cfg.credit_flow_more_after)  # → queues
+        self.reader_credit = CreditFlow(cfg.credit_flow_initial, cfg.credit_flow_more_after)
+        self.next_delivery_tag = 1  # delivery tags count from 1 per channel
+        self.unacked: dict[int, tuple[Any, int, str | None]] = {}  # tag -> (queue, ack_tag, ctag)
+        self.consumers: dict[str, Any] = {}  # consumer_tag -> queue process
+        self.confirm: ConfirmTracker | None = None  # set by confirm.select
+        self.tx: TxState | None = None  # set by tx.select
+        self._poke_pending = False  # a resume callback is registered with the writer
+        self.last_queue: str | None = None  # last queue declared here ("" in queue.bind etc.)
+
+    # -- mailbox ----------------------------------------------------------------------------
+    def handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == CMD:
+            cmd = msg[1]
+            if self.state != OPEN:
+                self._while_closing(cmd)
+            else:
+                self._dispatch(cmd)
+            if cmd.method.__class__ is commands.Basic.Publish:
+                grant = self.reader_credit.ack("reader")
+                if grant:
+                    self.conn.grant_credit(self, grant)
+        elif kind == CONFIRM:
+            if self.confirm is not None:
+                self.confirm.release(msg[1], msg[2])
+        elif kind == REJECT:
+            if self.confirm is not None:
+                self.confirm.reject(msg[1], msg[2])
+
+    def after_batch(self) -> None:
+        confirm = self.confirm
+        if confirm is not None and confirm.has_output() and self.state == OPEN:
+            send = self.writer.send
+            n = self.number
+            for is_ack, tag, multiple in confirm.take():
+                if is_ack:
+                    send(encode_method(n, commands.Basic.Ack(tag, multiple)))
+                else:
+                    send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
+
+    def _dispatch(self, cmd: Any) -> None:
+        method = cmd.method
+        handler = HANDLERS.get(method.__class__)
+        try:
+            if handler is None:
+                raise errors.amqp_error(
+                    errors.CommandInvalid,
+                    f"method {method.name} is not valid on a channel from a client", method)
+            handler(self, cmd)
+        except errors.SoftError as exc:
+            self.close_with_error(exc)
+        except errors.HardError as exc:
+            self.conn.connection_error(exc)
+
+    def _while_closing(self, cmd: Any) -> None:
+        """After we sent channel.close only close/close-ok matter (AMQP 0-9-1 §1.5.2.5)."""
+        method = cmd.method
+        if isinstance(method, commands.Channel.CloseOk):
+            self.state = CLOSED
+            self.conn.channel_closed(self)
+        elif isinstance(method, commands.Channel.Close):
+            self.send_method(commands.Channel.CloseOk())
+
+    # -- output helpers ---------------------------------------------------------------------
+    def send_method(self, method: Any) -> None:
+        self.writer.send(encode_method(self.number, method))
+
+    # -- closing ----------------------------------------------------------------------------
+    def close_with_error(self, exc: Exception) -> None:
+        """Soft error: send channel.close with the error and release everything."""
+        code, text, class_id, method_id = errors.close_args(exc)
+        log.info("closing channel %d: %s", self.number, text)
+        self.send_method(commands.Channel.Close(code, text, class_id, method_id))
+        self.state = CLOSING
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        """Requeue unacked deliveries and drop consumers (channel or connection closed)."""
+        if self.state == CLOSED and not self.unacked and not self.consumers:
+            return
+        by_queue: dict[Any, list[int]] = {}
+        for queue, ack_tag, _ctag in self.unacked.values():
+            by_queue.setdefault(queue, []).append(ack_tag)
+        if self.tx is not None:
+            for _kind, entries in self.tx.settles:
+                for queue, ack_tag, _ctag in entries.values():
+                    by_queue.setdefault(queue, []).append(ack_tag)
+            self.tx = None
+        for queue in self.consumers.values():
+            by_queue.setdefault(queue, [])
+        self.unacked.clear()
+        self.consumers.clear()
+        for queue, tags in by_queue.items():
+            if not queue.deleted:
+                queue.call(queue.channel_down, self, sorted(tags))
+        self.confirm = None
+
+    def terminate(self) -> None:
+        """The connection is gone: clean up and stop the process."""
+        if self.state != CLOSED:
+            self.cleanup()
+            self.state = CLOSED
+        self.stop_process()
+
+    # -- façade for the reader --------------------------------------------------------------
+    def spend_reader_credit(self) -> bool:
+        """The reader sent one publish; True if the reader is now blocked on this channel."""
+        return self.reader_credit.send("reader")
+
+    # -- façade for queue processes ---------------------------------------------------------
+    def can_deliver(self, no_ack: bool) -> bool:
+        """May a queue send this channel one more delivery now? (limiter, channel state,
+        socket backpressure)."""
+        if self.state != OPEN:
+            return False
+        if self.writer.paused:
+            if not self._poke_pending:
+                self._poke_pending = True
+                self.writer.add_resume_callback(self._poke_queues)
+            return False
+        return no_ack or self.limiter.can_send()
+
+    def deliver(self, queue: Any, consumer: Any, message: Message, redelivered: bool,
+                ack_tag: int | None) -> None:
+        """Send basic.deliver for `message` to `consumer` (AMQP 0-9-1 §1.8.3.9)."""
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        if ack_tag is not None:
+            self.unacked[tag] = (queue, ack_tag, consumer.tag)
+            self.limiter.unacked += 1
+        raw = message.raw_properties
+        if raw is None:
+            raw = message.raw_properties = encode_properties(message.properties)
+        self.writer.send(encode_deliver(self.number, consumer.tag, tag, redelivered,
+                                        message.exchange, message.routing_key, raw,
+                                        message.body, self.frame_max))
+
+    def grant_credit(self, queue: Any, n: int) -> None:
+        """A queue handled `n` more of our publishes."""
+        if self.credit.grant(queue, n):
+            self.resume()
+
+    def spend_queue_credit(self, queue: Any) -> None:
+        if self.credit.send(queue):
+            self.suspend()
+
+    def consumer_cancelled(self, queue: Any, tag: str) -> None:
+        """The queue went away under a consumer: send basic.cancel if the client supports
+        it (rabbitmq.com/consumer-cancel.html)."""
+        if self.consumers.pop(tag, None) is None or self.state != OPEN:
+            return
+        self.credit.peer_down(queue)
+        if self.conn.capabilities.get("consumer_cancel_notify"):
+            self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
+
+    def _poke_queues(self) -> None:
+        self._poke_pending = False
+        for queue in set(self.consumers.values()):
+            queue.cast((RUN,))
+
+    def poke_queues(self) -> None:
+        """Ask every queue we consume from to try delivering again (capacity came back)."""
+        self._poke_queues()
+
+    # -- settlement (used by basic.ack/nack/reject/recover and tx) ---------------------------
+    def collect(self, delivery_tag: int, multiple: bool, method: Any) -> dict[int, tuple]:
+        """Remove and return the unacked entries a settle method names, as RabbitMQ's
+        collect_acks: 406 "unknown delivery tag N" when the tag is not outstanding
+        (multiple with tag 0 means all)."""
+        unacked = self.unacked
+        if multiple:
+            if delivery_tag == 0:
+                out = dict(unacked)
+                unacked.clear()
+                return out
+            if delivery_tag not in unacked:
+                raise errors.amqp_error(
+                    errors.PreconditionFailed, f"unknown delivery tag {delivery_tag}", method)
+            out = {}
+            for tag in list(unacked):
+                if tag > delivery_tag:
+                    break
+                out[tag] = unacked.pop(tag)
+            return out
+        entry = unacked.pop(delivery_tag, None)
+        if entry is None:
+            raise errors.amqp_error(
+                errors.PreconditionFailed, f"unknown delivery tag {delivery_tag}", method)
+        return {delivery_tag: entry}
+
+    def settle(self, kind: int, entries: dict[int, tuple]) -> None:
+        """Send ACK/REQUEUE/DISCARD for `entries` to their queues, free prefetch capacity."""
+        if not entries:
+            return
+        by_queue: dict[Any, list[tuple[int, str | None]]] = {}
+        counted = 0
+        for queue, ack_tag, ctag in entries.values():
+            lst = by_queue.get(queue)
+            if lst is None:
+                lst = by_queue[queue] = []
+            lst.append((ack_tag, ctag))
+            counted += 1
+        limiter = self.limiter
+        was_blocked = limiter.prefetch_count and limiter.unacked >= limiter.prefetch_count
+        limiter.unacked -= counted
+        for queue, lst in by_queue.items():
+            if kind == REQUEUE:
+                lst.sort()
+            queue.cast((kind, self, lst))
+        if was_blocked:
+            self._poke_queues()
+
+
+ACK_KIND, REQUEUE_KIND, DISCARD_KIND = ACK, REQUEUE, DISCARD
+
+from broker.channel_basic import BASIC_HANDLERS  # noqa: E402  (handlers import this module)
+from broker.channel_entities import ENTITY_HANDLERS  # noqa: E402
+
+HANDLERS: dict[type, Any] = {**BASIC_HANDLERS, **ENTITY_HANDLERS}

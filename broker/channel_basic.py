@@ -1,0 +1,281 @@
+"""Handlers for basic.*, confirm.*, tx.* and channel.* methods (RabbitMQ `rabbit_channel`).
+
+Owns: the semantics of those methods, as functions `handler(ch, cmd)` over a ChannelProcess.
+Raises soft errors (403/404/406) for the channel loop to turn into channel.close, hard errors
+(503/530/540) for the connection. Never touches sockets directly: output goes through the
+channel's writer; never touches a queue's state except through the queue façade.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pamqp import commands
+
+from broker import errors
+from broker.consumers import Consumer
+from broker.message import Message
+from broker.protocol.framing import encode_content_raw, encode_properties
+from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+
+B = commands.Basic
+
+
+def _route_and_send(ch: Any, method: Any, message: Message) -> None:
+    """Route one publish and cast it to its queues (or basic.return it when mandatory)."""
+    queues = ch.vhost.route(method.exchange, method.routing_key, message.properties.headers)
+    confirm = ch.confirm
+    seq = confirm.next_seq_no() if confirm is not None else None
+    if not queues:
+        if method.mandatory:
+            _basic_return(ch, message, 312, "NO_ROUTE")
+        if seq is not None:
+            confirm.track(seq, ())
+        return
+    if seq is not None:
+        confirm.track(seq, queues)
+    msg = (PUBLISH, ch, message, seq)
+    for queue in queues:
+        queue.cast(msg)
+        ch.spend_queue_credit(queue)
+
+
+def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
+    raw = message.raw_properties
+    if raw is None:
+        raw = message.raw_properties = encode_properties(message.properties)
+    ch.writer.send(encode_content_raw(
+        ch.number, B.Return(code, text, message.exchange, message.routing_key), raw,
+        message.body, ch.frame_max))
+
+
+def publish(ch: Any, cmd: Any) -> None:
+    """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 404 unknown exchange,
+    403 internal exchange."""
+    method = cmd.method
+    if method.immediate:
+        raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
+    name = method.exchange
+    if name:
+        exchange = ch.vhost.exchanges.get(name)
+        if exchange is None:
+            raise errors.amqp_error(
+                errors.NotFound, f"no exchange '{name}' in vhost '{ch.vhost.name}'", method)
+        if exchange.internal:
+            raise errors.amqp_error(
+                errors.AccessRefused,
+                f"cannot publish to internal exchange '{name}' in vhost '{ch.vhost.name}'",
+                method)
+    header = cmd.header
+    message = Message(name, method.routing_key, header.properties, cmd.body or b"",
+                      raw_properties=header.raw_properties)
+    if ch.tx is not None:
+        ch.tx.publishes.append((method, message))
+        return
+    _route_and_send(ch, method, message)
+
+
+def consume(ch: Any, cmd: Any) -> None:
+    """basic.consume (§1.8.3.3): server tags "amq.ctag-…", 530 on a reused tag, 403 for
+    exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
+    m = cmd.method
+    queue = ch.vhost.get_queue(m.queue or "", ch.conn, m)
+    tag = m.consumer_tag or ("amq.ctag-" + uuid.uuid4().hex[:22])
+    if tag in ch.consumers:
+        raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
+    args = m.arguments or {}
+    priority = args.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise errors.amqp_error(
+            errors.PreconditionFailed,
+            f"invalid arg 'x-priority' for consumer '{tag}': {priority!r}", m)
+    consumer = Consumer(tag, ch, m.no_ack, m.exclusive, priority,
+                        ch.limiter.consumer_prefetch, args)
+    queue.call(queue.add_consumer, consumer)  # 403 if exclusive conflicts; casts RUN
+    ch.consumers[tag] = queue
+    if not m.nowait:
+        ch.send_method(B.ConsumeOk(tag))
+
+
+def cancel(ch: Any, cmd: Any) -> None:
+    """basic.cancel (§1.8.3.5): an unknown tag still gets cancel-ok (RabbitMQ)."""
+    m = cmd.method
+    queue = ch.consumers.pop(m.consumer_tag, None)
+    if queue is not None and not queue.deleted:
+        queue.call(queue.remove_consumer, ch, m.consumer_tag)
+    if not m.nowait:
+        ch.send_method(B.CancelOk(m.consumer_tag))
+
+
+def get(ch: Any, cmd: Any) -> None:
+    """basic.get (§1.8.3.10): get-ok with message_count left, or get-empty."""
+    m = cmd.method
+    queue = ch.vhost.get_queue(m.queue or "", ch.conn, m)
+    result = queue.call(queue.basic_get, m.no_ack)
+    if result is None:
+        ch.send_method(B.GetEmpty())
+        return
+    fetched, left = result
+    tag = ch.next_delivery_tag
+    ch.next_delivery_tag = tag + 1
+    if not m.no_ack:
+        ch.unacked[tag] = (queue, fetched.ack_tag, None)
+        ch.limiter.unacked += 1
+    msg = fetched.message
+    raw = msg.raw_properties
+    if raw is None:
+        raw = msg.raw_properties = encode_properties(msg.properties)
+    ch.writer.send(encode_content_raw(
+        ch.number, B.GetOk(tag, fetched.redelivered, msg.exchange, msg.routing_key, left),
+        raw, msg.body, ch.frame_max))
+
+
+def _settle(ch: Any, kind: int, delivery_tag: int, multiple: bool, method: Any) -> None:
+    entries = ch.collect(delivery_tag, multiple, method)
+    if ch.tx is not None:
+        ch.tx.settles.append((kind, entries))
+        return
+    ch.settle(kind, entries)
+
+
+def ack(ch: Any, cmd: Any) -> None:
+    """basic.ack (§1.8.3.13); 406 "unknown delivery tag N"."""
+    m = cmd.method
+    _settle(ch, ACK, m.delivery_tag, m.multiple, m)
+
+
+def nack(ch: Any, cmd: Any) -> None:
+    """basic.nack (RabbitMQ extension): reject one or many, requeue or drop."""
+    m = cmd.method
+    _settle(ch, REQUEUE if m.requeue else DISCARD, m.delivery_tag, m.multiple, m)
+
+
+def reject(ch: Any, cmd: Any) -> None:
+    """basic.reject (§1.8.3.14)."""
+    m = cmd.method
+    _settle(ch, REQUEUE if m.requeue else DISCARD, m.delivery_tag, False, m)
+
+
+def recover(ch: Any, cmd: Any) -> None:
+    """basic.recover / recover-async: requeue every unacked delivery (RabbitMQ supports only
+    requeue=true; requeue=false → 540 NOT_IMPLEMENTED)."""
+    m = cmd.method
+    if not m.requeue:
+        raise errors.amqp_error(errors.NotImplemented_, "requeue=false", m)
+    entries = dict(ch.unacked)
+    ch.unacked.clear()
+    ch.settle(REQUEUE, entries)
+    if isinstance(m, B.Recover):
+        ch.send_method(B.RecoverOk())
+
+
+def qos(ch: Any, cmd: Any) -> None:
+    """basic.qos (§1.8.3.1, RabbitMQ's per-consumer/per-channel reading of `global`)."""
+    m = cmd.method
+    ch.limiter.qos(m.prefetch_count, m.global_)
+    ch.send_method(B.QosOk())
+    ch.poke_queues()
+
+
+def confirm_select(ch: Any, cmd: Any) -> None:
+    """confirm.select (rabbitmq.com/confirms.html): 406 on a tx channel."""
+    m = cmd.method
+    if ch.tx is not None:
+        raise errors.amqp_error(
+            errors.PreconditionFailed, "cannot switch from tx to confirm mode", m)
+    if ch.confirm is None:
+        from broker.confirms import ConfirmTracker
+
+        ch.confirm = ConfirmTracker()
+    if not m.nowait:
+        ch.send_method(commands.Confirm.SelectOk())
+
+
+def tx_select(ch: Any, cmd: Any) -> None:
+    """tx.select (§1.9.2.1): 406 on a confirm channel."""
+    if ch.confirm is not None:
+        raise errors.amqp_error(
+            errors.PreconditionFailed, "cannot switch from confirm to tx mode", cmd.method)
+    if ch.tx is None:
+        from broker.channel import TxState
+
+        ch.tx = TxState()
+    ch.send_method(commands.Tx.SelectOk())
+
+
+def tx_commit(ch: Any, cmd: Any) -> None:
+    """tx.commit: apply buffered publishes and settlements in order; 406 if not tx."""
+    tx = _need_tx(ch, cmd.method)
+    publishes, settles = tx.publishes, tx.settles
+    tx.publishes, tx.settles = [], []
+    for method, message in publishes:
+        _route_and_send(ch, method, message)
+    for kind, entries in settles:
+        ch.settle(kind, entries)
+    ch.send_method(commands.Tx.CommitOk())
+
+
+def tx_rollback(ch: Any, cmd: Any) -> None:
+    """tx.rollback: drop buffered publishes; settled deliveries become unacked again."""
+    tx = _need_tx(ch, cmd.method)
+    for _kind, entries in tx.settles:
+        ch.unacked.update(entries)
+    ch.unacked = dict(sorted(ch.unacked.items()))
+    tx.publishes, tx.settles = [], []
+    ch.send_method(commands.Tx.RollbackOk())
+
+
+def _need_tx(ch: Any, method: Any) -> Any:
+    if ch.tx is None:
+        raise errors.amqp_error(errors.PreconditionFailed, "channel is not transactional",
+                                method)
+    return ch.tx
+
+
+def channel_close(ch: Any, cmd: Any) -> None:
+    """channel.close from the client: release everything, reply close-ok."""
+    ch.cleanup()
+    ch.send_method(commands.Channel.CloseOk())
+    ch.state = "closed"
+    ch.conn.channel_closed(ch)
+
+
+def channel_flow(ch: Any, cmd: Any) -> None:
+    """channel.flow: RabbitMQ accepts active=true and refuses active=false with 540."""
+    m = cmd.method
+    if not m.active:
+        raise errors.amqp_error(errors.NotImplemented_, "active=false", m)
+    ch.send_method(commands.Channel.FlowOk(active=True))
+
+
+def channel_flow_ok(ch: Any, cmd: Any) -> None:
+    """channel.flow-ok: the answer to a server flow request; nothing to do."""
+
+
+def channel_open(ch: Any, cmd: Any) -> None:
+    """channel.open on an already open channel → 504 CHANNEL_ERROR (hard)."""
+    raise errors.amqp_error(errors.ChannelError, "second 'channel.open' seen", cmd.method)
+
+
+BASIC_HANDLERS = {
+    B.Publish: publish,
+    B.Consume: consume,
+    B.Cancel: cancel,
+    B.Get: get,
+    B.Ack: ack,
+    B.Nack: nack,
+    B.Reject: reject,
+    B.Recover: recover,
+    B.RecoverAsync: recover,
+    B.Qos: qos,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+    commands.Channel.Close: channel_close,
+    commands.Channel.Flow: channel_flow,
+    commands.Channel.FlowOk: channel_flow_ok,
+    commands.Channel.Open: channel_open,
+}
+

@@ -1,0 +1,166 @@
+"""Broker configuration: one frozen object holding every tunable.
+
+Owns: `BrokerConfig` (RabbitMQ's key names and defaults, see rabbitmq.com/configure.html and
+`deps/rabbit/Makefile` PROJECT_ENV) and `load_config`, which merges the three sources with the
+precedence CLI > environment (`BROKER_<KEY>`, upper case) > TOML file (`--config` /
+`BROKER_CONFIG`) > defaults. Nothing else in the broker reads the environment or argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Every tunable of the broker; field names follow RabbitMQ's configuration keys.
+
+    Units: sizes in bytes, times in seconds unless the name says `_ms`.
+    """
+
+    host: str = "127.0.0.1"  # listener address (RabbitMQ: listeners.tcp)
+    port: int = 5672  # listener port; 0 = ephemeral (tests)
+    data_dir: str = "./data"  # where durable state lives (RabbitMQ: RABBITMQ_MNESIA_DIR)
+    log_level: str = "info"  # root level for the broker.* loggers
+    config: str | None = None  # path of the TOML file this config was read from
+
+    # connection.tune (AMQP 0-9-1 §1.4.2.6); the client may lower them
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    max_message_size: int = 134217728  # bodies above → 406 on the channel (RabbitMQ ≥ 3.8)
+    handshake_timeout: float = 10.0  # seconds a client has to finish the handshake
+
+    # users and vhosts (rabbitmq.com/access-control.html)
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_vhost: str = "/"
+    loopback_users: tuple[str, ...] = ("guest",)  # may only connect from loopback
+
+    # server properties; kombu applies RabbitMQ's qos semantics only when product = RabbitMQ
+    product: str = "pybroker-amqp"
+
+    # credit flow (credit_flow_default_credit): {InitialCredit, MoreCreditAfter}
+    credit_flow_initial: int = 400
+    credit_flow_more_after: int = 200
+
+    # publisher confirms: persist (RabbitMQ), ack, ack-lite (ARCHITECTURE §6)
+    confirm_on: str = "persist"
+
+    # storage (issue 4)
+    queue_index_embed_msgs_below: int = 4096
+    queue_index_max_journal_entries: int = 32768
+    msg_store_file_size_limit: int = 16777216
+    fsync: bool = True  # fsync before confirming persistent messages
+
+    # resource alarms (rabbitmq.com/memory.html, disk-alarms.html)
+    vm_memory_high_watermark: float = 0.4
+    vm_memory_high_watermark_paging_ratio: float = 0.5
+    disk_free_limit: int = 50_000_000
+
+    # writer: flush the outbound buffer early once it holds this many bytes
+    writer_flush_threshold: int = 262144
+
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown TOML keys, kept for plugins
+
+
+_FIELDS = {f.name: f for f in fields(BrokerConfig)}
+_CLI_KEYS = ("host", "port", "data_dir", "config", "log_level", "heartbeat", "frame_max",
+             "channel_max", "confirm_on", "product")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Convert a string (env/CLI) or TOML value to the field's type."""
+    default = _FIELDS[name].default
+    if isinstance(value, str):
+        if isinstance(default, bool):
+            low = value.strip().lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(f"{name}: expected a boolean, got {value!r}")
+            return low in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, tuple):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        return value
+    if isinstance(default, tuple) and isinstance(value, list):
+        return tuple(value)
+    if isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m broker", description="AMQP 0-9-1 broker")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 5672)")
+    p.add_argument("--data-dir", dest="data_dir", help="directory for durable state")
+    p.add_argument("--config", help="TOML configuration file")
+    p.add_argument("--log-level", dest="log_level",
+                   choices=["debug", "info", "warning", "error"], help="log level")
+    p.add_argument("--heartbeat", type=int, help="heartbeat the server proposes (s)")
+    p.add_argument("--frame-max", dest="frame_max", type=int, help="largest frame (bytes)")
+    p.add_argument("--channel-max", dest="channel_max", type=int, help="channels per connection")
+    p.add_argument("--confirm-on", dest="confirm_on", choices=["persist", "ack", "ack-lite"],
+                   help="when publishers get confirms")
+    p.add_argument("--product", help="server property 'product' (e.g. RabbitMQ for kombu)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other configuration key")
+    return p
+
+
+def load_config(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Build the config from defaults < TOML file < environment < CLI.
+
+    The TOML file is `--config` or `BROKER_CONFIG`; keys are the field names (a `[broker]`
+    table, or top level). Raises `SystemExit` (argparse) on bad CLI flags and `ValueError` for
+    unknown keys or values of the wrong type.
+    """
+    environ = os.environ if environ is None else environ
+    args = _parser().parse_args(list(argv) if argv is not None else [])
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+
+    path = args.config or environ.get("BROKER_CONFIG")
+    if path:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+        table = data.get("broker", data)
+        for key, value in table.items():
+            key = key.replace(".", "_").replace("-", "_")
+            if key in _FIELDS and key != "extra":
+                values[key] = _coerce(key, value)
+            else:
+                extra[key] = value
+        values["config"] = path
+
+    for name in _FIELDS:
+        env_key = "BROKER_" + name.upper()
+        if name != "extra" and env_key in environ:
+            values[name] = _coerce(name, environ[env_key])
+
+    for name in _CLI_KEYS:
+        value = getattr(args, name)
+        if value is not None:
+            values[name] = _coerce(name, value) if isinstance(value, str) else value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace(".", "_").replace("-", "_")
+        if not sep or key not in _FIELDS or key == "extra":
+            raise ValueError(f"--set {item!r}: unknown key")
+        values[key] = _coerce(key, value)
+
+    if values.get("confirm_on", "persist") not in ("persist", "ack", "ack-lite"):
+        raise ValueError(f"confirm_on must be persist, ack or ack-lite, not {values['confirm_on']!r}")
+    cfg = BrokerConfig(**values)
+    return dataclasses.replace(cfg, extra=extra) if extra else cfg

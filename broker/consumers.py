@@ -1,0 +1,98 @@
+"""The consumer set of one queue (RabbitMQ `rabbit_queue_consumers.erl`).
+
+Owns: consumers of a queue, in priority groups with round-robin inside each group, and each
+consumer's own prefetch accounting. Pure: the queue process asks `next_ready()` for the consumer
+to deliver to and tells it about deliveries and acks. Higher `x-priority` consumers get messages
+while they have capacity (rabbitmq.com/consumer-priority.html); equal priorities share
+round-robin. Never touches channels beyond calling the predicate it is given.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class Consumer:
+    """One basic.consume on a queue.
+
+    `channel` is the consuming channel's façade (it assigns delivery tags); `prefetch` is the
+    per-consumer limit (0 = none), `unacked` the ack-required deliveries it holds.
+    """
+
+    __slots__ = ("tag", "channel", "no_ack", "exclusive", "priority", "prefetch", "unacked",
+                 "arguments")
+
+    def __init__(self, tag: str, channel: Any, no_ack: bool, exclusive: bool = False,
+                 priority: int = 0, prefetch: int = 0, arguments: dict | None = None) -> None:
+        self.tag = tag  # consumer_tag, unique per channel
+        self.channel = channel  # ChannelProcess that owns the consumer
+        self.no_ack = no_ack  # deliveries need no ack
+        self.exclusive = exclusive  # basic.consume exclusive=true
+        self.priority = priority  # x-priority argument
+        self.prefetch = prefetch  # per-consumer prefetch_count (0 = unlimited)
+        self.unacked = 0  # ack-required deliveries outstanding
+        self.arguments = arguments or {}  # as given, for equivalence/inspection
+
+    def has_capacity(self) -> bool:
+        return self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch
+
+
+class ConsumerSet:
+    """Consumers grouped by priority (highest first), round-robin within a group."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, deque[Consumer]] = {}  # priority -> consumers in rr order
+        self._priorities: list[int] = []  # sorted ascending; iterate reversed
+        self._by_key: dict[tuple[int, str], Consumer] = {}  # (id(channel), tag) -> consumer
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __iter__(self) -> Iterator[Consumer]:
+        return iter(list(self._by_key.values()))
+
+    def add(self, consumer: Consumer) -> None:
+        group = self._groups.get(consumer.priority)
+        if group is None:
+            group = self._groups[consumer.priority] = deque()
+            bisect.insort(self._priorities, consumer.priority)
+        group.append(consumer)
+        self._by_key[(id(consumer.channel), consumer.tag)] = consumer
+
+    def get(self, channel: Any, tag: str) -> Consumer | None:
+        return self._by_key.get((id(channel), tag))
+
+    def remove(self, channel: Any, tag: str) -> Consumer | None:
+        consumer = self._by_key.pop((id(channel), tag), None)
+        if consumer is not None:
+            group = self._groups[consumer.priority]
+            group.remove(consumer)
+            if not group:
+                del self._groups[consumer.priority]
+                self._priorities.remove(consumer.priority)
+        return consumer
+
+    def remove_channel(self, channel: Any) -> list[Consumer]:
+        gone = [c for c in self._by_key.values() if c.channel is channel]
+        for c in gone:
+            self.remove(channel, c.tag)
+        return gone
+
+    def has_exclusive(self) -> bool:
+        return any(c.exclusive for c in self._by_key.values())
+
+    def next_ready(self, channel_ok: Callable[[Consumer], bool]) -> Consumer | None:
+        """The consumer to deliver the next message to, rotated to the back of its group;
+        None if no consumer has capacity. `channel_ok(c)` checks the channel-side limits
+        (channel-wide prefetch, flow, socket backpressure)."""
+        for priority in reversed(self._priorities):
+            group = self._groups[priority]
+            for _ in range(len(group)):
+                consumer = group[0]
+                group.rotate(-1)
+                if consumer.has_capacity() and channel_ok(consumer):
+                    return consumer
+        return None

@@ -1,0 +1,110 @@
+"""Mailboxes: how broker processes (channels, queues) receive work.
+
+Owns: `Process`, a mailbox (a deque) drained in batches by a callback the event loop runs —
+one wake-up per batch, not per message. A process never runs another process's handlers: it
+`cast`s to it. `call` is the synchronous request of RabbitMQ's gen_server:call: since all
+processes share one event loop thread, the callee first drains everything already in its
+mailbox (so order is kept) and then answers, without a round trip through the loop.
+Must never await, block, or grow without bound (senders are limited by credit_flow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("broker.process")
+
+BATCH = 256  # messages handled per wake-up before yielding to other processes
+
+
+class Process:
+    """A mailbox plus a handler. Subclasses implement `handle(msg)` and may override
+    `on_mailbox_empty()` (RabbitMQ's "mailbox empty" hooks: journal sync, writer flush).
+
+    `cast(msg)`: enqueue, schedule a drain if idle. `call(fn, *args)`: drain the mailbox now,
+    then return `fn(*args)`. `suspend()`/`resume()` stop/restart draining (a process blocked
+    by credit flow keeps its mailbox).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop  # the one broker event loop
+        self._mailbox: deque[Any] = deque()  # pending messages, FIFO
+        self._scheduled = False  # a drain callback is queued on the loop
+        self._suspended = False  # credit-flow blocked: keep messages, don't drain
+        self._dead = False  # terminated: casts are dropped
+
+    # -- senders' side ----------------------------------------------------------------------
+    def cast(self, msg: Any) -> None:
+        if self._dead:
+            return
+        self._mailbox.append(msg)
+        if not self._scheduled and not self._suspended:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Synchronous request: handle what is already queued, then run fn(*args)."""
+        if not self._suspended:
+            self._drain_all()
+            self.after_batch()
+        return fn(*args)
+
+    # -- the process's side -----------------------------------------------------------------
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._suspended or self._dead:
+            return
+        mailbox = self._mailbox
+        handle = self.handle
+        n = 0
+        while mailbox and n < BATCH:
+            handle(mailbox.popleft())
+            n += 1
+            if self._suspended or self._dead:
+                return
+        if mailbox:
+            self.after_batch()
+            self._scheduled = True
+            self._loop.call_soon(self._drain)  # yield: one busy process can't starve others
+        else:
+            self.after_batch()
+            self.on_mailbox_empty()
+
+    def _drain_all(self) -> None:
+        mailbox = self._mailbox
+        while mailbox and not self._suspended and not self._dead:
+            self.handle(mailbox.popleft())
+
+    def suspend(self) -> None:
+        self._suspended = True
+
+    def resume(self) -> None:
+        if self._suspended:
+            self._suspended = False
+            if self._mailbox and not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self._drain)
+
+    def mailbox_len(self) -> int:
+        return len(self._mailbox)
+
+    def stop_process(self) -> None:
+        """Drop the mailbox; later casts are ignored."""
+        self._dead = True
+        self._mailbox.clear()
+
+    # -- to implement -----------------------------------------------------------------------
+    def handle(self, msg: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def after_batch(self) -> None:
+        """Runs after every drained batch (emit what the batch produced, e.g. confirms)."""
+        return None
+
+    def on_mailbox_empty(self) -> None:
+        """Runs when the mailbox has been drained completely."""
+        return None

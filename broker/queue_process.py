@@ -1,0 +1,240 @@
+"""The queue process: one per queue (RabbitMQ `rabbit_amqqueue_process.erl`).
+
+Owns: a queue's consumers, its backing queue, per-channel credit, and the confirms it owes
+publishers. Channels talk to it only by `cast` (publish, ack, requeue, discard, run) or by the
+synchronous façade calls in `broker/queue.py` (consume, cancel, get, purge, delete). It tells
+channels about deliveries through the channel façade (`deliver`, `can_deliver`,
+`grant_credit`, `consumer_cancelled`, cast `confirm`). It never writes to sockets and never
+touches another queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from broker import errors
+from broker.backing_queue.base import BackingQueue, MessageProps
+from broker.consumers import Consumer, ConsumerSet
+from broker.credit_flow import CreditFlow
+from broker.mailbox import Process
+from broker.message import Message
+
+log = logging.getLogger("broker.queue")
+
+# mailbox message kinds (first tuple element)
+PUBLISH = 0  # (PUBLISH, channel, message, msg_seq_no | None)
+ACK = 1  # (ACK, channel, [(ack_tag, consumer_tag | None)])
+REQUEUE = 2  # (REQUEUE, channel, [(ack_tag, consumer_tag | None)])
+DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject without requeue
+RUN = 4  # (RUN,) a consumer's channel may have capacity again
+BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
+
+
+class QueueProcess(Process):
+    """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
+    (AMQP 0-9-1 §1.7.2.1); `exclusive_owner` is the owning connection (or None)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        vhost: Any,
+        name: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        exclusive_owner: Any,
+        arguments: dict,
+        bq_factory: Callable[..., BackingQueue],
+        credit_initial: int = 400,
+        credit_more_after: int = 200,
+    ) -> None:
+        super().__init__(loop)
+        self.vhost = vhost  # VHost that holds this queue (for auto-delete)
+        self.name = name  # queue name
+        self.durable = durable  # survives restart (with storage)
+        self.auto_delete = auto_delete  # delete when the last consumer goes
+        self.exclusive_owner = exclusive_owner  # owning connection, or None
+        self.arguments = arguments  # queue.declare arguments as given
+        self.bq: BackingQueue = bq_factory(
+            (vhost.name, name), durable, self._bq_notify
+        )  # where messages live
+        self.consumers = ConsumerSet()  # basic.consume subscriptions
+        self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
+        self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
+        self._had_consumers = False  # auto-delete only after a first consumer came and went
+        self.deleted = False  # set once deleted; later casts are ignored
+
+    # -- mailbox ----------------------------------------------------------------------------
+    def handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == PUBLISH:
+            self._publish(msg[1], msg[2], msg[3])
+        elif kind == ACK:
+            self.bq.ack(self._settle(msg[1], msg[2]))
+        elif kind == REQUEUE:
+            self.bq.requeue(self._settle(msg[1], msg[2]))
+        elif kind == DISCARD:
+            # no dead-lettering yet: a message rejected without requeue is dropped
+            self.bq.discard_pending(self._settle(msg[1], msg[2]))
+        elif kind == BQ_CONFIRMED:
+            self.bq.drain_confirmed()
+
+    def after_batch(self) -> None:
+        if not self.deleted:
+            self._run_deliveries()
+        if self._confirm_out:
+            out, self._confirm_out = self._confirm_out, {}
+            for channel, seqs in out.items():
+                channel.cast(("confirm", self, seqs))
+
+    def on_mailbox_empty(self) -> None:
+        if self.bq.needs_sync():
+            self.bq.sync()
+
+    def _bq_notify(self) -> None:
+        self.cast((BQ_CONFIRMED,))
+
+    # -- publishing -------------------------------------------------------------------------
+    def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
+        if seq is not None:
+            # `persist` mode without storage: released on enqueue (ARCHITECTURE §6)
+            out = self._confirm_out.get(channel)
+            if out is None:
+                self._confirm_out[channel] = [seq]
+            else:
+                out.append(seq)
+        props = MessageProps()
+        bq = self.bq
+        if bq.is_empty() and len(self.consumers):
+            consumer = self.consumers.next_ready(_channel_ok)
+            if consumer is not None:
+                if consumer.no_ack:
+                    consumer.channel.deliver(self, consumer, message, False, None)
+                else:
+                    tag = bq.publish_delivered(message, props)
+                    consumer.unacked += 1
+                    consumer.channel.deliver(self, consumer, message, False, tag)
+                self._credit_back(channel)
+                return
+        bq.publish(message, props)
+        self._credit_back(channel)
+
+    def _credit_back(self, channel: Any) -> None:
+        grant = self.credit.ack(channel)
+        if grant:
+            channel.grant_credit(self, grant)
+
+    # -- delivering -------------------------------------------------------------------------
+    def _run_deliveries(self) -> None:
+        bq = self.bq
+        consumers = self.consumers
+        if not len(consumers):
+            return
+        while not bq.is_empty():
+            consumer = consumers.next_ready(_channel_ok)
+            if consumer is None:
+                return
+            fetched = bq.fetch(not consumer.no_ack)
+            if fetched is None:  # pragma: no cover - is_empty said otherwise
+                return
+            if not consumer.no_ack:
+                consumer.unacked += 1
+            consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered,
+                                     fetched.ack_tag)
+
+    def _settle(self, channel: Any, entries: list[tuple[int, str | None]]) -> list[int]:
+        """Ack tags of `entries` [(ack_tag, consumer_tag or None for basic.get)], giving each
+        consumer back the prefetch capacity its deliveries used."""
+        tags = []
+        consumers = self.consumers
+        for tag, ctag in entries:
+            tags.append(tag)
+            if ctag is not None:
+                consumer = consumers.get(channel, ctag)
+                if consumer is not None and consumer.unacked > 0:
+                    consumer.unacked -= 1
+        return tags
+
+    # -- synchronous façade operations (called through QueueProcess.call) --------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """basic.consume. Raises 403 ACCESS_REFUSED when an exclusive consumer is involved."""
+        if self.consumers.has_exclusive() or (consumer.exclusive and len(self.consumers)):
+            raise errors.amqp_error(
+                errors.AccessRefused,
+                f"queue '{self.name}' in vhost '{self.vhost.name}' in exclusive use")
+        self.consumers.add(consumer)
+        self._had_consumers = True
+        self.cast((RUN,))
+
+    def remove_consumer(self, channel: Any, tag: str) -> bool:
+        """basic.cancel; may auto-delete the queue. Returns whether the consumer existed."""
+        consumer = self.consumers.remove(channel, tag)
+        self._maybe_auto_delete()
+        return consumer is not None
+
+    def channel_down(self, channel: Any, unacked: list[int]) -> None:
+        """The channel closed: requeue what it held unacked (in seq order) and drop its
+        consumers (AMQP 0-9-1 §1.8.3.x: unacked messages are requeued on channel close)."""
+        self._drain_all()
+        self.consumers.remove_channel(channel)
+        self.credit.peer_down(channel)
+        self._confirm_out.pop(channel, None)
+        if unacked:
+            self.bq.requeue(unacked)
+        if not self._maybe_auto_delete():
+            self.cast((RUN,))
+
+    def basic_get(self, no_ack: bool) -> tuple[Any, int] | None:
+        """basic.get: (Fetched, messages left) or None when empty."""
+        fetched = self.bq.fetch(not no_ack)
+        if fetched is None:
+            return None
+        return fetched, self.bq.len()
+
+    def purge(self) -> int:
+        """queue.purge: drop ready messages (not unacked ones); returns the count."""
+        return self.bq.purge()
+
+    def message_count(self) -> int:
+        return self.bq.len()
+
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        """Raise 406 as RabbitMQ does when queue.delete's conditions fail."""
+        where = f"queue '{self.name}' in vhost '{self.vhost.name}'"
+        if if_unused and len(self.consumers):
+            raise errors.amqp_error(errors.PreconditionFailed, f"{where} in use")
+        if if_empty and not self.bq.is_empty():
+            raise errors.amqp_error(errors.PreconditionFailed, f"{where} is not empty")
+
+    def terminate(self, delete: bool) -> int:
+        """Stop the process: cancel consumers (basic.cancel to those that asked), then delete
+        or close the backing queue. Returns the ready message count it had."""
+        count = self.bq.len()
+        self.deleted = True
+        for consumer in self.consumers:
+            consumer.channel.consumer_cancelled(self, consumer.tag)
+        if delete:
+            self.bq.delete_and_terminate()
+        else:
+            self.bq.terminate()
+        self.stop_process()
+        return count
+
+    def _maybe_auto_delete(self) -> bool:
+        if self.auto_delete and self._had_consumers and not len(self.consumers) and not self.deleted:
+            self.vhost.delete_queue_now(self)
+            return True
+        return False
+
+    def stats(self) -> dict[str, int]:
+        return {**self.bq.stats(), "consumers": len(self.consumers)}
+
+
+def _channel_ok(consumer: Consumer) -> bool:
+    return consumer.channel.can_deliver(consumer.no_ack)

@@ -1,0 +1,114 @@
+"""The broker: listener, vhosts, users, connections, startup and graceful shutdown
+(RabbitMQ `rabbit_networking`, `rabbit_vhost`, `rabbit_auth_backend_internal`).
+
+Owns: the TCP listener, the vhost table, the user table, the set of live connections, and the
+server properties sent in connection.start. It never parses frames (the reader does) and never
+touches a queue's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import platform
+from typing import Any
+
+from broker import __version__
+from broker.backing_queue.memory import MemoryBackingQueue
+from broker.config import BrokerConfig
+from broker.reader import Reader
+from broker.vhost import VHost
+
+log = logging.getLogger("broker.server")
+
+SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+
+
+class Broker:
+    """A running broker. `await start()` binds the listener (then `port` is the real port,
+    useful with port 0) and logs one "ready" line; `await stop()` sends every client
+    connection.close 320 CONNECTION_FORCED and closes the listener."""
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config or BrokerConfig()  # every tunable
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
+        self.vhosts: dict[str, VHost] = {}  # name -> vhost
+        self.users: dict[str, str] = {self.config.default_user: self.config.default_pass}
+        self.connections: set[Reader] = set()  # live connections
+        self.port: int = self.config.port  # bound port (after start)
+        self._server: asyncio.AbstractServer | None = None  # the listener
+        self.ready = asyncio.Event()  # set once accepting connections
+
+    def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any) -> Any:
+        return MemoryBackingQueue(name, durable, notify)
+
+    def add_vhost(self, name: str) -> VHost:
+        """Create vhost `name` (idempotent)."""
+        if name not in self.vhosts:
+            assert self.loop is not None
+            self.vhosts[name] = VHost(name, self.loop, self.config, self._bq_factory)
+        return self.vhosts[name]
+
+    def check_user(self, username: str, password: str, peer: Any) -> bool:
+        """Internal auth backend: the password matches and a loopback-only user (guest by
+        default, rabbitmq.com/access-control.html) connects from a loopback address."""
+        if self.users.get(username) != password:
+            return False
+        if username in self.config.loopback_users:
+            host = peer[0] if isinstance(peer, tuple) and peer else None
+            if host is None:
+                return True  # unix socket / socketpair
+            try:
+                return ipaddress.ip_address(host.split("%")[0]).is_loopback
+            except ValueError:
+                return False
+        return True
+
+    def server_properties(self) -> dict:
+        """connection.start server-properties (ARCHITECTURE §3)."""
+        return {
+            "product": self.config.product,
+            "version": __version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "pybroker-amqp authors",
+            "information": "AMQP 0-9-1 broker in Python, https://www.rabbitmq.com/ semantics",
+            "capabilities": {
+                "publisher_confirms": True,
+                "exchange_exchange_bindings": True,
+                "basic.nack": True,
+                "consumer_cancel_notify": True,
+                "connection.blocked": True,
+                "consumer_priorities": True,
+                "authentication_failure_close": True,
+                "per_consumer_qos": True,
+            },
+        }
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.add_vhost(self.config.default_vhost)
+        self._server = await self.loop.create_server(
+            lambda: Reader(self), self.config.host, self.config.port, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        self.ready.set()
+        log.info("ready to accept connections on %s:%d", self.config.host, self.port)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Graceful shutdown: stop accepting, close clients with 320, stop queues."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close(320, SHUTDOWN_TEXT)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            conn._drop()
+        for vhost in self.vhosts.values():
+            vhost.shutdown()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        log.info("stopped")

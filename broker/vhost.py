@@ -1,0 +1,281 @@
+"""A virtual host: its exchanges, queues and bindings (RabbitMQ `rabbit_vhost`,
+`rabbit_exchange`, `rabbit_amqqueue`, `rabbit_binding`).
+
+Owns: the name → Exchange and name → QueueProcess tables of one vhost, the declare/bind/delete
+checks with RabbitMQ's reply codes and texts, and routing a publish to queue processes.
+Channels call it synchronously (it is metadata, like RabbitMQ's Mnesia tables); it never
+touches sockets or a queue's messages (it asks the queue process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from broker import errors
+from broker.exchange import Exchange, new_routing
+from broker.exchange.router import route as route_exchanges
+from broker.queue_process import QueueProcess
+
+log = logging.getLogger("broker.vhost")
+
+PREDECLARED = (
+    ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
+    ("amq.headers", "headers"), ("amq.match", "headers"),
+)
+
+# queue arguments compared on redeclare (rabbit_amqqueue:assert_equivalence / declare_args)
+EQUIVALENCE_ARGS = (
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+    "x-queue-type", "x-queue-version", "x-single-active-consumer", "x-confirm-on",
+)
+
+
+def _bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+class VHost:
+    """One vhost. Errors raised carry RabbitMQ's codes: 403 ACCESS_REFUSED (reserved names,
+    default exchange), 404 NOT_FOUND, 405 RESOURCE_LOCKED (exclusive queues), 406
+    PRECONDITION_FAILED (inequivalent redeclare, in use), 503 COMMAND_INVALID (unknown exchange
+    type, a hard error)."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, config: Any,
+                 bq_factory: Callable[..., Any]) -> None:
+        self.name = name  # vhost name, e.g. "/"
+        self._loop = loop  # handed to new queue processes
+        self._config = config  # BrokerConfig (credit flow settings)
+        self._bq_factory = bq_factory  # builds a queue's backing queue
+        self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
+        self.queues: dict[str, QueueProcess] = {}  # name -> queue process
+        self.declare_exchange("", "direct", durable=True)
+        for ex_name, ex_type in PREDECLARED:
+            self.declare_exchange(ex_name, ex_type, durable=True)
+
+    # -- naming helpers ---------------------------------------------------------------------
+    def _ex(self, name: str) -> str:
+        return f"exchange '{name}' in vhost '{self.name}'"
+
+    def _q(self, name: str) -> str:
+        return f"queue '{name}' in vhost '{self.name}'"
+
+    # -- exchanges --------------------------------------------------------------------------
+    def declare_exchange(self, name: str, type_: str, *, passive: bool = False,
+                         durable: bool = False, auto_delete: bool = False,
+                         internal: bool = False, arguments: dict | None = None,
+                         method: Any = None, check_reserved: bool = False) -> Exchange:
+        """exchange.declare (AMQP 0-9-1 §1.6.2.1, RabbitMQ rabbit_channel)."""
+        arguments = arguments or {}
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise errors.amqp_error(errors.NotFound, f"no {self._ex(name)}", method)
+            return existing
+        if check_reserved and (name.startswith("amq.") or name == ""):
+            if name == "":
+                raise errors.amqp_error(
+                    errors.AccessRefused, "operation not permitted on the default exchange",
+                    method)
+            if existing is None or existing.type != type_:
+                raise errors.amqp_error(
+                    errors.AccessRefused,
+                    f"{self._ex(name)} contains reserved prefix 'amq.*'", method)
+        if existing is not None:
+            for field, new, old in (("type", type_, existing.type),
+                                    ("durable", durable, existing.durable),
+                                    ("auto_delete", auto_delete, existing.auto_delete),
+                                    ("internal", internal, existing.internal)):
+                if new != old:
+                    shown = (new, old) if field == "type" else (_bool(new), _bool(old))
+                    raise errors.amqp_error(
+                        errors.PreconditionFailed,
+                        f"inequivalent arg '{field}' for {self._ex(name)}: "
+                        f"received '{shown[0]}' but current is '{shown[1]}'", method)
+            return existing
+        routing = new_routing(type_)  # 503 for an unknown type
+        exchange = Exchange(name=name, type=type_, durable=durable, auto_delete=auto_delete,
+                            internal=internal, arguments=arguments, routing=routing)
+        self.exchanges[name] = exchange
+        return exchange
+
+    def delete_exchange(self, name: str, if_unused: bool, method: Any = None) -> None:
+        """exchange.delete; deleting a missing exchange succeeds (RabbitMQ ≥ 3.2)."""
+        if name == "" or name.startswith("amq."):
+            raise errors.amqp_error(
+                errors.AccessRefused,
+                "operation not permitted on the default exchange" if name == ""
+                else f"{self._ex(name)} contains reserved prefix 'amq.*'", method)
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and len(exchange.routing):
+            raise errors.amqp_error(errors.PreconditionFailed, f"{self._ex(name)} in use", method)
+        self._remove_exchange(name)
+
+    def _remove_exchange(self, name: str) -> None:
+        self.exchanges.pop(name, None)
+        dest = ("exchange", name)
+        for other in list(self.exchanges.values()):
+            if len(other.routing):
+                other.routing.remove_destination(dest)
+                self._maybe_auto_delete_exchange(other)
+
+    def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not len(exchange.routing) and exchange.name in self.exchanges:
+            self._remove_exchange(exchange.name)
+
+    def get_exchange(self, name: str, method: Any = None) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise errors.amqp_error(errors.NotFound, f"no {self._ex(name)}", method)
+        return exchange
+
+    # -- bindings ---------------------------------------------------------------------------
+    def _destination(self, kind: str, name: str, owner: Any, method: Any) -> Any:
+        if kind == "queue":
+            self.get_queue(name, owner, method)
+            return name
+        self.get_exchange(name, method)
+        return ("exchange", name)
+
+    def bind(self, kind: str, destination: str, source: str, routing_key: str,
+             arguments: dict | None, owner: Any = None, method: Any = None) -> None:
+        """queue.bind / exchange.bind. Binding to or from the default exchange → 403."""
+        arguments = arguments or {}
+        if source == "" or (kind == "exchange" and destination == ""):
+            raise errors.amqp_error(
+                errors.AccessRefused, "operation not permitted on the default exchange", method)
+        dest = self._destination(kind, destination, owner, method)
+        exchange = self.get_exchange(source, method)
+        exchange.routing.validate_binding(routing_key, arguments)
+        exchange.routing.add_binding(dest, routing_key, arguments)
+
+    def unbind(self, kind: str, destination: str, source: str, routing_key: str,
+               arguments: dict | None, owner: Any = None, method: Any = None) -> None:
+        """queue.unbind / exchange.unbind; a missing binding is not an error (RabbitMQ)."""
+        arguments = arguments or {}
+        if source == "" or (kind == "exchange" and destination == ""):
+            raise errors.amqp_error(
+                errors.AccessRefused, "operation not permitted on the default exchange", method)
+        dest = self._destination(kind, destination, owner, method)
+        exchange = self.get_exchange(source, method)
+        if exchange.routing.remove_binding(dest, routing_key, arguments):
+            self._maybe_auto_delete_exchange(exchange)
+
+    # -- queues -----------------------------------------------------------------------------
+    def get_queue(self, name: str, owner: Any = None, method: Any = None) -> QueueProcess:
+        """The queue `name`, checking exclusivity: 404 if missing, 405 if another connection
+        owns it."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise errors.amqp_error(
+                errors.ResourceLocked,
+                f"cannot obtain exclusive access to locked {self._q(name)}. It could be "
+                "originally declared on another connection or the exclusive property value "
+                "does not match that of the original declaration.", method)
+        return queue
+
+    def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
+                      exclusive: bool = False, auto_delete: bool = False,
+                      arguments: dict | None = None, owner: Any = None,
+                      method: Any = None) -> QueueProcess:
+        """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue."""
+        arguments = arguments or {}
+        if not name:
+            if passive:
+                raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
+            name = "amq.gen-" + uuid.uuid4().hex[:22]
+        elif name.startswith("amq.") and not passive:
+            raise errors.amqp_error(
+                errors.AccessRefused, f"{self._q(name)} contains reserved prefix 'amq.*'", method)
+        if passive:
+            return self.get_queue(name, owner, method)
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.get_queue(name, owner, method)  # 405 if locked
+            self._check_equivalent(existing, durable, exclusive, auto_delete, arguments, method)
+            return existing
+        queue = QueueProcess(
+            self._loop, self, name, durable=durable, auto_delete=auto_delete,
+            exclusive_owner=owner if exclusive else None, arguments=arguments,
+            bq_factory=self._bq_factory,
+            credit_initial=self._config.credit_flow_initial,
+            credit_more_after=self._config.credit_flow_more_after)
+        self.queues[name] = queue  # the default exchange routes by name: no binding needed
+        return queue
+
+    def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
+                          auto_delete: bool, arguments: dict, method: Any) -> None:
+        for field, new, old in (("durable", durable, q.durable),
+                                ("exclusive", exclusive, q.exclusive_owner is not None),
+                                ("auto_delete", auto_delete, q.auto_delete)):
+            if new != old:
+                raise errors.amqp_error(
+                    errors.PreconditionFailed,
+                    f"inequivalent arg '{field}' for {self._q(q.name)}: "
+                    f"received '{_bool(new)}' but current is '{_bool(old)}'", method)
+        for key in EQUIVALENCE_ARGS:
+            new, old = arguments.get(key), q.arguments.get(key)
+            if new != old:
+                raise errors.amqp_error(
+                    errors.PreconditionFailed,
+                    f"inequivalent arg '{key}' for {self._q(q.name)}: "
+                    f"received {_describe(new)} but current is {_describe(old)}", method)
+
+    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Any = None,
+                     method: Any = None) -> int:
+        """queue.delete; returns the ready message count; a missing queue → 0 (RabbitMQ)."""
+        if name not in self.queues:
+            return 0
+        queue = self.get_queue(name, owner, method)
+        queue.call(queue.check_delete, if_unused, if_empty)
+        queue._drain_all()
+        return self.delete_queue_now(queue)
+
+    def delete_queue_now(self, queue: QueueProcess) -> int:
+        """Remove `queue` and its bindings, cancel its consumers and delete its messages."""
+        if self.queues.get(queue.name) is not queue:
+            return 0
+        del self.queues[queue.name]
+        for exchange in list(self.exchanges.values()):
+            if len(exchange.routing):
+                exchange.routing.remove_destination(queue.name)
+                if exchange.name:
+                    self._maybe_auto_delete_exchange(exchange)
+        return queue.terminate(delete=True)
+
+    def connection_closed(self, owner: Any) -> None:
+        """Delete the exclusive queues `owner` declared (AMQP 0-9-1 §1.7.2.1 exclusive)."""
+        for queue in list(self.queues.values()):
+            if queue.exclusive_owner is owner:
+                self.delete_queue_now(queue)
+
+    # -- routing ----------------------------------------------------------------------------
+    def route(self, exchange_name: str, routing_key: str, headers: dict | None) -> list[QueueProcess]:
+        """Queue processes a publish to `exchange_name` reaches (may be empty)."""
+        queues = self.queues
+        if exchange_name == "":
+            q = queues.get(routing_key)
+            return [q] if q is not None else []
+        names = route_exchanges(self.exchanges, exchange_name, routing_key, headers)
+        return [queues[n] for n in names if n in queues]
+
+    def shutdown(self) -> None:
+        """Clean stop: terminate every queue without deleting durable state."""
+        for queue in list(self.queues.values()):
+            queue.terminate(delete=not queue.durable)
+        self.queues.clear()
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "none"
+    kind = {bool: "bool", int: "long", float: "double", str: "longstr"}.get(type(value), "table")
+    return f"the value '{value}' of type '{kind}'"
