@@ -1,0 +1,42 @@
+"""Configuration precedence: CLI > environment > TOML file > defaults."""
+
+import pytest
+
+from broker.config import BrokerConfig, load_config
+
+
+def test_defaults_are_rabbitmq_defaults():
+    cfg = load_config([], {})
+    assert cfg == BrokerConfig()
+    assert (cfg.frame_max, cfg.channel_max, cfg.heartbeat) == (131072, 2047, 60)
+    assert cfg.queue_index_embed_msgs_below == 4096
+
+
+def test_precedence(tmp_path):
+    toml = tmp_path / "broker.toml"
+    toml.write_text('port = 1000\nheartbeat = 10\nlog_level = "debug"\n'
+                    'vm_memory_high_watermark = 0.3\n')
+    env = {"BROKER_PORT": "2000", "BROKER_HEARTBEAT": "20"}
+    cfg = load_config(["--config", str(toml), "--port", "3000"], env)
+    assert cfg.port == 3000  # CLI wins
+    assert cfg.heartbeat == 20  # env beats file
+    assert cfg.log_level == "debug"  # file beats default
+    assert cfg.vm_memory_high_watermark == 0.3
+
+
+def test_config_file_from_environment_and_set_flag(tmp_path):
+    toml = tmp_path / "b.toml"
+    toml.write_text("[broker]\nframe_max = 8192\n")
+    cfg = load_config(["--set", "fsync=false", "--data-dir", "/tmp/x"],
+                      {"BROKER_CONFIG": str(toml)})
+    assert cfg.frame_max == 8192
+    assert cfg.fsync is False
+    assert cfg.data_dir == "/tmp/x"
+
+
+def test_bad_values_are_rejected():
+    with pytest.raises(ValueError) as info:
+        load_config(["--set", "nope=1"], {})
+    assert "unknown key" in str(info.value)
+    with pytest.raises(ValueError):
+        load_config([], {"BROKER_FSYNC": "maybe"})
