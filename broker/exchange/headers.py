@@ -67,6 +67,10 @@ def _erlang_repr(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str | bytes | bytearray):
         raw = value.encode() if isinstance(value, str) else bytes(value)
+        if not raw:
+            return "<<>>"
+        if any(b < 32 or 127 <= b < 160 for b in raw):  # not printable: a byte list
+            return "<<" + ",".join(map(str, raw)) + ">>"
         text = raw.decode("latin-1").replace("\\", "\\\\").replace('"', '\\"')
         return f'<<"{text}">>'
     return repr(value)
