@@ -36,11 +36,14 @@ def new_routing(type_name: str) -> Routing:
 
     Raises 503 COMMAND_INVALID "unknown exchange type 'x'" (a connection error) for any other
     name, as RabbitMQ 3.10 does for exchange.declare (verified: type "bogus-zz-type",
-    "x-consistent-hash" without the plugin, and "topic " all get that reply).
+    "x-consistent-hash" without the plugin, "Direct" and "topic " all get that reply). The
+    empty type gets "invalid exchange type ''" (verified): RabbitMQ says "invalid" when the
+    name is an existing Erlang atom that is no registered type, and '' is always one.
     """
     cls = EXCHANGE_TYPES.get(type_name)
     if cls is None:
-        raise amqp_error(CommandInvalid, f"unknown exchange type '{type_name}'")
+        word = "invalid" if type_name == "" else "unknown"
+        raise amqp_error(CommandInvalid, f"{word} exchange type '{type_name}'")
     return cls()
 
 

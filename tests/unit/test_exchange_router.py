@@ -128,12 +128,21 @@ def test_default_exchange_refuses_bindings(op: str) -> None:  # live: 403 with t
     )
 
 
-@pytest.mark.parametrize("type_name", ["bogus-zz-type", "x-consistent-hash", "topic ", ""])
-def test_unknown_exchange_type(type_name: str) -> None:  # live: 503 on the connection
+@pytest.mark.parametrize(
+    ("type_name", "word"),
+    [
+        ("bogus-zz-type", "unknown"),
+        ("x-consistent-hash", "unknown"),
+        ("topic ", "unknown"),
+        ("Direct", "unknown"),
+        ("", "invalid"),
+    ],
+)
+def test_unknown_exchange_type(type_name: str, word: str) -> None:  # live: 503, these texts
     with pytest.raises(CommandInvalid) as info:
         new_routing(type_name)
     assert info.value.reply_code == 503
-    assert info.value.reply_text == f"COMMAND_INVALID - unknown exchange type '{type_name}'"
+    assert info.value.reply_text == f"COMMAND_INVALID - {word} exchange type '{type_name}'"
 
 
 def test_exchange_record() -> None:
