@@ -52,6 +52,10 @@ class Routing(Protocol):
     rabbit_exchange_type.erl (the callbacks each type implements).
     """
 
+    # Number of distinct destinations that are exchanges (tuples). The router reads this
+    # attribute rather than calling has_exchange_destinations(): 20% of a direct route.
+    exchange_destinations: int
+
     def validate_binding(self, routing_key: str, arguments: dict) -> None:
         """Raise what RabbitMQ raises for a binding this type refuses (e.g. 406
         PRECONDITION_FAILED for a bad headers `x-match`); return None when it is acceptable.
@@ -94,7 +98,7 @@ class BindingTable:
     actually appears or disappears, and `route`.
     """
 
-    __slots__ = ("_bindings", "_by_destination", "_exchange_destinations")
+    __slots__ = ("_bindings", "_by_destination", "exchange_destinations")
 
     def __init__(self) -> None:
         # (destination, routing_key, frozen args) -> the arguments dict as bound.
@@ -102,7 +106,7 @@ class BindingTable:
         # destination -> its binding keys, so a queue deletion costs its own bindings only.
         self._by_destination: dict[Hashable, set[tuple[Hashable, str, Hashable]]] = {}
         # how many distinct destinations are exchanges (tuples): the router's fast path.
-        self._exchange_destinations = 0
+        self.exchange_destinations = 0
 
     def validate_binding(self, routing_key: str, arguments: dict) -> None:
         """Direct, fanout and topic accept any binding (rabbit_exchange_type_*:validate_binding
@@ -120,7 +124,7 @@ class BindingTable:
         if keys is None:
             keys = self._by_destination[destination] = set()
             if isinstance(destination, tuple):
-                self._exchange_destinations += 1
+                self.exchange_destinations += 1
         keys.add(key)
         self._index_add(destination, routing_key, frozen, arguments)
         return True
@@ -136,7 +140,7 @@ class BindingTable:
         if not keys:
             del self._by_destination[destination]
             if isinstance(destination, tuple):
-                self._exchange_destinations -= 1
+                self.exchange_destinations -= 1
         self._index_remove(destination, routing_key, frozen)
         return True
 
@@ -151,7 +155,7 @@ class BindingTable:
 
     def has_exchange_destinations(self) -> bool:
         """See `Routing.has_exchange_destinations`."""
-        return self._exchange_destinations > 0
+        return self.exchange_destinations > 0
 
     def __len__(self) -> int:
         return len(self._bindings)

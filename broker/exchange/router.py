@@ -46,10 +46,10 @@ def route(
         return set()
     routing = x.routing
     dests = routing.route(routing_key, headers)
-    # Fast path (bench/micro/routing.py): no e2e bindings, so the result is all queues.
-    if not routing.has_exchange_destinations():
-        if dests or x.alternate_exchange is None:
-            return set(dests)
+    # Fast path: no e2e binding, so every destination is a queue. An attribute, not a method
+    # call: 0.19 vs 0.24 µs per direct route (bench/micro/routing.py).
+    if not routing.exchange_destinations and (dests or x.alternate_exchange is None):
+        return set(dests)
     return _route_graph(exchanges, x, dests, routing_key, headers)
 
 
