@@ -153,3 +153,15 @@ def test_exchange_record() -> None:
     assert Exchange("z", "fanout", arguments={"alternate-exchange": 5}).alternate_exchange is None
     with pytest.raises(CommandInvalid):
         Exchange("w", "nope")
+
+
+def test_cc_bcc_extra_keys() -> None:  # live: CC 'a' with key 'z' reached q1, not the AE
+    xs = vhost(
+        ("x", "direct", "ae", [("q1", "a"), ("q2", "b"), (E("t"), "c")]),
+        ("t", "topic", None, [("q3", "#")]),
+        ("ae", "fanout", None, [("qa", "")]),
+    )
+    assert route(xs, "x", "a", None, ["b"]) == {"q1", "q2"}
+    assert route(xs, "x", "z", None, ["b", "c"]) == {"q2", "q3"}
+    assert route(xs, "x", "z", None, ["y"]) == {"qa"}  # AE only when no key matched
+    assert route(xs, "x", "a", None, ["a"]) == {"q1"}
