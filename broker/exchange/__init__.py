@@ -1,0 +1,91 @@
+# Owns: the registry of exchange types, the `Exchange` record the vhost keeps per exchange,
+# and `new_routing` (type name -> empty routing table).
+# Talked to by: the vhost (exchange.declare / delete, bindings) and broker/exchange/router.py.
+# Must never: do I/O, await, or enforce declare-time equivalence (the vhost's job).
+"""Exchanges: types, the per-exchange record, and routing table construction.
+
+Public API: `EXCHANGE_TYPES`, `new_routing`, `Exchange`, `DefaultRouting`, `Routing`,
+`route` (router.py). Source: https://www.rabbitmq.com/tutorials/amqp-concepts.html,
+rabbit_exchange.erl (`check_type`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import CommandInvalid, amqp_error
+from broker.exchange.base import Routing
+from broker.exchange.default import DefaultRouting
+from broker.exchange.direct import DirectRouting
+from broker.exchange.fanout import FanoutRouting
+from broker.exchange.headers import HeadersRouting
+from broker.exchange.topic import TopicRouting
+
+EXCHANGE_TYPES: dict[str, type] = {
+    "direct": DirectRouting,
+    "fanout": FanoutRouting,
+    "topic": TopicRouting,
+    "headers": HeadersRouting,
+}
+
+
+def new_routing(type_name: str) -> Routing:
+    """Empty routing table of exchange type `type_name` ("direct", "fanout", "topic",
+    "headers").
+
+    Raises 503 COMMAND_INVALID "unknown exchange type 'x'" (a connection error) for any other
+    name, as RabbitMQ 3.10 does for exchange.declare (verified: type "bogus-zz-type",
+    "x-consistent-hash" without the plugin, "Direct" and "topic " all get that reply). The
+    empty type gets "invalid exchange type ''" (verified): RabbitMQ says "invalid" when the
+    name is an existing Erlang atom that is no registered type, and '' is always one.
+    """
+    cls = EXCHANGE_TYPES.get(type_name)
+    if cls is None:
+        word = "invalid" if type_name == "" else "unknown"
+        raise amqp_error(CommandInvalid, f"{word} exchange type '{type_name}'")
+    return cls()
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """One declared exchange, as the vhost keeps it.
+
+    `arguments` is the exchange.declare table; `routing` its routing table (from
+    `new_routing(type)`, or `DefaultRouting` for ""). Identity equality: two records are the
+    same exchange only if they are the same object.
+    """
+
+    name: str  # exchange name; "" is the default exchange
+    type: str  # "direct", "fanout", "topic" or "headers"
+    durable: bool = False  # survives a broker restart (definitions store)
+    auto_delete: bool = False  # deleted when its last binding as source goes
+    internal: bool = False  # basic.publish to it is refused (403); only e2e reaches it
+    arguments: dict[str, Any] = field(default_factory=dict)  # declare arguments, as sent
+    routing: Routing | None = None  # the bindings; built from `type` when not given
+
+    def __post_init__(self) -> None:
+        if self.routing is None:
+            self.routing = new_routing(self.type)
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        """Name in the `alternate-exchange` argument (a string), else None.
+
+        Source: https://www.rabbitmq.com/ae.html (policies setting it are the vhost's job).
+        """
+        ae = self.arguments.get("alternate-exchange") if self.arguments else None
+        return ae if isinstance(ae, str) else None
+
+
+__all__ = [
+    "EXCHANGE_TYPES",
+    "DefaultRouting",
+    "Exchange",
+    "Routing",
+    "new_routing",
+]
+
+from broker.exchange.router import route  # noqa: E402  (router needs Exchange at type time)
+
+__all__ += ["route"]
