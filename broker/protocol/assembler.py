@@ -99,13 +99,13 @@ class CommandAssembler:
             if type(frame) is not ContentHeader:
                 raise self._fail(
                     UnexpectedFrame,
-                    f"expected content header for class {self._method.frame_id}, "
+                    f"expected content header for class {self._method.index >> 16}, "
                     "got non content header frame instead",
                 )
-            if frame.class_id != self._method.frame_id:
+            if frame.class_id != self._method.index >> 16:
                 raise self._fail(
                     UnexpectedFrame,
-                    f"expected content header for class {self._method.frame_id}, "
+                    f"expected content header for class {self._method.index >> 16}, "
                     f"got one for class {frame.class_id} instead",
                 )
             if frame.body_size > self.max_message_size:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from pamqp import commands, decode
-from pamqp import frame as pframe
+from pamqp import commands, decode, encode
 
 from broker.errors import (
     FrameError,
@@ -222,6 +221,9 @@ def decode_method(payload: bytes) -> Any:
 
 
 _EMPTY_FLAGS = b"\x00\x00"
+_PROPERTY_SPECS = tuple(
+    (name, Properties.amqp_type(name), Properties.flags[name]) for name in Properties.__slots__
+)
 
 
 def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
@@ -244,7 +246,16 @@ def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
             word += 1
             if not partial & 1:
                 break
-        props.unmarshal(flags, raw_properties[pos:])
+        end = len(raw_properties)
+        for name, amqp_type, flag in _PROPERTY_SPECS:
+            if flags & flag:
+                consumed, value = decode.by_type(raw_properties[pos:], amqp_type)
+                pos += consumed
+                if pos > end:
+                    raise ValueError("truncated")
+                setattr(props, name, value)
+        if pos != end:
+            raise ValueError("trailing bytes")
     except _DECODE_ERRORS as err:
         raise amqp_error(FrameError, f"cannot decode {erl_binary(raw_properties)}") from err
     return props
@@ -340,9 +351,38 @@ def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
     return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
 
 
+def _encode_args(method: Any) -> bytes:
+    """Method arguments per pamqp's spec tables, without pamqp's validate(): RabbitMQ allows
+    any UTF-8 exchange/queue name, pamqp's regex does not."""
+    out = [_U16U16.pack(method.index >> 16, method.index & 0xFFFF)]
+    bits = -1
+    bitpos = 0
+    for name, amqp_type in _ARG_SPECS[type(method)]:
+        value = getattr(method, name, None)
+        if amqp_type == "bit":
+            if bits < 0:
+                bits, bitpos = 0, 0
+            if value:
+                bits |= 1 << bitpos
+            bitpos += 1
+            if bitpos == 8:
+                out.append(bytes((bits,)))
+                bits = -1
+            continue
+        if bits >= 0:
+            out.append(bytes((bits,)))
+            bits = -1
+        out.append(encode.by_type(value, amqp_type))
+    if bits >= 0:
+        out.append(bytes((bits,)))
+    return b"".join(out)
+
+
 def encode_method(channel: int, method: Any) -> bytes:
-    """One method frame for a pamqp command instance (pamqp marshalling, validates fields)."""
-    return pframe.marshal(method, channel)
+    """One method frame for a pamqp command instance (AMQP 0-9-1 §4.2.4). Field values are
+    not validated (the broker's own names may be any UTF-8); a value of the wrong type
+    raises TypeError/ValueError from pamqp's encoders."""
+    return _frame(FRAME_METHOD, channel, _encode_args(method))
 
 
 def encode_properties(properties: commands.Basic.Properties) -> bytes:
@@ -378,8 +418,8 @@ def encode_content_raw(
     """Method frame + content header frame + body frames (each payload <= frame_max - 8;
     none when body is empty), with properties already encoded (`encode_properties`).
     AMQP 0-9-1 §4.2.6."""
-    parts = [pframe.marshal(method, channel)]
-    parts += _content_frames(channel, method.frame_id, raw_properties, body, frame_max)
+    parts = [_frame(FRAME_METHOD, channel, _encode_args(method))]
+    parts += _content_frames(channel, method.index >> 16, raw_properties, body, frame_max)
     return b"".join(parts)
 
 
