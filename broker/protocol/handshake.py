@@ -135,7 +135,6 @@ class ConnectionHandshake:
         if handler is None:
             raise self._error(
                 ChannelError,
-                CommandInvalid,
                 f"unexpected method in connection state {self.state.value}",
                 method,
                 silent=self.state in (State.INIT, State.STARTING, State.TUNING),
@@ -186,7 +185,7 @@ class ConnectionHandshake:
                 silent=True,
             )
         if server != 0 and (client == 0 or client > server):
-            detail = " (no limit)" if client == 0 else ""
+            detail = " (no limit)" if client == 0 and field == "channel_max" else ""
             raise self._error(
                 NotAllowed,
                 f"negotiated {field} = {client}{detail} is higher than the maximum allowed "
