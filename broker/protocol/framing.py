@@ -1,0 +1,471 @@
+# Owns: the AMQP 0-9-1 frame layer — protocol header check, bytes → frames (FrameDecoder) and
+# frames → bytes (encode_*). Method arguments and properties are (un)marshalled with pamqp,
+# except the hot paths noted below.
+# Talks to: the connection reader (feeds socket bytes, pulls frames, hands them to one
+# CommandAssembler per channel) and the writer / channel / queue processes (encode_*).
+# Must never: import asyncio, touch a socket, or know channel state (that is the assembler's
+# and the reader's). Errors are AMQP hard errors built with broker.errors.amqp_error, with
+# RabbitMQ 3.10's reply codes and texts (rabbit_reader.erl / rabbit_binary_parser.erl).
+"""AMQP 0-9-1 framing: sans-IO frame decoder and encoders (AMQP 0-9-1 §2.3.5, §4.2.3)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+from pamqp import commands, decode, encode
+
+from broker.errors import (
+    FrameError,
+    NotImplemented_,
+    UnexpectedFrame,
+    amqp_error,
+)
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# RabbitMQ also starts 0-9-1 for the pre-errata header "AMQP 1 1 0 9" (rabbit_reader.erl).
+_ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
+FRAME_END = 0xCE
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+FRAME_MIN_SIZE = 4096
+FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet; frame_max counts the whole frame
+
+
+class _Heartbeat:
+    """Sentinel type of HEARTBEAT."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HEARTBEAT"
+
+
+HEARTBEAT: Any = _Heartbeat()
+
+_FRAME_HDR = struct.Struct(">BHI")
+_U16U16 = struct.Struct(">HH")
+_HEADER_FIXED = struct.Struct(">HHQ")
+_U64 = struct.Struct(">Q")
+_U64_U8 = struct.Struct(">QB")
+_U16 = struct.Struct(">H")
+
+Properties = commands.Basic.Properties
+
+
+class BadProtocolHeader(Exception):
+    """The first 8 bytes are not an AMQP 0-9-1 protocol header.
+
+    The reader answers by writing PROTOCOL_HEADER and closing the socket, as RabbitMQ does
+    (verified against 3.10: "AMQP\\0\\0\\x09\\0", "GET / HTTP/1.1", "AMQP\\0\\0\\x08\\0").
+    """
+
+
+def check_protocol_header(buf: bytes) -> bool | None:
+    """Check the connection's first bytes.
+
+    Returns None while fewer than 8 bytes arrived (RabbitMQ waits for 8 bytes whatever they
+    are), True when the first 8 bytes are an accepted header (the caller consumes 8 bytes).
+    Accepted: b"AMQP\\0\\0\\x09\\x01" and RabbitMQ's legacy 0-9-1 "AMQP\\x01\\x01\\x00\\x09".
+    Raises BadProtocolHeader for anything else. Source: AMQP 0-9-1 §4.2.2, rabbit_reader.erl.
+    """
+    if len(buf) < 8:
+        return None
+    if bytes(buf[:8]) in _ACCEPTED_HEADERS:
+        return True
+    raise BadProtocolHeader(bytes(buf[:8]))
+
+
+class ContentHeader(NamedTuple):
+    """A decoded content header frame (AMQP 0-9-1 §4.2.6.1).
+
+    `raw_properties` is the payload after class_id/weight/body_size (property flags and
+    property list), so a message's properties can be forwarded without re-encoding.
+    """
+
+    class_id: int
+    body_size: int
+    properties: commands.Basic.Properties
+    raw_properties: bytes
+
+
+def erl_binary(data: bytes) -> str:
+    """Format bytes as Erlang's ~p prints a binary (<<"abc">> or <<0,1,2>>), for reply texts."""
+    if data and all(32 <= b < 127 for b in data):
+        text = data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(b) for b in data) + ">>"
+
+
+def _snippet(payload: bytes) -> str:
+    """RabbitMQ's payload_snippet: all octets up to 16, else the first 16 (rabbit_reader)."""
+    if len(payload) <= 16:
+        return f"all octets = {erl_binary(payload)}"
+    return f"first octets = {erl_binary(payload[:16])}"
+
+
+def _frame_error(ftype: int, payload: bytes, reason: str) -> Exception:
+    return amqp_error(FrameError, f"type {ftype}, {_snippet(payload)}: {reason}")
+
+
+def _unexpected(ftype: int, payload: bytes) -> Exception:
+    return amqp_error(UnexpectedFrame, f"type {ftype}, {_snippet(payload)}")
+
+
+# --- method argument decoding -------------------------------------------------------------
+
+# class -> ((attribute, amqp type), ...) from pamqp's spec tables.
+_ARG_SPECS: dict[type, tuple[tuple[str, str], ...]] = {
+    cls: tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
+    for cls in commands.INDEX_MAPPING.values()
+}
+_DECODE_ERRORS = (struct.error, ValueError, IndexError, TypeError, KeyError, UnicodeDecodeError)
+
+
+def _decode_args(cls: type, data: bytes) -> Any:
+    """Decode method arguments `data` into a `cls` instance; raises ValueError when truncated
+    or when bytes are left over (RabbitMQ's "cannot decode")."""
+    method = cls.__new__(cls)  # no __init__: pamqp's validate() is the channel's job
+    pos = 0
+    end = len(data)
+    bits = -1
+    bitpos = 8
+    for name, amqp_type in _ARG_SPECS[cls]:
+        if amqp_type == "bit":
+            if bits < 0 or bitpos == 8:
+                bits = data[pos]
+                pos += 1
+                bitpos = 0
+            value: Any = bool(bits >> bitpos & 1)
+            bitpos += 1
+        else:
+            bits = -1
+            consumed, value = decode.by_type(data[pos:], amqp_type)
+            pos += consumed
+            if pos > end:
+                raise ValueError("truncated")
+        setattr(method, name, value)
+    if pos != end:
+        raise ValueError("trailing bytes")
+    return method
+
+
+_PUBLISH_INDEX = commands.Basic.Publish.index
+_ACK_INDEX = commands.Basic.Ack.index
+_Publish = commands.Basic.Publish
+_Ack = commands.Basic.Ack
+
+
+def _decode_publish(data: bytes) -> Any:
+    """Hand-written Basic.Publish decode: ticket, exchange, routing_key, mandatory/immediate.
+    Measured (bench/micro/codec.py): FAST_PATH_PUBLISH_FIGURE."""
+    n = data[2]
+    exchange = data[3 : 3 + n].decode()
+    pos = 3 + n
+    m = data[pos]
+    pos += 1
+    routing_key = data[pos : pos + m].decode()
+    pos += m
+    if pos + 1 != len(data):
+        raise ValueError("cannot decode")
+    bits = data[pos]
+    method = _Publish.__new__(_Publish)
+    method.ticket = _U16.unpack_from(data)[0]
+    method.exchange = exchange
+    method.routing_key = routing_key
+    method.mandatory = bool(bits & 1)
+    method.immediate = bool(bits & 2)
+    return method
+
+
+def _decode_ack(data: bytes) -> Any:
+    """Hand-written Basic.Ack decode (delivery_tag, multiple)."""
+    if len(data) != 9:
+        raise ValueError("cannot decode")
+    tag, bits = _U64_U8.unpack(data)
+    method = _Ack.__new__(_Ack)
+    method.delivery_tag = tag
+    method.multiple = bool(bits & 1)
+    return method
+
+
+_FAST_DECODERS = {_PUBLISH_INDEX: _decode_publish, _ACK_INDEX: _decode_ack}
+
+
+def decode_method(payload: bytes) -> Any:
+    """Decode a method frame payload (class_id, method_id, arguments) into a pamqp command.
+
+    Raises FrameError 501 "cannot decode <<args>>" for truncated or over-long arguments and
+    NotImplemented_ 540 for an unknown class/method (RabbitMQ 3.10 drops the connection
+    without a close there; 540 is the spec's nearest code).
+    """
+    if len(payload) < 4:
+        raise _frame_error(FRAME_METHOD, payload, "unknown_frame")
+    class_id, method_id = _U16U16.unpack_from(payload)
+    index = class_id << 16 | method_id
+    args = payload[4:]
+    fast = _FAST_DECODERS.get(index)
+    try:
+        if fast is not None:
+            return fast(args)
+        cls = commands.INDEX_MAPPING.get(index)
+        if cls is None:
+            raise amqp_error(
+                NotImplemented_, f"unknown method class_id={class_id} method_id={method_id}"
+            )
+        return _decode_args(cls, args)
+    except _DECODE_ERRORS as err:
+        exc = amqp_error(FrameError, f"cannot decode {erl_binary(args)}")
+        exc.class_id, exc.method_id = class_id, method_id  # type: ignore[attr-defined]
+        raise exc from err
+
+
+_EMPTY_FLAGS = b"\x00\x00"
+_PROPERTY_SPECS = tuple(
+    (name, Properties.amqp_type(name), Properties.flags[name]) for name in Properties.__slots__
+)
+
+
+def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
+    """Decode property flags + property list (AMQP 0-9-1 §4.2.6.1) into Basic.Properties.
+
+    Raises FrameError 501 when the list is truncated. (RabbitMQ decodes properties lazily and
+    would only fail later; we decode eagerly.)
+    """
+    props = Properties()
+    if raw_properties == _EMPTY_FLAGS:
+        return props
+    try:
+        flags = 0
+        pos = 0
+        word = 0
+        while True:
+            partial = _U16.unpack_from(raw_properties, pos)[0]
+            pos += 2
+            flags |= partial << (16 * word)
+            word += 1
+            if not partial & 1:
+                break
+        end = len(raw_properties)
+        for name, amqp_type, flag in _PROPERTY_SPECS:
+            if flags & flag:
+                consumed, value = decode.by_type(raw_properties[pos:], amqp_type)
+                pos += consumed
+                if pos > end:
+                    raise ValueError("truncated")
+                setattr(props, name, value)
+        if pos != end:
+            raise ValueError("trailing bytes")
+    except _DECODE_ERRORS as err:
+        raise amqp_error(FrameError, f"cannot decode {erl_binary(raw_properties)}") from err
+    return props
+
+
+def decode_header(payload: bytes) -> ContentHeader:
+    """Decode a content header frame payload. Raises FrameError 501 when shorter than 14 bytes
+    (class_id, weight, body_size, one flags word) or when properties do not decode."""
+    if len(payload) < 14:
+        raise _frame_error(FRAME_HEADER, payload, "unknown_frame")
+    class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
+    raw = payload[12:]
+    return ContentHeader(class_id, body_size, decode_properties(raw), raw)
+
+
+class FrameDecoder:
+    """Bytes in, (channel, frame) out; sans-IO (like h11's receive_data/next_event).
+
+    `feed(data)` appends socket bytes; `next_frame()` returns `(channel, frame)` or None when
+    more bytes are needed. frame is a pamqp method instance, a ContentHeader, `bytes` (a body
+    frame's payload) or HEARTBEAT. `frame_max` (whole-frame bytes, incl. the 8 bytes of
+    overhead, as RabbitMQ counts it) may be set after connection.tune-ok.
+
+    Errors (hard, reply codes as RabbitMQ 3.10 sends them, verified on the wire):
+    501 payload size > frame_max - 8 (from the 7-byte header alone), bad frame-end octet,
+    unknown frame type, heartbeat with a payload, method/header payload too short,
+    undecodable arguments; 505 heartbeat on a channel other than 0, header/body on channel 0;
+    540 unknown class/method. After an error the decoder is unusable (the connection closes).
+    """
+
+    __slots__ = ("frame_max", "_buf", "_pos")
+
+    def __init__(self, frame_max: int = 131072) -> None:
+        self.frame_max = frame_max  # negotiated frame_max; frames larger are a 501
+        self._buf = bytearray()  # received, not yet decoded bytes start at _pos
+        self._pos = 0  # read offset into _buf; compacted in feed() so buffering stays O(n)
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        pos = self._pos
+        if pos:
+            if pos == len(self._buf):
+                self._buf.clear()
+                self._pos = 0
+            elif pos > 65536 or pos * 2 > len(self._buf):
+                del self._buf[:pos]
+                self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> tuple[int, Any] | None:
+        """The next complete frame as (channel, frame), or None if more bytes are needed."""
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 7:
+            return None
+        ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
+        limit = self.frame_max - FRAME_OVERHEAD
+        if self.frame_max and size > limit:
+            raise _frame_error(ftype, b"", f"{{frame_too_large,{size},{limit}}}")
+        end = pos + 7 + size
+        if len(buf) <= end:
+            return None
+        payload = bytes(buf[pos + 7 : end])
+        if buf[end] != FRAME_END:
+            raise _frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[end]}}}")
+        self._pos = end + 1
+        if ftype == FRAME_BODY:
+            if channel == 0:
+                raise _unexpected(ftype, payload)
+            return channel, payload
+        if ftype == FRAME_METHOD:
+            return channel, decode_method(payload)
+        if ftype == FRAME_HEADER:
+            if channel == 0:
+                raise _unexpected(ftype, payload)
+            return channel, decode_header(payload)
+        if ftype == FRAME_HEARTBEAT and not payload:
+            if channel != 0:
+                raise _unexpected(ftype, payload)
+            return 0, HEARTBEAT
+        raise _frame_error(ftype, payload, "unknown_frame")
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
+
+
+def _encode_args(method: Any) -> bytes:
+    """Method arguments per pamqp's spec tables, without pamqp's validate(): RabbitMQ allows
+    any UTF-8 exchange/queue name, pamqp's regex does not."""
+    out = [_U16U16.pack(method.index >> 16, method.index & 0xFFFF)]
+    bits = -1
+    bitpos = 0
+    for name, amqp_type in _ARG_SPECS[type(method)]:
+        value = getattr(method, name, None)
+        if amqp_type == "bit":
+            if bits < 0:
+                bits, bitpos = 0, 0
+            if value:
+                bits |= 1 << bitpos
+            bitpos += 1
+            if bitpos == 8:
+                out.append(bytes((bits,)))
+                bits = -1
+            continue
+        if bits >= 0:
+            out.append(bytes((bits,)))
+            bits = -1
+        out.append(encode.by_type(value, amqp_type))
+    if bits >= 0:
+        out.append(bytes((bits,)))
+    return b"".join(out)
+
+
+def encode_method(channel: int, method: Any) -> bytes:
+    """One method frame for a pamqp command instance (AMQP 0-9-1 §4.2.4). Field values are
+    not validated (the broker's own names may be any UTF-8); a value of the wrong type
+    raises TypeError/ValueError from pamqp's encoders."""
+    return _frame(FRAME_METHOD, channel, _encode_args(method))
+
+
+def encode_properties(properties: commands.Basic.Properties) -> bytes:
+    """raw_properties (property flags + property list) of a pamqp Basic.Properties."""
+    return properties.marshal()
+
+
+def _content_frames(
+    channel: int, class_id: int, raw_properties: bytes, body: bytes, frame_max: int
+) -> list[bytes]:
+    size = len(body)
+    parts = [
+        _FRAME_HDR.pack(FRAME_HEADER, channel, 12 + len(raw_properties)),
+        _HEADER_FIXED.pack(class_id, 0, size),
+        raw_properties,
+        b"\xce",
+    ]
+    chunk = frame_max - FRAME_OVERHEAD if frame_max else size
+    if size <= chunk:
+        if size:
+            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, size), body, b"\xce")
+        return parts
+    view = memoryview(body)
+    for start in range(0, size, chunk):
+        piece = view[start : start + chunk]
+        parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
+    return parts
+
+
+def encode_content_raw(
+    channel: int, method: Any, raw_properties: bytes, body: bytes, frame_max: int
+) -> bytes:
+    """Method frame + content header frame + body frames (each payload <= frame_max - 8;
+    none when body is empty), with properties already encoded (`encode_properties`).
+    AMQP 0-9-1 §4.2.6."""
+    parts = [_frame(FRAME_METHOD, channel, _encode_args(method))]
+    parts += _content_frames(channel, method.index >> 16, raw_properties, body, frame_max)
+    return b"".join(parts)
+
+
+def encode_content(
+    channel: int,
+    method: Any,
+    properties: commands.Basic.Properties,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """Like encode_content_raw, with a pamqp Basic.Properties object."""
+    return encode_content_raw(channel, method, properties.marshal(), body, frame_max)
+
+
+_DELIVER_ID = _U16U16.pack(60, 60)
+
+
+def encode_deliver(
+    channel: int,
+    consumer_tag: str,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    raw_properties: bytes,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """basic.deliver + content header + body frames, hand-encoded (the broker's hottest
+    encode path; byte-for-byte equal to pamqp's output, see tests/unit/test_framing.py).
+    Strings longer than 255 bytes raise ValueError (shortstr)."""
+    ctag = consumer_tag.encode()
+    exch = exchange.encode()
+    rkey = routing_key.encode()
+    args = b"".join(
+        (
+            _DELIVER_ID,
+            bytes((len(ctag),)),
+            ctag,
+            _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
+            bytes((len(exch),)),
+            exch,
+            bytes((len(rkey),)),
+            rkey,
+        )
+    )
+    parts = [_FRAME_HDR.pack(FRAME_METHOD, channel, len(args)), args, b"\xce"]
+    parts += _content_frames(channel, 60, raw_properties, body, frame_max)
+    return b"".join(parts)

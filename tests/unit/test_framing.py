@@ -1,0 +1,384 @@
+"""FrameDecoder and encoders: golden sequences at every split point, errors, pamqp parity."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import body as pbody
+from pamqp import commands as C
+from pamqp import frame as pframe
+from pamqp import header as pheader
+
+from broker.errors import AMQPError, close_args
+from broker.protocol.framing import (
+    FRAME_END,
+    HEARTBEAT,
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    BadProtocolHeader,
+    ContentHeader,
+    FrameDecoder,
+    check_protocol_header,
+    encode_content,
+    encode_content_raw,
+    encode_deliver,
+    encode_method,
+    encode_properties,
+)
+
+RICH_PROPS = C.Basic.Properties(
+    content_type="application/json",
+    content_encoding="gzip",
+    headers={"x-int": 7, "x-str": "v", "nested": {"a": [1, "b"]}, "flag": True},
+    delivery_mode=2,
+    priority=5,
+    correlation_id="corr",
+    reply_to="amq.rabbitmq.reply-to",
+    expiration="60000",
+    message_id="mid-1",
+    message_type="t",
+    user_id="guest",
+    app_id="app",
+)
+
+
+def method(ch: int, m: object) -> bytes:
+    return pframe.marshal(m, ch)
+
+
+def header(ch: int, size: int, props: C.Basic.Properties | None = None) -> bytes:
+    return pframe.marshal(pheader.ContentHeader(0, size, props or C.Basic.Properties()), ch)
+
+
+def body(ch: int, data: bytes) -> bytes:
+    return pframe.marshal(pbody.ContentBody(data), ch)
+
+
+def raw(ftype: int, ch: int, payload: bytes, end: bytes = b"\xce") -> bytes:
+    return struct.pack(">BHI", ftype, ch, len(payload)) + payload + end
+
+
+GOLDEN = [
+    # publish with a 3-frame body
+    method(1, C.Basic.Publish(exchange="ex", routing_key="rk", mandatory=True))
+    + header(1, 12)
+    + body(1, b"abcd")
+    + body(1, b"efgh")
+    + body(1, b"ijkl"),
+    # header with many properties
+    method(1, C.Basic.Publish(exchange="", routing_key="q")) + header(1, 2, RICH_PROPS) + body(1, b"hi"),
+    HEARTBEAT_FRAME,
+    # method with a field table
+    method(2, C.Queue.Declare(queue="q1", durable=True, arguments={"x-max-length": 10, "x-q": "s"})),
+    # empty-body publish
+    method(3, C.Basic.Publish(exchange="e", routing_key="")) + header(3, 0),
+    # interleaved channels
+    method(1, C.Basic.Publish(routing_key="a"))
+    + method(2, C.Basic.Ack(delivery_tag=2**40, multiple=True))
+    + header(1, 3)
+    + HEARTBEAT_FRAME
+    + body(1, b"xyz")
+    + method(0, C.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)),
+]
+STREAM = b"".join(GOLDEN)
+
+
+def normal(frame: object) -> object:
+    """Comparable form of a decoded frame."""
+    if isinstance(frame, ContentHeader):
+        return ("H", frame.class_id, frame.body_size, dict(frame.properties), frame.raw_properties)
+    if isinstance(frame, bytes) or frame is HEARTBEAT:
+        return frame
+    return (type(frame).__name__, dict(frame))
+
+
+def decode_chunks(chunks: list[bytes]) -> list[tuple[int, object]]:
+    dec = FrameDecoder()
+    out = []
+    for chunk in chunks:
+        dec.feed(chunk)
+        while (f := dec.next_frame()) is not None:
+            out.append((f[0], normal(f[1])))
+    assert dec.buffered == 0
+    return out
+
+
+EXPECTED = decode_chunks([STREAM])
+
+
+def test_golden_whole() -> None:
+    assert len(EXPECTED) == 18
+    assert EXPECTED[0] == (
+        1,
+        ("Publish", {"ticket": 0, "exchange": "ex", "routing_key": "rk", "mandatory": True, "immediate": False}),
+    )
+    assert EXPECTED[1][1][:3] == ("H", 60, 12)
+    assert [f for _, f in EXPECTED[2:5]] == [b"abcd", b"efgh", b"ijkl"]
+    assert EXPECTED[6][1][3] == dict(RICH_PROPS)
+    assert EXPECTED[8] == (0, HEARTBEAT)
+    assert EXPECTED[9][1][1]["arguments"] == {"x-max-length": 10, "x-q": "s"}
+    assert EXPECTED[-1][1][0] == "Close"
+
+
+def test_golden_one_byte_at_a_time() -> None:
+    assert decode_chunks([STREAM[i : i + 1] for i in range(len(STREAM))]) == EXPECTED
+
+
+def test_golden_every_split_point() -> None:
+    for cut in range(len(STREAM) + 1):
+        assert decode_chunks([STREAM[:cut], STREAM[cut:]]) == EXPECTED, cut
+
+
+def test_each_golden_sequence_split_in_three() -> None:
+    for seq in GOLDEN:
+        want = decode_chunks([seq])
+        for a in range(0, len(seq), 3):
+            for b in range(a, len(seq), 7):
+                assert decode_chunks([seq[:a], seq[a:b], seq[b:]]) == want
+
+
+def test_fast_paths_match_pamqp() -> None:
+    for m in (
+        C.Basic.Publish(exchange="ex.1", routing_key="é" * 100, mandatory=False, immediate=True),
+        C.Basic.Ack(delivery_tag=1, multiple=False),
+    ):
+        dec = FrameDecoder()
+        dec.feed(method(5, m))
+        ch, got = dec.next_frame()
+        assert ch == 5 and type(got) is type(m) and dict(got) == dict(m)
+
+
+# --- protocol header -------------------------------------------------------------------
+
+
+def test_protocol_header() -> None:
+    assert check_protocol_header(b"") is None
+    assert check_protocol_header(b"GET / H") is None  # RabbitMQ waits for 8 bytes
+    assert check_protocol_header(PROTOCOL_HEADER) is True
+    assert check_protocol_header(PROTOCOL_HEADER + b"\x01\x00") is True
+    assert check_protocol_header(b"AMQP\x01\x01\x00\x09") is True  # legacy 0-9-1
+
+
+@pytest.mark.parametrize("bad", [b"AMQP\x00\x00\x09\x00", b"GET / HTTP/1.1\r\n", b"AMQP\x00\x00\x08\x00"])
+def test_bad_protocol_header(bad: bytes) -> None:
+    with pytest.raises(BadProtocolHeader):
+        check_protocol_header(bad)
+
+
+# --- errors (codes and texts as RabbitMQ 3.10 sent them) ----------------------------------
+
+
+def decode_error(data: bytes, frame_max: int = 131072) -> AMQPError:
+    dec = FrameDecoder(frame_max)
+    dec.feed(data)
+    with pytest.raises(AMQPError) as info:
+        while dec.next_frame() is not None:
+            pass
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "text", "ids"),
+    [
+        (raw(9, 0, b"abcd"), 501, 'FRAME_ERROR - type 9, all octets = <<"abcd">>: unknown_frame', (0, 0)),
+        (
+            raw(1, 0, struct.pack(">HH", 10, 50) + b"\0\0", end=b"\x00"),
+            501,
+            "FRAME_ERROR - type 1, all octets = <<0,10,0,50,0,0>>: {invalid_frame_end_marker,0}",
+            (0, 0),
+        ),
+        (
+            raw(1, 1, struct.pack(">HH", 50, 10) + b"\x00"),
+            501,
+            "FRAME_ERROR - cannot decode <<0>>",
+            (50, 10),
+        ),
+        (
+            raw(1, 1, struct.pack(">HH", 60, 40) + b"\x00\x00\x05ab"),
+            501,
+            "FRAME_ERROR - cannot decode <<0,0,5,97,98>>",
+            (60, 40),
+        ),
+        (
+            raw(1, 1, struct.pack(">HH", 20, 10) + b"\x00\x00zzzzz"),
+            501,
+            "FRAME_ERROR - cannot decode <<0,0,122,122,122,122,122>>",
+            (20, 10),
+        ),
+        (raw(1, 1, struct.pack(">HH", 60, 80) + b"\0" * 8), 501, "FRAME_ERROR - cannot decode <<0,0,0,0,0,0,0,0>>", (60, 80)),
+        (raw(8, 1, b""), 505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", (0, 0)),
+        (raw(8, 0, b"xx"), 501, 'FRAME_ERROR - type 8, all octets = <<"xx">>: unknown_frame', (0, 0)),
+        (
+            header(0, 5)[:-1] + b"\xce",
+            505,
+            "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,5,0,0>>",
+            (0, 0),
+        ),
+        (raw(3, 0, b"hello"), 505, 'UNEXPECTED_FRAME - type 3, all octets = <<"hello">>', (0, 0)),
+        (raw(1, 0, b""), 501, "FRAME_ERROR - type 1, all octets = <<>>: unknown_frame", (0, 0)),
+        (raw(2, 1, b"\x00\x3c"), 501, "FRAME_ERROR - type 2, all octets = <<0,60>>: unknown_frame", (0, 0)),
+        (raw(1, 0, struct.pack(">HH", 99, 10)), 540, None, (0, 0)),
+        (raw(1, 1, struct.pack(">HH", 60, 99)), 540, None, (0, 0)),
+    ],
+)
+def test_frame_errors(data: bytes, code: int, text: str | None, ids: tuple[int, int]) -> None:
+    exc = decode_error(data)
+    got_code, got_text, class_id, method_id = close_args(exc)
+    assert got_code == code
+    if text is not None:
+        assert got_text == text
+    assert (class_id, method_id) == ids
+
+
+def test_long_payload_snippet_is_first_16_octets() -> None:
+    exc = decode_error(raw(7, 0, bytes(range(40))))
+    assert close_args(exc)[1].startswith("FRAME_ERROR - type 7, first octets = <<0,1,2,")
+
+
+def test_frame_too_large_from_header_alone() -> None:
+    exc = decode_error(struct.pack(">BHI", 1, 0, 200000))  # only the 7-byte header arrived
+    assert close_args(exc)[:2] == (501, "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,200000,131064}")
+
+
+def test_frame_max_counts_overhead_and_is_settable() -> None:
+    dec = FrameDecoder()
+    dec.frame_max = 4096
+    dec.feed(raw(3, 1, b"x" * 4088))
+    assert dec.next_frame() == (1, b"x" * 4088)
+    exc = decode_error(struct.pack(">BHI", 3, 1, 4089), frame_max=4096)
+    assert close_args(exc)[1].endswith("{frame_too_large,4089,4088}")
+
+
+def test_bad_properties_are_501() -> None:
+    exc = decode_error(raw(2, 1, struct.pack(">HHQH", 60, 0, 5, 0x8000) + b"\x05ab"))
+    assert close_args(exc)[0] == 501
+
+
+def test_buffer_compaction_keeps_partial_frame() -> None:
+    dec = FrameDecoder()
+    frames = body(1, b"a" * 70000) * 3
+    dec.feed(frames[:150000])
+    assert dec.next_frame() == (1, b"a" * 70000)
+    assert dec.next_frame() == (1, b"a" * 70000)
+    assert dec.next_frame() is None
+    dec.feed(frames[150000:])
+    assert dec.next_frame() == (1, b"a" * 70000)
+    assert dec.buffered == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(min_value=1, max_value=40))
+def test_random_bytes_only_frames_none_or_amqp_errors(data: bytes, step: int) -> None:
+    dec = FrameDecoder(frame_max=4096)
+    try:
+        for i in range(0, len(data), step):
+            dec.feed(data[i : i + step])
+            while dec.next_frame() is not None:
+                pass
+    except AMQPError as exc:
+        assert close_args(exc)[0] in (501, 502, 505, 540)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=4, max_size=60))
+def test_random_method_payloads(payload: bytes) -> None:
+    dec = FrameDecoder()
+    dec.feed(raw(1, 1, payload))
+    try:
+        dec.next_frame()
+    except AMQPError as exc:
+        assert close_args(exc)[0] in (501, 540)
+
+
+# --- encoders ---------------------------------------------------------------------------
+
+
+def pamqp_content(ch: int, m: object, props: C.Basic.Properties, data: bytes, frame_max: int) -> bytes:
+    out = pframe.marshal(m, ch) + pframe.marshal(pheader.ContentHeader(0, len(data), props), ch)
+    step = frame_max - 8
+    for i in range(0, len(data), step):
+        out += pframe.marshal(pbody.ContentBody(data[i : i + step]), ch)
+    return out
+
+
+BODIES = [b"", b"x", b"y" * 4088, b"z" * 4089, bytes(range(256)) * 40]
+
+
+@pytest.mark.parametrize("data", BODIES, ids=len)
+@pytest.mark.parametrize("props", [C.Basic.Properties(), RICH_PROPS], ids=["noprops", "rich"])
+def test_encode_content_matches_pamqp(data: bytes, props: C.Basic.Properties) -> None:
+    m = C.Basic.Deliver(consumer_tag="ctag", delivery_tag=9, redelivered=True, exchange="e", routing_key="rk")
+    want = pamqp_content(7, m, props, data, 4096)
+    assert encode_content(7, m, props, data, 4096) == want
+    assert encode_content_raw(7, m, encode_properties(props), data, 4096) == want
+    assert encode_properties(props) == props.marshal()
+
+
+@pytest.mark.parametrize("data", BODIES, ids=len)
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_encode_deliver_matches_pamqp(data: bytes, redelivered: bool) -> None:
+    m = C.Basic.Deliver(
+        consumer_tag="amq.ctag-é", delivery_tag=2**63 - 1, redelivered=redelivered, exchange="ex.1", routing_key="r" * 255
+    )
+    want = pamqp_content(65535, m, RICH_PROPS, data, 4096)
+    got = encode_deliver(65535, "amq.ctag-é", 2**63 - 1, redelivered, "ex.1", "r" * 255, RICH_PROPS.marshal(), data, 4096)
+    assert got == want
+
+
+def test_encode_deliver_empty_strings() -> None:
+    m = C.Basic.Deliver(consumer_tag="", delivery_tag=1, redelivered=False, exchange="", routing_key="")
+    want = pamqp_content(1, m, C.Basic.Properties(), b"body", 131072)
+    assert encode_deliver(1, "", 1, False, "", "", b"\x00\x00", b"body", 131072) == want
+
+
+def test_encode_deliver_rejects_long_shortstr() -> None:
+    with pytest.raises(ValueError):
+        encode_deliver(1, "c" * 256, 1, False, "", "", b"\x00\x00", b"", 131072)
+
+
+def test_encode_method_and_roundtrip() -> None:
+    m = C.Exchange.Declare(exchange="x", exchange_type="topic", arguments={"alternate-exchange": "ae"})
+    data = encode_method(4, m)
+    assert data[-1] == FRAME_END
+    dec = FrameDecoder()
+    dec.feed(data)
+    ch, got = dec.next_frame()
+    assert ch == 4 and dict(got) == dict(m)
+
+
+def test_encoded_content_decodes_back() -> None:
+    data = bytes(range(256)) * 100
+    dec = FrameDecoder(frame_max=4096)
+    dec.feed(encode_deliver(2, "c", 1, False, "e", "k", RICH_PROPS.marshal(), data, 4096))
+    frames = []
+    while (f := dec.next_frame()) is not None:
+        frames.append(f[1])
+    assert isinstance(frames[1], ContentHeader) and frames[1].properties == RICH_PROPS
+    assert b"".join(frames[2:]) == data
+    assert all(len(b) <= 4088 for b in frames[2:])
+
+
+def test_encode_method_skips_pamqp_name_validation() -> None:
+    m = C.Basic.Deliver(consumer_tag="c", delivery_tag=1, exchange="x", routing_key="k")
+    m.exchange = "my exchange é"  # legal in RabbitMQ, rejected by pamqp's regex
+    dec = FrameDecoder()
+    dec.feed(encode_content(1, m, C.Basic.Properties(), b"b", 131072))
+    assert dec.next_frame()[1].exchange == "my exchange é"
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        C.Queue.Declare(queue="q", passive=True, durable=False, exclusive=True, auto_delete=True, nowait=True),
+        C.Basic.Consume(queue="q", consumer_tag="t", no_local=True, no_ack=False, exclusive=True, arguments={"x-priority": 3}),
+        C.Connection.Start(server_properties={"product": "x", "capabilities": {"basic.nack": True}}),
+        C.Basic.Nack(delivery_tag=5, multiple=True, requeue=False),
+        C.Channel.CloseOk(),
+    ],
+    ids=lambda m: m.name,
+)
+def test_encode_method_matches_pamqp(m: object) -> None:
+    assert encode_method(3, m) == pframe.marshal(m, 3)
