@@ -70,8 +70,7 @@ class Reader(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None  # waits for close-ok
 
     # -- asyncio.Protocol -------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
@@ -152,7 +151,7 @@ class Reader(asyncio.Protocol):
         self.handshake = ConnectionHandshake(
             self.broker.server_properties(), self._authenticate, self._vhost_allowed,
             channel_max=self.config.channel_max, frame_max=self.config.frame_max,
-            heartbeat=self.config.heartbeat)
+            heartbeat=self.config.heartbeat, vhost_exists=self.broker.vhosts.__contains__)
         for method in self.handshake.start():
             self._send0(method)
         return buf[8:]
@@ -286,6 +285,12 @@ class Reader(asyncio.Protocol):
         """Hard error: connection.close with the error, then wait for close-ok."""
         code, text, class_id, method_id = errors.close_args(exc)
         log.warning("closing connection %s: %s", self.peer, text)
+        if getattr(exc, "silent_close", False):
+            # RabbitMQ sends no connection.close before the handshake allows it: it waits,
+            # then drops the socket (rabbit_reader handshake errors)
+            self.state = CLOSING
+            self._close_timer = self.loop.call_later(1.0, self._drop)
+            return
         self.close(code, text, class_id, method_id)
 
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
