@@ -1,0 +1,61 @@
+"""Fixtures for the integration suite: pika connections to the `broker` fixture's broker.
+
+`connection`/`channel` are a fresh pika BlockingConnection (and a channel on it) per test, closed
+at teardown. `embedded_only` skips tests that need their own broker with special settings when
+BROKER_TEST_URI points at an external broker (e.g. a real RabbitMQ).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+
+
+@pytest.fixture
+def params(broker) -> pika.URLParameters:
+    return pika.URLParameters(broker.url)
+
+
+@pytest.fixture
+def connect(broker) -> Iterator[Callable[..., pika.BlockingConnection]]:
+    """connect(**url_query) -> a new BlockingConnection, closed at teardown if still open."""
+    opened: list[pika.BlockingConnection] = []
+
+    def _connect(**kw: object) -> pika.BlockingConnection:
+        p = pika.URLParameters(broker.url)
+        for k, v in kw.items():
+            setattr(p, k, v)
+        c = pika.BlockingConnection(p)
+        opened.append(c)
+        return c
+
+    yield _connect
+    for c in opened:
+        if c.is_open:
+            c.close()
+
+
+@pytest.fixture
+def connection(connect) -> pika.BlockingConnection:
+    return connect()
+
+
+@pytest.fixture
+def channel(connection):
+    return connection.channel()
+
+
+@pytest.fixture
+def embedded_only() -> None:
+    if os.environ.get("BROKER_TEST_URI"):
+        pytest.skip("needs an EmbeddedBroker with special settings; BROKER_TEST_URI is set")
+
+
+def start_embedded(**config: object):
+    """Start broker.embedded.EmbeddedBroker(**config); the caller stops it."""
+    from broker.embedded import EmbeddedBroker
+
+    return EmbeddedBroker(**config).start()

@@ -1,0 +1,60 @@
+"""Shared helpers for the integration suite: bounded polling and small client utilities.
+
+Used only by tests/integration. Never sleeps to "let things settle": every wait is a bounded
+poll of a condition, or a client call with its own timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pika
+
+RABBIT_TIMEOUT = 5.0
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 5.0, interval: float = 0.01) -> object:
+    """Poll `cond` until truthy or `timeout` seconds pass (then AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def pump_until(
+    conn: pika.BlockingConnection, cond: Callable[[], object], timeout: float = 5.0
+) -> object:
+    """Run a BlockingConnection's I/O until `cond()` is truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"condition not met within {timeout}s")
+        conn.process_data_events(time_limit=min(0.05, remaining))
+
+
+def get_all(ch, queue: str, limit: int = 10_000) -> list[bytes]:
+    """Drain `queue` with basic.get (auto-ack); returns the bodies in order."""
+    bodies = []
+    for _ in range(limit):
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    return bodies
+
+
+def message_count(ch, queue: str) -> int:
+    return ch.queue_declare(queue, passive=True).method.message_count
+
+
+def consumer_count(ch, queue: str) -> int:
+    return ch.queue_declare(queue, passive=True).method.consumer_count
