@@ -67,6 +67,7 @@ class ChannelProcess(Process):
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
         self.tx: TxState | None = None  # set by tx.select
         self._poke_pending = False  # a resume callback is registered with the writer
+        self.opened = False  # channel.open-ok sent
         self.last_queue: str | None = None  # last queue declared here ("" in queue.bind etc.)
 
     # -- mailbox ----------------------------------------------------------------------------
@@ -121,7 +122,10 @@ class ChannelProcess(Process):
             self.state = CLOSED
             self.conn.channel_closed(self)
         elif isinstance(method, commands.Channel.Close):
+            # both sides closed at once: answer and finish
             self.send_method(commands.Channel.CloseOk())
+            self.state = CLOSED
+            self.conn.channel_closed(self)
 
     # -- output helpers ---------------------------------------------------------------------
     def send_method(self, method: Any) -> None:

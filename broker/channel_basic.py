@@ -254,8 +254,11 @@ def channel_flow_ok(ch: Any, cmd: Any) -> None:
 
 
 def channel_open(ch: Any, cmd: Any) -> None:
-    """channel.open on an already open channel → 504 CHANNEL_ERROR (hard)."""
-    raise errors.amqp_error(errors.ChannelError, "second 'channel.open' seen", cmd.method)
+    """channel.open (§1.5.2.1): open-ok; a second open on an open channel → 504 (hard)."""
+    if ch.opened:
+        raise errors.amqp_error(errors.ChannelError, "second 'channel.open' seen", cmd.method)
+    ch.opened = True
+    ch.send_method(commands.Channel.OpenOk())
 
 
 BASIC_HANDLERS = {

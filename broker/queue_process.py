@@ -215,8 +215,10 @@ class QueueProcess(Process):
     def terminate(self, delete: bool) -> int:
         """Stop the process: cancel consumers (basic.cancel to those that asked), then delete
         or close the backing queue. Returns the ready message count it had."""
-        count = self.bq.len()
         self.deleted = True
+        self._drain_all()  # publishes already cast here still owe their confirms
+        self.after_batch()
+        count = self.bq.len()
         for consumer in self.consumers:
             consumer.channel.consumer_cancelled(self, consumer.tag)
         if delete:

@@ -186,8 +186,7 @@ class Reader(asyncio.Protocol):
         if channel in self._discarding or ch.state != OPEN:
             # the channel is closing: only close / close-ok matter (§1.5.2.5)
             if isinstance(frame, (commands.Channel.Close, commands.Channel.CloseOk)):
-                self._discarding.discard(channel)
-                self._assemblers[channel].reset()
+                self._forget_channel(channel)
                 ch.cast((CMD, Command(frame, None, None)))
             return
         try:
@@ -200,11 +199,17 @@ class Reader(asyncio.Protocol):
         if cmd is None:
             return
         ch.cast((CMD, cmd))
-        if cmd.method.__class__ is commands.Basic.Publish and ch.spend_reader_credit():
-            self._blocked_on.add(ch)
-            if not self._paused and self.transport is not None:
-                self._paused = True
-                self.transport.pause_reading()
+        cls = cmd.method.__class__
+        if cls is commands.Basic.Publish:
+            if ch.spend_reader_credit():
+                self._blocked_on.add(ch)
+                if not self._paused and self.transport is not None:
+                    self._paused = True
+                    self.transport.pause_reading()
+        elif cls is commands.Channel.Close:
+            # the number is free as soon as the client closed it; the process finishes the
+            # close (requeue, close-ok) before a reopened channel runs (FIFO scheduling)
+            self._forget_channel(channel)
 
     def _open_channel(self, channel: int, frame: Any) -> None:
         if not isinstance(frame, commands.Channel.Open):
@@ -218,7 +223,17 @@ class Reader(asyncio.Protocol):
         ch = ChannelProcess(self, channel)
         self.channels[channel] = ch
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)
-        self._send(channel, commands.Channel.OpenOk())
+        ch.cast((CMD, Command(frame, None, None)))  # open-ok comes from the channel, in order
+
+    def _forget_channel(self, channel: int) -> None:
+        ch = self.channels.pop(channel, None)
+        self._assemblers.pop(channel, None)
+        self._discarding.discard(channel)
+        if ch is not None:
+            self._blocked_on.discard(ch)
+            if self._paused and not self._blocked_on and self.state == RUNNING:
+                self._paused = False
+                self.transport.resume_reading()
 
     def _channel0(self, frame: Any) -> None:
         if frame is HEARTBEAT:
@@ -270,16 +285,10 @@ class Reader(asyncio.Protocol):
             self.transport.resume_reading()
 
     def channel_closed(self, ch: ChannelProcess) -> None:
-        """The channel finished closing: free its number."""
+        """The channel finished closing: free its number (if the reader has not already)."""
         if self.channels.get(ch.number) is ch:
-            del self.channels[ch.number]
-            self._assemblers.pop(ch.number, None)
-            self._discarding.discard(ch.number)
+            self._forget_channel(ch.number)
         ch.stop_process()
-        self._blocked_on.discard(ch)
-        if self._paused and not self._blocked_on and self.state == RUNNING:
-            self._paused = False
-            self.transport.resume_reading()
 
     def connection_error(self, exc: Exception) -> None:
         """Hard error: connection.close with the error, then wait for close-ok."""
