@@ -382,3 +382,28 @@ def test_encode_method_skips_pamqp_name_validation() -> None:
 )
 def test_encode_method_matches_pamqp(m: object) -> None:
     assert encode_method(3, m) == pframe.marshal(m, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([(60, 40), (60, 80), (10, 11), (50, 10)]), st.binary(max_size=40))
+def test_random_arguments_of_known_methods(ids: tuple[int, int], args: bytes) -> None:
+    dec = FrameDecoder()
+    dec.feed(raw(1, 1, struct.pack(">HH", *ids) + args))
+    try:
+        ch, m = dec.next_frame()
+    except AMQPError as exc:
+        assert close_args(exc)[:1] == (501,)
+        assert close_args(exc)[2:] == ids
+    else:
+        assert m.index == ids[0] << 16 | ids[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_random_properties(raw_props: bytes) -> None:
+    dec = FrameDecoder()
+    dec.feed(raw(2, 1, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"[: 2 - min(2, len(raw_props))] + raw_props))
+    try:
+        dec.next_frame()
+    except AMQPError as exc:
+        assert close_args(exc)[0] == 501
