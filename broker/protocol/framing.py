@@ -119,7 +119,17 @@ _ARG_SPECS: dict[type, tuple[tuple[str, str], ...]] = {
     cls: tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
     for cls in commands.INDEX_MAPPING.values()
 }
-_DECODE_ERRORS = (struct.error, ValueError, IndexError, TypeError, KeyError, UnicodeDecodeError)
+_DECODE_ERRORS = (
+    struct.error,
+    ValueError,
+    IndexError,
+    TypeError,
+    KeyError,
+    UnicodeDecodeError,
+    OverflowError,  # timestamps out of datetime range
+    OSError,  # datetime.fromtimestamp on some platforms
+    RecursionError,  # deeply nested field tables/arrays from a hostile peer
+)
 
 
 def _decode_args(cls: type, data: bytes) -> Any:

@@ -407,3 +407,18 @@ def test_random_properties(raw_props: bytes) -> None:
         dec.next_frame()
     except AMQPError as exc:
         assert close_args(exc)[0] == 501
+
+
+def test_hostile_nesting_and_timestamps_are_frame_errors() -> None:
+    depth = 5000
+    inner = b""  # field array nesting: 'A' + u32 length + values
+    for _ in range(depth):
+        inner = b"A" + struct.pack(">I", len(inner)) + inner
+    table = b"\x01k" + inner
+    args = b"\x00\x00" + b"\x01q" + b"\x00" + struct.pack(">I", len(table)) + table
+    exc = decode_error(raw(1, 1, struct.pack(">HH", 50, 10) + args))  # queue.declare
+    assert close_args(exc)[0] == 501
+    assert isinstance(exc.__cause__, RecursionError)
+    props = struct.pack(">H", 0x0040) + struct.pack(">Q", 2**63 - 1)  # timestamp far out of range
+    exc = decode_error(raw(2, 1, struct.pack(">HHQ", 60, 0, 1) + props))
+    assert close_args(exc)[0] == 501
