@@ -68,7 +68,7 @@ class ConnectionHandshake:
         channel_max: int = 2047,
         frame_max: int = 131072,
         heartbeat: int = 60,
-        mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN"),
+        mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),  # RabbitMQ 3.10 sends this order
         vhost_exists: Callable[[str], bool] | None = None,
     ) -> None:
         self.server_properties = server_properties  # sent in connection.start
