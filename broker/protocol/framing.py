@@ -363,6 +363,21 @@ class FrameDecoder:
         raise _frame_error(ftype, payload, "unknown_frame")
 
 
+def unexpected_frame(frame: Any) -> Exception:
+    """UnexpectedFrame 505 for a decoded frame the reader cannot accept where it came, with
+    RabbitMQ's text "type T, all octets = <<...>>" (e.g. a frame on channel 1 before
+    connection.open-ok: verified "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>").
+    The payload is re-encoded, so it matches the wire for canonically encoded frames."""
+    if frame is HEARTBEAT:
+        return _unexpected(FRAME_HEARTBEAT, b"")
+    if type(frame) is bytes:
+        return _unexpected(FRAME_BODY, frame)
+    if type(frame) is ContentHeader:
+        fixed = _HEADER_FIXED.pack(frame.class_id, 0, frame.body_size)
+        return _unexpected(FRAME_HEADER, fixed + frame.raw_properties)
+    return _unexpected(FRAME_METHOD, _encode_args(frame))
+
+
 # --- encoding -----------------------------------------------------------------------------
 
 

@@ -422,3 +422,17 @@ def test_hostile_nesting_and_timestamps_are_frame_errors() -> None:
     props = struct.pack(">H", 0x0040) + struct.pack(">Q", 2**63 - 1)  # timestamp far out of range
     exc = decode_error(raw(2, 1, struct.pack(">HHQ", 60, 0, 1) + props))
     assert close_args(exc)[0] == 501
+
+
+def test_unexpected_frame_helper_texts() -> None:
+    from broker.protocol.framing import unexpected_frame
+
+    # RabbitMQ 3.10, channel.open on channel 1 before connection.open:
+    assert close_args(unexpected_frame(C.Channel.Open()))[:2] == (
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>",
+    )
+    assert close_args(unexpected_frame(HEARTBEAT))[1] == "UNEXPECTED_FRAME - type 8, all octets = <<>>"
+    assert close_args(unexpected_frame(b"hello"))[1] == 'UNEXPECTED_FRAME - type 3, all octets = <<"hello">>'
+    h = ContentHeader(60, 5, C.Basic.Properties(), b"\x00\x00")
+    assert close_args(unexpected_frame(h))[1] == "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,5,0,0>>"
