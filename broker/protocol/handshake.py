@@ -54,7 +54,7 @@ class ConnectionHandshake:
     an unknown vhost get RabbitMQ's "vhost X not found" text instead of "access refused".
 
     Errors raised by receive() are AMQP hard errors (plus AccessRefused 403 for a failed
-    login) carrying `silent_close: bool`. True means RabbitMQ would not send
+    login, which here closes the connection, not a channel) carrying `silent_close: bool`. True means RabbitMQ would not send
     connection.close: wait SILENT_CLOSE_DELAY seconds and close the socket (failures while
     starting/tuning, and failed logins by clients without the `authentication_failure_close`
     capability). False means send connection.close with `broker.errors.close_args(exc)`.
@@ -68,7 +68,7 @@ class ConnectionHandshake:
         channel_max: int = 2047,
         frame_max: int = 131072,
         heartbeat: int = 60,
-        mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN"),
+        mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),  # RabbitMQ 3.10 sends this order
         vhost_exists: Callable[[str], bool] | None = None,
     ) -> None:
         self.server_properties = server_properties  # sent in connection.start

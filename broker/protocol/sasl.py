@@ -11,7 +11,7 @@ from pamqp import decode
 
 from broker.errors import AccessRefused, CommandInvalid, amqp_error
 
-MECHANISMS = ("PLAIN", "AMQPLAIN")
+MECHANISMS = ("AMQPLAIN", "PLAIN")  # the order RabbitMQ 3.10 offers them in connection.start
 
 
 def _as_bytes(value: str | bytes) -> bytes:

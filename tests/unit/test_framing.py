@@ -382,3 +382,57 @@ def test_encode_method_skips_pamqp_name_validation() -> None:
 )
 def test_encode_method_matches_pamqp(m: object) -> None:
     assert encode_method(3, m) == pframe.marshal(m, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([(60, 40), (60, 80), (10, 11), (50, 10)]), st.binary(max_size=40))
+def test_random_arguments_of_known_methods(ids: tuple[int, int], args: bytes) -> None:
+    dec = FrameDecoder()
+    dec.feed(raw(1, 1, struct.pack(">HH", *ids) + args))
+    try:
+        ch, m = dec.next_frame()
+    except AMQPError as exc:
+        assert close_args(exc)[:1] == (501,)
+        assert close_args(exc)[2:] == ids
+    else:
+        assert m.index == ids[0] << 16 | ids[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_random_properties(raw_props: bytes) -> None:
+    dec = FrameDecoder()
+    dec.feed(raw(2, 1, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"[: 2 - min(2, len(raw_props))] + raw_props))
+    try:
+        dec.next_frame()
+    except AMQPError as exc:
+        assert close_args(exc)[0] == 501
+
+
+def test_hostile_nesting_and_timestamps_are_frame_errors() -> None:
+    depth = 5000
+    inner = b""  # field array nesting: 'A' + u32 length + values
+    for _ in range(depth):
+        inner = b"A" + struct.pack(">I", len(inner)) + inner
+    table = b"\x01k" + inner
+    args = b"\x00\x00" + b"\x01q" + b"\x00" + struct.pack(">I", len(table)) + table
+    exc = decode_error(raw(1, 1, struct.pack(">HH", 50, 10) + args))  # queue.declare
+    assert close_args(exc)[0] == 501
+    assert isinstance(exc.__cause__, RecursionError)
+    props = struct.pack(">H", 0x0040) + struct.pack(">Q", 2**63 - 1)  # timestamp far out of range
+    exc = decode_error(raw(2, 1, struct.pack(">HHQ", 60, 0, 1) + props))
+    assert close_args(exc)[0] == 501
+
+
+def test_unexpected_frame_helper_texts() -> None:
+    from broker.protocol.framing import unexpected_frame
+
+    # RabbitMQ 3.10, channel.open on channel 1 before connection.open:
+    assert close_args(unexpected_frame(C.Channel.Open()))[:2] == (
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>",
+    )
+    assert close_args(unexpected_frame(HEARTBEAT))[1] == "UNEXPECTED_FRAME - type 8, all octets = <<>>"
+    assert close_args(unexpected_frame(b"hello"))[1] == 'UNEXPECTED_FRAME - type 3, all octets = <<"hello">>'
+    h = ContentHeader(60, 5, C.Basic.Properties(), b"\x00\x00")
+    assert close_args(unexpected_frame(h))[1] == "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,5,0,0>>"
