@@ -28,8 +28,9 @@ from broker.protocol.framing import (
     FrameDecoder,
     check_protocol_header,
     encode_method,
+    unexpected_frame,
 )
-from broker.protocol.handshake import ConnectionHandshake
+from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake
 from broker.writer import Writer
 
 log = logging.getLogger("broker.connection")
@@ -177,8 +178,7 @@ class Reader(asyncio.Protocol):
             self._channel0(frame)
             return
         if self.state != RUNNING:
-            raise errors.amqp_error(
-                errors.ChannelError, f"channel {channel} used before connection.open-ok")
+            raise unexpected_frame(frame)
         ch = self.channels.get(channel)
         if ch is None:
             self._open_channel(channel, frame)
@@ -298,7 +298,7 @@ class Reader(asyncio.Protocol):
             # RabbitMQ sends no connection.close before the handshake allows it: it waits,
             # then drops the socket (rabbit_reader handshake errors)
             self.state = CLOSING
-            self._close_timer = self.loop.call_later(1.0, self._drop)
+            self._close_timer = self.loop.call_later(SILENT_CLOSE_DELAY, self._drop)
             return
         self.close(code, text, class_id, method_id)
 
