@@ -132,7 +132,7 @@ class Reader(asyncio.Protocol):
         self.channels.clear()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
-        self.broker.connections.discard(self)
+        self.broker.connection_gone(self)
 
     # -- protocol header --------------------------------------------------------------------
     def _protocol_header(self, data: bytes) -> bytes:
@@ -326,6 +326,12 @@ class Reader(asyncio.Protocol):
 
     def _send(self, channel: int, method: Any) -> None:
         self.writer.send(encode_method(channel, method))
+
+    def abort(self) -> None:
+        """Drop the socket at once (shutdown after the grace period)."""
+        if self.transport is not None:
+            self.transport.abort()
+        self.state = CLOSED
 
     def _drop(self) -> None:
         if self.writer is not None:

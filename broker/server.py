@@ -22,6 +22,7 @@ from broker.vhost import VHost
 
 log = logging.getLogger("broker.server")
 
+SHUTDOWN_GRACE = 5.0  # seconds clients get to answer connection.close at shutdown
 SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
 
 
@@ -39,6 +40,7 @@ class Broker:
         self.port: int = self.config.port  # bound port (after start)
         self._server: asyncio.AbstractServer | None = None  # the listener
         self.ready = asyncio.Event()  # set once accepting connections
+        self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
 
     def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any) -> Any:
         return MemoryBackingQueue(name, durable, notify)
@@ -95,17 +97,29 @@ class Broker:
         self.ready.set()
         log.info("ready to accept connections on %s:%d", self.config.host, self.port)
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Graceful shutdown: stop accepting, close clients with 320, stop queues."""
+    def connection_gone(self, conn: Reader) -> None:
+        """A connection's socket closed (called by the reader)."""
+        self.connections.discard(conn)
+        if not self.connections and self._all_closed is not None:
+            self._all_closed.set()
+
+    async def stop(self) -> None:
+        """Graceful shutdown: stop accepting, close clients with 320 CONNECTION_FORCED (waiting
+        up to `SHUTDOWN_GRACE` seconds for their close-ok), stop queues."""
         if self._server is not None:
             self._server.close()
+        self._all_closed = asyncio.Event()
+        if not self.connections:
+            self._all_closed.set()
         for conn in list(self.connections):
             conn.close(320, SHUTDOWN_TEXT)
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self.connections and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.02)
+        try:
+            async with asyncio.timeout(SHUTDOWN_GRACE):
+                await self._all_closed.wait()
+        except TimeoutError:
+            log.warning("%d connections did not answer connection.close", len(self.connections))
         for conn in list(self.connections):
-            conn._drop()
+            conn.abort()
         for vhost in self.vhosts.values():
             vhost.shutdown()
         if self._server is not None:
