@@ -53,9 +53,3 @@ def embedded_only() -> None:
     if os.environ.get("BROKER_TEST_URI"):
         pytest.skip("needs an EmbeddedBroker with special settings; BROKER_TEST_URI is set")
 
-
-def start_embedded(**config: object):
-    """Start broker.embedded.EmbeddedBroker(**config); the caller stops it."""
-    from broker.embedded import EmbeddedBroker
-
-    return EmbeddedBroker(**config).start()

@@ -58,3 +58,10 @@ def message_count(ch, queue: str) -> int:
 
 def consumer_count(ch, queue: str) -> int:
     return ch.queue_declare(queue, passive=True).method.consumer_count
+
+
+def start_embedded(**config: object):
+    """Start broker.embedded.EmbeddedBroker(**config) (tests marked embedded_only); caller stops."""
+    from broker.embedded import EmbeddedBroker
+
+    return EmbeddedBroker(**config).start()

@@ -113,6 +113,16 @@ class RawClient:
                 assert ch == channel, (ch, channel)
             return value
 
+    def read_content(self, channel: int, timeout: float | None = None) -> tuple[Any, bytes, int]:
+        """After a deliver/get-ok/return: (content header, body, number of body frames)."""
+        hdr = self.expect(header.ContentHeader, channel, timeout)
+        body = b""
+        frames = 0
+        while len(body) < hdr.body_size:
+            body += self.expect(ContentBody, channel, timeout).value
+            frames += 1
+        return hdr, body, frames
+
     def read_until_connection_close(self, timeout: float | None = None) -> commands.Connection.Close:
         """Skip frames until connection.close; answer close-ok; return the close."""
         while True:
@@ -213,7 +223,7 @@ class RawClient:
 
     def close(self) -> None:
         """Client-initiated connection.close and wait for close-ok."""
-        self.send(commands.Connection.Close(reply_code=200, reply_text="bye"))
+        self.send(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
         self.expect(commands.Connection.CloseOk)
         self.close_socket()
 
