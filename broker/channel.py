@@ -108,7 +108,7 @@ class ChannelProcess(Process):
             if handler is None:
                 raise errors.amqp_error(
                     errors.CommandInvalid,
-                    f"method {method.name} is not valid on a channel from a client", method)
+                    "unimplemented method", method)
             handler(self, cmd)
         except errors.SoftError as exc:
             self.close_with_error(exc)

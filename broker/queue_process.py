@@ -210,7 +210,7 @@ class QueueProcess(Process):
         if if_unused and len(self.consumers):
             raise errors.amqp_error(errors.PreconditionFailed, f"{where} in use")
         if if_empty and not self.bq.is_empty():
-            raise errors.amqp_error(errors.PreconditionFailed, f"{where} is not empty")
+            raise errors.amqp_error(errors.PreconditionFailed, f"{where} not empty")
 
     def terminate(self, delete: bool) -> int:
         """Stop the process: cancel consumers (basic.cancel to those that asked), then delete

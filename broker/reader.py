@@ -215,11 +215,12 @@ class Reader(asyncio.Protocol):
         if not isinstance(frame, commands.Channel.Open):
             raise errors.amqp_error(errors.ChannelError, "expected 'channel.open'",
                                     frame if hasattr(frame, "index") else None)
-        if channel > self.channel_max:
+        # RabbitMQ limits the number of open channels, not the channel number
+        if self.channel_max and len(self.channels) >= self.channel_max:
             raise errors.amqp_error(
                 errors.NotAllowed,
-                f"channel number {channel} exceeds negotiated channel_max {self.channel_max}",
-                frame)
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})", frame)
         ch = ChannelProcess(self, channel)
         self.channels[channel] = ch
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)
@@ -254,8 +255,7 @@ class Reader(asyncio.Protocol):
             return
         else:
             raise errors.amqp_error(
-                errors.CommandInvalid,
-                f"{getattr(frame, 'name', type(frame).__name__)} not expected on channel 0",
+                errors.ChannelError, "unexpected method in connection state running",
                 frame if hasattr(frame, "index") else None)
 
     def _opened(self) -> None:

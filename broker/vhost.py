@@ -84,7 +84,7 @@ class VHost:
             if existing is None or existing.type != type_:
                 raise errors.amqp_error(
                     errors.AccessRefused,
-                    f"{self._ex(name)} contains reserved prefix 'amq.*'", method)
+                    f"exchange name '{name}' contains reserved prefix 'amq.*'", method)
         if existing is not None:
             for field, new, old in (("type", type_, existing.type),
                                     ("durable", durable, existing.durable),
@@ -194,7 +194,8 @@ class VHost:
             name = "amq.gen-" + uuid.uuid4().hex[:22]
         elif name.startswith("amq.") and not passive:
             raise errors.amqp_error(
-                errors.AccessRefused, f"{self._q(name)} contains reserved prefix 'amq.*'", method)
+                errors.AccessRefused, f"queue name '{name}' contains reserved prefix 'amq.*'",
+                method)
         if passive:
             return self.get_queue(name, owner, method)
         existing = self.queues.get(name)
@@ -224,10 +225,13 @@ class VHost:
         for key in EQUIVALENCE_ARGS:
             new, old = arguments.get(key), q.arguments.get(key)
             if new != old:
+                if new is not None and old is not None and _kind(new) == _kind(old):
+                    shown = f"received '{new}' but current is '{old}'"
+                else:
+                    shown = f"received {_describe(new)} but current is {_describe(old)}"
                 raise errors.amqp_error(
                     errors.PreconditionFailed,
-                    f"inequivalent arg '{key}' for {self._q(q.name)}: "
-                    f"received {_describe(new)} but current is {_describe(old)}", method)
+                    f"inequivalent arg '{key}' for {self._q(q.name)}: {shown}", method)
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Any = None,
                      method: Any = None) -> int:
@@ -274,8 +278,17 @@ class VHost:
         self.queues.clear()
 
 
+def _kind(value: Any) -> str:
+    """The AMQP field type RabbitMQ names for a decoded value (ints as the client most
+    likely sent them: signedint when they fit in 32 bits)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    return {float: "double", str: "longstr", bytes: "longstr"}.get(type(value), "table")
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "none"
-    kind = {bool: "bool", int: "long", float: "double", str: "longstr"}.get(type(value), "table")
-    return f"the value '{value}' of type '{kind}'"
+    return f"the value '{value}' of type '{_kind(value)}'"

@@ -243,13 +243,13 @@ def test_frame_too_large_from_header_alone() -> None:
     assert close_args(exc)[:2] == (501, "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,200000,131064}")
 
 
-def test_frame_max_counts_overhead_and_is_settable() -> None:
+def test_frame_max_allows_rabbitmq_fudge_and_is_settable() -> None:
     dec = FrameDecoder()
     dec.frame_max = 4096
-    dec.feed(raw(3, 1, b"x" * 4088))
-    assert dec.next_frame() == (1, b"x" * 4088)
-    exc = decode_error(struct.pack(">BHI", 3, 1, 4089), frame_max=4096)
-    assert close_args(exc)[1].endswith("{frame_too_large,4089,4088}")
+    dec.feed(raw(3, 1, b"x" * 4096))
+    assert dec.next_frame() == (1, b"x" * 4096)
+    exc = decode_error(struct.pack(">BHI", 3, 1, 4097), frame_max=4096)
+    assert close_args(exc)[1].endswith("{frame_too_large,4097,4088}")
 
 
 def test_bad_properties_are_501() -> None:
