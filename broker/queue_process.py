@@ -64,6 +64,10 @@ class QueueProcess(Process):
         self.consumers = ConsumerSet()  # basic.consume subscriptions
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
         self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
+        # msg_id -> [(channel, msg_seq_no)] of persistent messages whose confirm waits for the
+        # backing queue's fsync (persist mode, durable queue, ARCHITECTURE §6)
+        self._unconfirmed: dict[bytes, list[tuple[Any, int]]] = {}
+        self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
         self._had_consumers = False  # auto-delete only after a first consumer came and went
         self.deleted = False  # set once deleted; later casts are ignored
 
@@ -79,12 +83,13 @@ class QueueProcess(Process):
         elif kind == DISCARD:
             # no dead-lettering yet: a message rejected without requeue is dropped
             self.bq.discard_pending(self._settle(msg[1], msg[2]))
-        elif kind == BQ_CONFIRMED:
-            self.bq.drain_confirmed()
+        # BQ_CONFIRMED only wakes us: after_batch drains the backing queue's confirms
 
     def after_batch(self) -> None:
         if not self.deleted:
             self._run_deliveries()
+        if self._unconfirmed:
+            self._release(self.bq.drain_confirmed())
         if self._confirm_out:
             out, self._confirm_out = self._confirm_out, {}
             for channel, seqs in out.items():
@@ -95,18 +100,36 @@ class QueueProcess(Process):
             self.bq.sync()
 
     def _bq_notify(self) -> None:
-        self.cast((BQ_CONFIRMED,))
+        """Called by the backing queue, possibly from its fsync worker thread."""
+        self._loop.call_soon_threadsafe(self.cast, (BQ_CONFIRMED,))
+
+    def _release(self, msg_ids: list[bytes]) -> None:
+        """Confirms the backing queue made safe: owe them to their publishers' channels."""
+        unconfirmed = self._unconfirmed
+        out = self._confirm_out
+        for msg_id in msg_ids:
+            for channel, seq in unconfirmed.pop(msg_id, ()):
+                lst = out.get(channel)
+                if lst is None:
+                    out[channel] = [seq]
+                else:
+                    lst.append(seq)
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
-        if seq is not None:
-            # `persist` mode without storage: released on enqueue (ARCHITECTURE §6)
-            out = self._confirm_out.get(channel)
-            if out is None:
-                self._confirm_out[channel] = [seq]
-            else:
-                out.append(seq)
         props = MessageProps()
+        if seq is not None:
+            if self._persists and message.persistent:
+                # persist mode: released once written and fsynced, or once acked (§6)
+                props.needs_confirming = True
+                self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
+            else:
+                # transient message or non-durable queue: released on enqueue
+                out = self._confirm_out.get(channel)
+                if out is None:
+                    self._confirm_out[channel] = [seq]
+                else:
+                    out.append(seq)
         bq = self.bq
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)
@@ -217,6 +240,8 @@ class QueueProcess(Process):
         or close the backing queue. Returns the ready message count it had."""
         self.deleted = True
         self._drain_all()  # publishes already cast here still owe their confirms
+        # a deleted queue releases what it still owed (RabbitMQ: rabbit_confirms:remove_queue)
+        self._release(list(self._unconfirmed))
         self.after_batch()
         count = self.bq.len()
         for consumer in self.consumers:
