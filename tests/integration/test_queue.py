@@ -75,6 +75,16 @@ def test_amq_prefix_queue_name_is_403(connection, unique):
     assert text == f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"
 
 
+def test_redeclaring_a_server_named_queue_non_passively_is_403(connection):
+    """RabbitMQ checks the amq. prefix before looking the queue up."""
+    ch = connection.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_declare(q, passive=True)
+    code, text = soft_error(ch.queue_declare, q, exclusive=True)
+    assert code == 403
+    assert text == f"ACCESS_REFUSED - queue name '{q}' contains reserved prefix 'amq.*'"
+
+
 def test_durable_queue_declare_and_delete(channel, unique):
     q = unique("durable")
     channel.queue_declare(q, durable=True)
