@@ -62,8 +62,14 @@ def test_mandatory_unroutable_is_returned_312_raw(broker, unique):
         c.handshake()
         c.open_channel(1)
         props = commands.Basic.Properties(message_id="abc", content_type="text/plain")
-        c.publish(1, b"back to you", exchange="amq.direct", routing_key=rk, mandatory=True,
-                  properties=props)
+        c.publish(
+            1,
+            b"back to you",
+            exchange="amq.direct",
+            routing_key=rk,
+            mandatory=True,
+            properties=props,
+        )
         ret = c.expect(commands.Basic.Return, 1)
         hdr, body, _ = c.read_content(1)
         c.close()
@@ -125,9 +131,21 @@ def test_properties_and_empty_body_round_trip(pub):
     pub.basic_publish("", q, b"", props)
     method, got, body = pub.basic_get(q, auto_ack=True)
     assert body == b""
-    for field in ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
-                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
-                  "type", "user_id", "app_id"):
+    for field in (
+        "content_type",
+        "content_encoding",
+        "headers",
+        "delivery_mode",
+        "priority",
+        "correlation_id",
+        "reply_to",
+        "expiration",
+        "message_id",
+        "timestamp",
+        "type",
+        "user_id",
+        "app_id",
+    ):
         assert getattr(got, field) == getattr(props, field), field
     assert method.exchange == ""
     assert method.routing_key == q
@@ -139,7 +157,10 @@ def test_user_id_mismatch_is_406(connection):
     q = ch.queue_declare("", exclusive=True).method.queue
     code, text = soft_error(ch.basic_publish, "", q, b"x", pika.BasicProperties(user_id="bob"))
     assert code == 406
-    assert text == "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'"
+    assert (
+        text
+        == "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'"
+    )
 
 
 # --- consume / cancel ---------------------------------------------------------------------------
@@ -223,8 +244,7 @@ def test_exclusive_consume_on_queue_with_consumers_is_403(connection, unique):
     ch = connection.channel()
     ch.queue_declare(q, auto_delete=True)
     ch.basic_consume(q, lambda *a: None)
-    code, text = soft_error(connection.channel().basic_consume, q, lambda *a: None,
-                            exclusive=True)
+    code, text = soft_error(connection.channel().basic_consume, q, lambda *a: None, exclusive=True)
     assert code == 403
     assert text == f"ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use"
 
@@ -340,7 +360,7 @@ def test_ack_multiple(connection, pub):
 def test_nack_requeue_and_redelivered_flag(pub):
     q = pub.queue_declare("", exclusive=True).method.queue
     fill(pub, q, 1)
-    (tag, _b, redelivered), = get_n(pub, q, 1)
+    ((tag, _b, redelivered),) = get_n(pub, q, 1)
     assert redelivered is False
     pub.basic_nack(tag, requeue=True)
     method, _p, body = pub.basic_get(q, auto_ack=True)
@@ -397,7 +417,7 @@ def test_double_ack_is_406(connection, pub):
     ch = connection.channel()
     q = pub.queue_declare("", exclusive=True).method.queue
     fill(pub, q, 1)
-    (tag, _, _), = get_n(ch, q, 1)
+    ((tag, _, _),) = get_n(ch, q, 1)
     ch.basic_ack(tag)
     code, text = soft_error(lambda: (ch.basic_ack(tag), ch.basic_qos(prefetch_count=0)))
     assert code == 406
@@ -426,7 +446,7 @@ def test_ack_on_other_channel_is_406(connection, pub):
     ch1, ch2 = connection.channel(), connection.channel()
     q = pub.queue_declare("", exclusive=True).method.queue
     fill(pub, q, 1)
-    (tag, _, _), = get_n(ch1, q, 1)
+    ((tag, _, _),) = get_n(ch1, q, 1)
     code, _text = soft_error(lambda: (ch2.basic_ack(tag), ch2.basic_qos(prefetch_count=0)))
     assert code == 406
     ch1.basic_ack(tag)

@@ -132,4 +132,3 @@ def test_queue_method_on_channel_zero_is_504(broker):
         close = c.read_until_connection_close()
     assert (close.reply_code, close.class_id, close.method_id) == (504, 50, 10)
     assert close.reply_text == "CHANNEL_ERROR - unexpected method in connection state running"
-

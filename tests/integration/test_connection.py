@@ -304,19 +304,21 @@ def test_pika_close_then_reconnect(connect):
 
 
 @pytest.mark.usefixtures("embedded_only")
-def test_embedded_small_server_heartbeat_is_negotiated():
+def test_embedded_small_server_heartbeat_is_negotiated_and_enforced():
+    """EmbeddedBroker(heartbeat=1): tune offers 1 s; a client accepting it and then sending
+    nothing is disconnected after missing heartbeats, having received the broker's own."""
     b = start_embedded(heartbeat=1)
     try:
         with RawClient(b.host, b.port) as c:
-            c.send_bytes(PROTOCOL_HEADER)
-            c.expect(commands.Connection.Start)
-            c.send(
-                commands.Connection.StartOk(
-                    client_properties={}, mechanism="PLAIN", response=plain_response("guest", "guest")
-                )
-            )
-            tune = c.expect(commands.Connection.Tune)
+            tune = c.handshake(heartbeat_s=None)
             assert tune.heartbeat == 1
+            t0 = time.monotonic()
+            received = []
+            with pytest.raises(Closed):
+                while True:
+                    received.append(c.read_frame(timeout=8)[1])
+            assert 1.5 <= time.monotonic() - t0 <= 5.0
+            assert any(isinstance(f, heartbeat.Heartbeat) for f in received)
     finally:
         b.stop()
 

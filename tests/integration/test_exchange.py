@@ -251,9 +251,7 @@ def test_exchange_bind_and_unbind_route_end_to_end(conf_channel, unique):
     conf_channel.exchange_delete(dst)
 
 
-def test_auto_delete_source_exchange_goes_when_its_exchange_binding_is_removed(
-    connection, unique
-):
+def test_auto_delete_source_exchange_goes_when_its_exchange_binding_is_removed(connection, unique):
     ch = connection.channel()
     src, dst = unique("src"), unique("dst")
     ch.exchange_declare(src, "fanout", auto_delete=True)
