@@ -10,7 +10,7 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import consumer_count, get_all, message_count, pump_until
+from helpers import consumer_count, get_all, message_count, pump_until, wait_for
 from pamqp import commands
 from rawamqp import RawClient
 
@@ -354,6 +354,7 @@ def test_ack_multiple(connection, pub):
     got = get_n(ch, q, 5)
     ch.basic_ack(got[2][0], multiple=True)  # acks 1..3
     ch.close()  # 4 and 5 come back
+    wait_for(lambda: message_count(pub, q) == 2)
     assert get_all(pub, q) == [b"m3", b"m4"]
 
 
@@ -434,12 +435,17 @@ def test_nack_or_reject_unknown_tag_is_406(connection, method):
     assert text == "PRECONDITION_FAILED - unknown delivery tag 7"
 
 
-def test_ack_multiple_zero_acks_everything(pub):
+def test_ack_multiple_zero_acks_everything(connection, pub):
+    ch = connection.channel()
     q = pub.queue_declare("", exclusive=True).method.queue
     fill(pub, q, 3)
-    get_n(pub, q, 3)
-    pub.basic_ack(0, multiple=True)
-    pub.close()
+    get_n(ch, q, 3)
+    ch.basic_ack(0, multiple=True)
+    ch.basic_ack(0, multiple=True)  # nothing left: still fine, not "unknown delivery tag 0"
+    ch.basic_qos(prefetch_count=0)  # round trip
+    assert ch.is_open
+    ch.close()  # had the acks been lost, the 3 messages would be requeued now
+    assert pub.basic_get(q) == (None, None, None)
 
 
 def test_ack_on_other_channel_is_406(connection, pub):
@@ -583,7 +589,7 @@ def test_unacked_messages_requeued_when_channel_closes(connection, pub):
     pump_until(connection, lambda: len(rec.got) == 4)
     ch.basic_ack(rec.got[1][0])
     ch.close()
-    assert message_count(pub, q) == 3
+    wait_for(lambda: message_count(pub, q) == 3)
     got = [pub.basic_get(q, auto_ack=True) for _ in range(3)]
     assert [b for _m, _p, b in got] == [bodies[0], bodies[2], bodies[3]]
     assert all(m.redelivered for m, _p, _b in got)
@@ -601,6 +607,7 @@ def test_unacked_messages_requeued_when_connection_closes(connect, unique):
     ch.basic_consume(q, rec)
     pump_until(conn, lambda: len(rec.got) == 5)
     conn.close()
+    wait_for(lambda: message_count(keeper, q) == 5)
     assert get_all(keeper, q) == bodies
     keeper.queue_delete(q)
 
@@ -611,6 +618,82 @@ def test_unacked_basic_get_requeued_when_channel_closes(connection, pub):
     bodies = fill(pub, q, 3)
     get_n(ch, q, 2)
     ch.close()
+    wait_for(lambda: message_count(pub, q) == 3)
     method, _p, body = pub.basic_get(q, auto_ack=True)
     assert (body, method.redelivered) == (bodies[0], True)
     assert get_all(pub, q) == bodies[1:]
+
+
+# --- more RabbitMQ specifics --------------------------------------------------------------------
+
+
+def test_ack_after_cancel_is_still_valid(connection, pub):
+    ch = connection.channel()
+    q = pub.queue_declare("", exclusive=True).method.queue
+    rec = Recorder()
+    tag = ch.basic_consume(q, rec)
+    fill(pub, q, 1)
+    pump_until(connection, lambda: rec.got)
+    ch.basic_cancel(tag)
+    ch.basic_ack(rec.got[0][0])
+    ch.basic_qos(prefetch_count=0)  # round trip: no 406 for the ack
+    ch.close()
+    assert message_count(pub, q) == 0
+
+
+def test_recover_requeue_false_is_540(connection):
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        connection.channel().basic_recover(requeue=False)
+    assert info.value.reply_code == 540
+    assert info.value.reply_text == "NOT_IMPLEMENTED - requeue=false"
+
+
+def test_recover_async_requeues_without_reply(broker):
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        q = c.expect(commands.Queue.DeclareOk, 1).queue
+        c.publish(1, b"a", routing_key=q)
+        c.send(commands.Basic.Get(queue=q), 1)
+        c.expect(commands.Basic.GetOk, 1)
+        c.read_content(1)
+        with pytest.warns(DeprecationWarning):  # pamqp: deprecated in 0-9-1, RabbitMQ accepts it
+            recover_async = commands.Basic.RecoverAsync(requeue=True)
+        c.send(recover_async, 1)
+        c.send(commands.Basic.Get(queue=q), 1)
+        ok = c.expect(commands.Basic.GetOk, 1)  # nothing answered the recover-async
+        assert ok.redelivered is True
+        assert c.read_content(1)[1] == b"a"
+        c.close()
+
+
+def test_no_local_is_ignored(broker):
+    """RabbitMQ does not implement no_local: a connection's own publishes are delivered."""
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        q = c.expect(commands.Queue.DeclareOk, 1).queue
+        c.send(commands.Basic.Consume(queue=q, no_local=True, no_ack=True), 1)
+        c.expect(commands.Basic.ConsumeOk, 1)
+        c.publish(1, b"mine", routing_key=q)
+        c.expect(commands.Basic.Deliver, 1)
+        assert c.read_content(1)[1] == b"mine"
+        c.close()
+
+
+def test_large_message_round_trip(pub):
+    q = pub.queue_declare("", exclusive=True).method.queue
+    body = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4: many body frames
+    pub.basic_publish("", q, body)
+    assert pub.basic_get(q, auto_ack=True)[2] == body
+
+
+def test_many_channels_publish_and_consume(connection, pub):
+    q = pub.queue_declare("", exclusive=True).method.queue
+    chans = [connection.channel() for _ in range(20)]
+    for i, ch in enumerate(chans):
+        ch.basic_publish("", q, str(i).encode())
+    pump_until(connection, lambda: message_count(pub, q) == 20)
+    assert sorted(int(b) for b in get_all(pub, q)) == list(range(20))

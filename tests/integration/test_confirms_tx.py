@@ -13,7 +13,7 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from helpers import get_all, message_count
+from helpers import get_all, message_count, wait_for
 from pamqp import commands
 from rawamqp import RawClient
 
@@ -197,7 +197,7 @@ def test_tx_publish_invisible_until_commit(connection):
     q = observer.queue_declare("", exclusive=True).method.queue
     tx.basic_publish("", q, b"1")
     tx.basic_publish("", q, b"2")
-    observer.queue_declare(q, passive=True)  # a round trip after the publishes
+    tx.basic_qos(prefetch_count=0)  # round trip: the tx channel has handled both publishes
     assert message_count(observer, q) == 0
     tx.tx_commit()
     assert get_all(observer, q) == [b"1", b"2"]
@@ -240,6 +240,7 @@ def test_tx_ack_rolled_back_is_not_applied(connection):
     tx.basic_ack(m2.delivery_tag)
     tx.tx_commit()  # only "b" is acked
     tx.close()  # "a" goes back to the queue
+    wait_for(lambda: message_count(setup, q) == 1)
     method, _p, body = setup.basic_get(q, auto_ack=True)
     assert (body, method.redelivered) == (b"a", True)
     assert setup.basic_get(q) == (None, None, None)
@@ -305,3 +306,13 @@ def test_tx_select_twice_is_fine(connection):
     ch.tx_select()
     ch.tx_commit()
     assert ch.is_open
+
+
+def test_tx_publish_to_missing_exchange_is_404_at_once(connection, unique):
+    ch = connection.channel()
+    ch.tx_select()
+    missing = unique("missing")
+    # basic.qos is only a round trip: the error comes before any tx.commit
+    code, text = soft_error(lambda: (ch.basic_publish(missing, "", b"x"), ch.basic_qos()))
+    assert code == 404
+    assert text == f"NOT_FOUND - no exchange '{missing}' in vhost '/'"
