@@ -52,8 +52,6 @@ def test_connection_start_fields(broker):
         "per_consumer_qos",
     ):
         assert caps.get(cap) is True, cap
-    for key in ("product", "version", "platform"):
-        assert key in start.server_properties
 
 
 def test_pika_sees_capabilities(connection):
@@ -289,6 +287,15 @@ def test_client_initiated_close_gets_close_ok(broker):
         c.open_channel(1)
         c.send(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
         c.expect(commands.Connection.CloseOk, 0)
+
+
+def test_methods_after_client_connection_close_are_ignored(broker):
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        c.expect(commands.Connection.CloseOk, 0)  # no declare-ok first
 
 
 def test_pika_close_then_reconnect(connect):
