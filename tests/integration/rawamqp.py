@@ -123,6 +123,27 @@ class RawClient:
             frames += 1
         return hdr, body, frames
 
+    def get(
+        self, channel: int, queue: str, no_ack: bool = True, timeout: float = 5.0
+    ) -> tuple[Any, Any, bytes, int]:
+        """basic.get until a message comes (publishes are asynchronous; bounded poll).
+
+        Returns (get-ok, content header, body, number of body frames)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send(commands.Basic.Get(queue=queue, no_ack=no_ack), channel)
+            _ch, reply = self.read_frame()
+            while isinstance(reply, heartbeat.Heartbeat):
+                _ch, reply = self.read_frame()
+            if isinstance(reply, commands.Basic.GetOk):
+                hdr, body, frames = self.read_content(channel)
+                return reply, hdr, body, frames
+            if not isinstance(reply, commands.Basic.GetEmpty):
+                raise AssertionError(f"expected get-ok or get-empty, got {reply!r}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"queue {queue!r} stayed empty for {timeout}s")
+            time.sleep(0.01)
+
     def read_until_connection_close(
         self, timeout: float | None = None
     ) -> commands.Connection.Close:

@@ -174,10 +174,8 @@ def test_frame_payload_of_exactly_frame_max_is_accepted(broker):
         c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
         q = c.expect(commands.Queue.DeclareOk, 1).queue
         c.publish(1, b"x" * 4096, routing_key=q)  # body frame payload == frame_max
-        c.send(commands.Basic.Get(queue=q, no_ack=True), 1)
-        ok = c.expect(commands.Basic.GetOk, 1)
+        ok, _hdr, body, frames = c.get(1, q)
         assert ok.routing_key == q
-        _hdr, body, frames = c.read_content(1)
         assert body == b"x" * 4096
         assert frames == 2  # the broker's own body frames respect frame_max (4096 - 8 per frame)
         c.close()
