@@ -52,4 +52,3 @@ def channel(connection):
 def embedded_only() -> None:
     if os.environ.get("BROKER_TEST_URI"):
         pytest.skip("needs an EmbeddedBroker with special settings; BROKER_TEST_URI is set")
-

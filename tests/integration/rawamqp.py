@@ -123,7 +123,30 @@ class RawClient:
             frames += 1
         return hdr, body, frames
 
-    def read_until_connection_close(self, timeout: float | None = None) -> commands.Connection.Close:
+    def get(
+        self, channel: int, queue: str, no_ack: bool = True, timeout: float = 5.0
+    ) -> tuple[Any, Any, bytes, int]:
+        """basic.get until a message comes (publishes are asynchronous; bounded poll).
+
+        Returns (get-ok, content header, body, number of body frames)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send(commands.Basic.Get(queue=queue, no_ack=no_ack), channel)
+            _ch, reply = self.read_frame()
+            while isinstance(reply, heartbeat.Heartbeat):
+                _ch, reply = self.read_frame()
+            if isinstance(reply, commands.Basic.GetOk):
+                hdr, body, frames = self.read_content(channel)
+                return reply, hdr, body, frames
+            if not isinstance(reply, commands.Basic.GetEmpty):
+                raise AssertionError(f"expected get-ok or get-empty, got {reply!r}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"queue {queue!r} stayed empty for {timeout}s")
+            time.sleep(0.01)
+
+    def read_until_connection_close(
+        self, timeout: float | None = None
+    ) -> commands.Connection.Close:
         """Skip frames until connection.close; answer close-ok; return the close."""
         while True:
             ch, value = self.read_frame(timeout)
@@ -163,7 +186,7 @@ class RawClient:
         mechanism: str = "PLAIN",
         channel_max: int | None = None,
         frame_max: int | None = None,
-        heartbeat_s: int = 0,
+        heartbeat_s: int | None = 0,
         capabilities: FieldTable | None = None,
         open_connection: bool = True,
     ) -> commands.Connection.Tune:
@@ -179,14 +202,17 @@ class RawClient:
             if capabilities is not None
             else {"authentication_failure_close": True},
         }
-        self.send(commands.Connection.StartOk(client_properties=props, mechanism=mechanism,
-                                              response=response))
+        self.send(
+            commands.Connection.StartOk(
+                client_properties=props, mechanism=mechanism, response=response
+            )
+        )
         self.tune = self.expect(commands.Connection.Tune)
         self.send(
             commands.Connection.TuneOk(
                 channel_max=self.tune.channel_max if channel_max is None else channel_max,
                 frame_max=self.tune.frame_max if frame_max is None else frame_max,
-                heartbeat=heartbeat_s,
+                heartbeat=self.tune.heartbeat if heartbeat_s is None else heartbeat_s,
             )
         )
         if open_connection:
@@ -209,8 +235,9 @@ class RawClient:
         properties: commands.Basic.Properties | None = None,
     ) -> None:
         data = frame.marshal(
-            commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                   mandatory=mandatory, immediate=immediate),
+            commands.Basic.Publish(
+                exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
+            ),
             channel,
         )
         data += frame.marshal(
@@ -223,7 +250,9 @@ class RawClient:
 
     def close(self) -> None:
         """Client-initiated connection.close and wait for close-ok."""
-        self.send(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+        self.send(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
         self.expect(commands.Connection.CloseOk)
         self.close_socket()
 

@@ -133,3 +133,30 @@ def test_queue_method_on_channel_zero_is_504(broker):
     assert (close.reply_code, close.class_id, close.method_id) == (504, 50, 10)
     assert close.reply_text == "CHANNEL_ERROR - unexpected method in connection state running"
 
+
+def test_methods_on_a_closing_channel_are_ignored_until_close_ok(broker, unique):
+    """After the broker sent channel.close, it drops the client's methods on that channel
+    (no reply, no error) until channel.close-ok; then the number can be reopened."""
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue=unique("missing"), passive=True), 1)
+        close = c.expect(commands.Channel.Close, 1)
+        assert close.reply_code == 404
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)  # ignored
+        c.send(commands.Basic.Qos(prefetch_count=1), 1)  # ignored
+        c.send(commands.Channel.CloseOk(), 1)
+        c.open_channel(1)  # expect() fails if a declare-ok or qos-ok sneaks in first
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        c.expect(commands.Queue.DeclareOk, 1)
+        c.close()
+
+
+def test_broker_closes_socket_after_connection_close_ok(broker):
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue="x"), 5)  # 504: connection.close from the broker
+        close = c.read_until_connection_close()  # answers close-ok
+        assert close.reply_code == 504
+        c.wait_closed(timeout=3)

@@ -52,8 +52,6 @@ def test_connection_start_fields(broker):
         "per_consumer_qos",
     ):
         assert caps.get(cap) is True, cap
-    for key in ("product", "version", "platform"):
-        assert key in start.server_properties
 
 
 def test_pika_sees_capabilities(connection):
@@ -176,10 +174,8 @@ def test_frame_payload_of_exactly_frame_max_is_accepted(broker):
         c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
         q = c.expect(commands.Queue.DeclareOk, 1).queue
         c.publish(1, b"x" * 4096, routing_key=q)  # body frame payload == frame_max
-        c.send(commands.Basic.Get(queue=q, no_ack=True), 1)
-        ok = c.expect(commands.Basic.GetOk, 1)
+        ok, _hdr, body, frames = c.get(1, q)
         assert ok.routing_key == q
-        _hdr, body, frames = c.read_content(1)
         assert body == b"x" * 4096
         assert frames == 2  # the broker's own body frames respect frame_max (4096 - 8 per frame)
         c.close()
@@ -291,6 +287,15 @@ def test_client_initiated_close_gets_close_ok(broker):
         c.expect(commands.Connection.CloseOk, 0)
 
 
+def test_methods_after_client_connection_close_are_ignored(broker):
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        c.expect(commands.Connection.CloseOk, 0)  # no declare-ok first
+
+
 def test_pika_close_then_reconnect(connect):
     conn = connect()
     conn.channel()
@@ -304,19 +309,21 @@ def test_pika_close_then_reconnect(connect):
 
 
 @pytest.mark.usefixtures("embedded_only")
-def test_embedded_small_server_heartbeat_is_negotiated():
+def test_embedded_small_server_heartbeat_is_negotiated_and_enforced():
+    """EmbeddedBroker(heartbeat=1): tune offers 1 s; a client accepting it and then sending
+    nothing is disconnected after missing heartbeats, having received the broker's own."""
     b = start_embedded(heartbeat=1)
     try:
         with RawClient(b.host, b.port) as c:
-            c.send_bytes(PROTOCOL_HEADER)
-            c.expect(commands.Connection.Start)
-            c.send(
-                commands.Connection.StartOk(
-                    client_properties={}, mechanism="PLAIN", response=plain_response("guest", "guest")
-                )
-            )
-            tune = c.expect(commands.Connection.Tune)
+            tune = c.handshake(heartbeat_s=None)
             assert tune.heartbeat == 1
+            t0 = time.monotonic()
+            received = []
+            with pytest.raises(Closed):
+                while True:
+                    received.append(c.read_frame(timeout=8)[1])
+            assert 1.5 <= time.monotonic() - t0 <= 5.0
+            assert any(isinstance(f, heartbeat.Heartbeat) for f in received)
     finally:
         b.stop()
 

@@ -251,9 +251,7 @@ def test_exchange_bind_and_unbind_route_end_to_end(conf_channel, unique):
     conf_channel.exchange_delete(dst)
 
 
-def test_auto_delete_source_exchange_goes_when_its_exchange_binding_is_removed(
-    connection, unique
-):
+def test_auto_delete_source_exchange_goes_when_its_exchange_binding_is_removed(connection, unique):
     ch = connection.channel()
     src, dst = unique("src"), unique("dst")
     ch.exchange_declare(src, "fanout", auto_delete=True)
@@ -418,3 +416,72 @@ def test_alternate_exchange_means_no_basic_return(connection, unique):
     connection.process_data_events(time_limit=0)
     assert returned == []
     assert get_all(ch, q_alt) == [b"m"]
+
+
+# --- more RabbitMQ specifics --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "binding", "headers", "routed"),
+    [
+        ("typed: int 1 is not string '1'", {"a": 1}, {"a": "1"}, False),
+        ("typed: bool true is not int 1", {"a": True}, {"a": 1}, False),
+        ("void matches void", {"a": None}, {"a": None}, True),
+        (
+            "x- binding args ignored by all",
+            {"x-match": "all", "x-foo": "bar", "a": 1},
+            {"a": 1},
+            True,
+        ),
+        (
+            "x- binding args ignored by any",
+            {"x-match": "any", "x-foo": "bar"},
+            {"x-foo": "bar"},
+            False,
+        ),
+        (
+            "all-with-x compares x- args",
+            {"x-match": "all-with-x", "x-foo": "bar"},
+            {"x-foo": "bar"},
+            True,
+        ),
+        (
+            "any-with-x compares x- args",
+            {"x-match": "any-with-x", "x-foo": "bar"},
+            {"x-foo": "bar"},
+            True,
+        ),
+    ],
+)
+def test_headers_exchange_rabbitmq_specifics(conf_channel, unique, name, binding, headers, routed):
+    ex = unique("headers")
+    conf_channel.exchange_declare(ex, "headers", auto_delete=True)
+    q = conf_channel.queue_declare("", exclusive=True).method.queue
+    conf_channel.queue_bind(q, ex, arguments=binding)
+    conf_channel.basic_publish(ex, "", b"h", pika.BasicProperties(headers=headers))
+    assert get_all(conf_channel, q) == ([b"h"] if routed else []), name
+
+
+def test_deleting_a_system_exchange_is_403(connection):
+    code, text = soft_error(connection.channel().exchange_delete, "amq.direct")
+    assert code == 403
+    assert (
+        text == "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed"
+    )
+    connection.channel().exchange_declare("amq.direct", passive=True)
+
+
+def test_amq_default_is_not_an_alias_for_the_default_exchange(connection):
+    """RabbitMQ 3.10 answers a publish to "amq.default" with 404."""
+    ch = connection.channel()
+    ch.confirm_delivery()
+    code, text = soft_error(ch.basic_publish, "amq.default", "nothing", b"x")
+    assert code == 404
+    assert text == "NOT_FOUND - no exchange 'amq.default' in vhost '/'"
+
+
+def test_exchange_bind_missing_destination_is_404(connection, unique):
+    missing = unique("missing")
+    code, text = soft_error(connection.channel().exchange_bind, missing, "amq.fanout")
+    assert code == 404
+    assert text == f"NOT_FOUND - no exchange '{missing}' in vhost '/'"

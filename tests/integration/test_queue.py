@@ -75,6 +75,16 @@ def test_amq_prefix_queue_name_is_403(connection, unique):
     assert text == f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"
 
 
+def test_redeclaring_a_server_named_queue_non_passively_is_403(connection):
+    """RabbitMQ checks the amq. prefix before looking the queue up."""
+    ch = connection.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_declare(q, passive=True)
+    code, text = soft_error(ch.queue_declare, q, exclusive=True)
+    assert code == 403
+    assert text == f"ACCESS_REFUSED - queue name '{q}' contains reserved prefix 'amq.*'"
+
+
 def test_durable_queue_declare_and_delete(channel, unique):
     q = unique("durable")
     channel.queue_declare(q, durable=True)
@@ -354,3 +364,58 @@ def test_deleted_queue_with_unacked_messages_reports_only_ready(connection, uniq
     ch.basic_get(q, auto_ack=False)
     assert connection.channel().queue_delete(q).method.message_count == 2
     assert ch.is_open
+
+
+# --- more RabbitMQ specifics --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("first", "second"), [(True, False), (False, True)])
+def test_redeclare_with_other_exclusive_flag_is_405(connection, unique, first, second):
+    q = unique("q")
+    ch = connection.channel()
+    ch.queue_declare(q, exclusive=first, auto_delete=True)
+    code, text = soft_error(
+        connection.channel().queue_declare, q, exclusive=second, auto_delete=True
+    )
+    assert code == 405
+    assert text.startswith(
+        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}'"
+    )
+    connection.channel().queue_delete(q)
+
+
+def test_queue_declare_nowait_raw(broker, unique):
+    q = unique("nowait")
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue=q, exclusive=True, nowait=True), 1)
+        c.send(commands.Queue.Declare(queue=q, passive=True), 1)
+        ok = c.expect(commands.Queue.DeclareOk, 1)  # the first declare sent no declare-ok
+        assert (ok.queue, ok.message_count, ok.consumer_count) == (q, 0, 0)
+        c.close()
+
+
+def test_queue_name_of_255_bytes(broker):
+    name = "q" * 255
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue=name, exclusive=True), 1)
+        assert c.expect(commands.Queue.DeclareOk, 1).queue == name
+        c.close()
+
+
+def test_unbind_with_missing_queue_or_exchange_is_ok(connection, unique):
+    ch = connection.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_unbind(q, unique("missing-ex"), "k")
+    ch.queue_unbind(unique("missing-q"), "amq.direct", "k")
+    assert ch.is_open
+
+
+def test_purge_missing_queue_is_404(connection, unique):
+    q = unique("missing")
+    code, text = soft_error(connection.channel().queue_purge, q)
+    assert code == 404
+    assert text == f"NOT_FOUND - no queue '{q}' in vhost '/'"

@@ -113,9 +113,7 @@ def test_work_queues_fair_dispatch_blocking(connect, unique):
     fast_ch.basic_consume(q, on_fast)
     n = 10
     for i in range(n):
-        setup.basic_publish(
-            "", q, f"task {i}".encode(), pika.BasicProperties(delivery_mode=2)
-        )
+        setup.basic_publish("", q, f"task {i}".encode(), pika.BasicProperties(delivery_mode=2))
     pump_until(conn, lambda: len(slow) + len(fast) == n)
     assert len(slow) == 1
     assert len(fast) == n - 1
@@ -156,8 +154,9 @@ def test_work_queues_fair_dispatch_aio_pika(broker, unique):
             await fast_q.consume(on_fast)
             for i in range(n):
                 await ch_pub.default_exchange.publish(
-                    aio_pika.Message(f"task {i}".encode(),
-                                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    aio_pika.Message(
+                        f"task {i}".encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+                    ),
                     routing_key=q,
                 )
             await asyncio.wait_for(done.wait(), 5)
@@ -287,8 +286,7 @@ def test_topics_aio_pika(broker, unique):
         conn = await aio_pika.connect(broker.url)
         async with conn:
             ch = await conn.channel(publisher_confirms=True)
-            ex = await ch.declare_exchange(ex_name, aio_pika.ExchangeType.TOPIC,
-                                           auto_delete=True)
+            ex = await ch.declare_exchange(ex_name, aio_pika.ExchangeType.TOPIC, auto_delete=True)
             queues = {}
             for name, keys in TOPIC_BINDINGS.items():
                 queues[name] = await ch.declare_queue(exclusive=True)
@@ -327,7 +325,9 @@ def test_rpc_blocking(connect, unique):
 
     def on_request(ch, method, props, body):
         ch.basic_publish(
-            "", props.reply_to, str(fib(int(body))).encode(),
+            "",
+            props.reply_to,
+            str(fib(int(body))).encode(),
             pika.BasicProperties(correlation_id=props.correlation_id),
         )
         ch.basic_ack(method.delivery_tag)
@@ -346,7 +346,9 @@ def test_rpc_blocking(connect, unique):
     corr = {n: str(uuid.uuid4()) for n in (10, 20)}
     for n, cid in corr.items():
         client.basic_publish(
-            "", rpc_queue, str(n).encode(),
+            "",
+            rpc_queue,
+            str(n).encode(),
             pika.BasicProperties(reply_to=callback_queue, correlation_id=cid),
         )
 
@@ -373,8 +375,12 @@ def test_rpc_select_connection(broker, unique):
         state["server"].basic_consume(rpc_queue, on_request, callback=on_server_ready)
 
     def on_request(ch, method, props, body):
-        ch.basic_publish("", props.reply_to, str(fib(int(body))).encode(),
-                         pika.BasicProperties(correlation_id=props.correlation_id))
+        ch.basic_publish(
+            "",
+            props.reply_to,
+            str(fib(int(body))).encode(),
+            pika.BasicProperties(correlation_id=props.correlation_id),
+        )
         ch.basic_ack(method.delivery_tag)
 
     def on_server_ready(_f):
@@ -386,12 +392,15 @@ def test_rpc_select_connection(broker, unique):
 
     def on_cb_declared(frame):
         cbq = frame.method.queue
-        state["client"].basic_consume(cbq, on_response, auto_ack=True,
-                                      callback=lambda _f: send_request(cbq))
+        state["client"].basic_consume(
+            cbq, on_response, auto_ack=True, callback=lambda _f: send_request(cbq)
+        )
 
     def send_request(cbq):
         state["client"].basic_publish(
-            "", rpc_queue, b"30",
+            "",
+            rpc_queue,
+            b"30",
             pika.BasicProperties(reply_to=cbq, correlation_id=state["corr"]),
         )
 
@@ -412,4 +421,3 @@ def test_rpc_select_connection(broker, unique):
     conn.ioloop.close()
     assert "error" not in state and "timeout" not in state
     assert state["response"] == (state["corr"], b"832040")
-
