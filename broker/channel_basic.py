@@ -68,6 +68,13 @@ def publish(ch: Any, cmd: Any) -> None:
                 f"cannot publish to internal exchange '{name}' in vhost '{ch.vhost.name}'",
                 method)
     header = cmd.header
+    user_id = header.properties.user_id
+    if user_id is not None and user_id != ch.conn.username:
+        # rabbitmq.com/validated-user-id.html
+        raise errors.amqp_error(
+            errors.PreconditionFailed,
+            f"user_id property set to '{user_id}' but authenticated user was "
+            f"'{ch.conn.username}'", method)
     message = Message(name, method.routing_key, header.properties, cmd.body or b"",
                       raw_properties=header.raw_properties)
     if ch.tx is not None:
@@ -173,6 +180,8 @@ def recover(ch: Any, cmd: Any) -> None:
 def qos(ch: Any, cmd: Any) -> None:
     """basic.qos (§1.8.3.1, RabbitMQ's per-consumer/per-channel reading of `global`)."""
     m = cmd.method
+    if m.prefetch_size:
+        raise errors.amqp_error(errors.NotImplemented_, f"prefetch_size!=0 ({m.prefetch_size})", m)
     ch.limiter.qos(m.prefetch_count, m.global_)
     ch.send_method(B.QosOk())
     ch.poke_queues()

@@ -28,7 +28,10 @@ class Limiter:
         if global_:
             self.prefetch_count = prefetch_count
         else:
+            # RabbitMQ 3.10 also lifts the channel-wide limit here (rabbit_channel calls
+            # rabbit_limiter:unlimit_prefetch); the integration suite checks this quirk
             self.consumer_prefetch = prefetch_count
+            self.prefetch_count = 0
 
     def can_send(self) -> bool:
         """True when the channel-wide limit allows one more ack-required delivery."""

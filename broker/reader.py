@@ -59,6 +59,7 @@ class Reader(asyncio.Protocol):
         self.frame_max = self.config.frame_max  # negotiated frame_max
         self.channel_max = self.config.channel_max  # negotiated channel_max
         self.capabilities: dict = {}  # client capabilities (consumer_cancel_notify, …)
+        self.username = ""  # authenticated user, after connection.open
         self.channels: dict[int, ChannelProcess] = {}  # channel number -> process
         self._assemblers: dict[int, CommandAssembler] = {}  # channel number -> assembler
         self._discarding: set[int] = set()  # channels closed by an assembler error
@@ -262,6 +263,7 @@ class Reader(asyncio.Protocol):
         hs = self.handshake
         self.state = RUNNING
         self.vhost = self.broker.vhosts[hs.vhost]
+        self.username = hs.username
         self.frame_max = hs.frame_max
         self.decoder.frame_max = hs.frame_max
         self.channel_max = hs.channel_max

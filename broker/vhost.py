@@ -109,7 +109,7 @@ class VHost:
             raise errors.amqp_error(
                 errors.AccessRefused,
                 "operation not permitted on the default exchange" if name == ""
-                else f"{self._ex(name)} contains reserved prefix 'amq.*'", method)
+                else f"deletion of system {self._ex(name)} not allowed", method)
         exchange = self.exchanges.get(name)
         if exchange is None:
             return
@@ -157,13 +157,17 @@ class VHost:
 
     def unbind(self, kind: str, destination: str, source: str, routing_key: str,
                arguments: dict | None, owner: Any = None, method: Any = None) -> None:
-        """queue.unbind / exchange.unbind; a missing binding is not an error (RabbitMQ)."""
+        """queue.unbind / exchange.unbind; a missing binding, queue or exchange is not an
+        error (RabbitMQ 3.10)."""
         arguments = arguments or {}
         if source == "" or (kind == "exchange" and destination == ""):
             raise errors.amqp_error(
                 errors.AccessRefused, "operation not permitted on the default exchange", method)
+        exchange = self.exchanges.get(source)
+        known = self.queues if kind == "queue" else self.exchanges
+        if exchange is None or destination not in known:
+            return
         dest = self._destination(kind, destination, owner, method)
-        exchange = self.get_exchange(source, method)
         if exchange.routing.remove_binding(dest, routing_key, arguments):
             self._maybe_auto_delete_exchange(exchange)
 
@@ -175,12 +179,15 @@ class VHost:
         if queue is None:
             raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
-            raise errors.amqp_error(
-                errors.ResourceLocked,
-                f"cannot obtain exclusive access to locked {self._q(name)}. It could be "
-                "originally declared on another connection or the exclusive property value "
-                "does not match that of the original declaration.", method)
+            raise self._locked(name, method)
         return queue
+
+    def _locked(self, name: str, method: Any) -> Exception:
+        return errors.amqp_error(
+            errors.ResourceLocked,
+            f"cannot obtain exclusive access to locked {self._q(name)}. It could be "
+            "originally declared on another connection or the exclusive property value "
+            "does not match that of the original declaration.", method)
 
     def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
@@ -214,8 +221,9 @@ class VHost:
 
     def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
                           auto_delete: bool, arguments: dict, method: Any) -> None:
+        if exclusive != (q.exclusive_owner is not None):
+            raise self._locked(q.name, method)
         for field, new, old in (("durable", durable, q.durable),
-                                ("exclusive", exclusive, q.exclusive_owner is not None),
                                 ("auto_delete", auto_delete, q.auto_delete)):
             if new != old:
                 raise errors.amqp_error(
