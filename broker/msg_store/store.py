@@ -318,9 +318,12 @@ class MessageStore:
         with self._lock:
             self._flush_locked()
 
-    def needs_sync(self) -> bool:
-        """True when some client waits for an on_disk confirm."""
+    def needs_sync(self, client: int | None = None) -> bool:
+        """True when `client` (or, with None, any client) waits for an on_disk confirm that
+        no sync has started yet."""
         with self._lock:
+            if client is not None:
+                return bool(self._pending.get(client))
             return any(self._pending.values())
 
     def sync(self) -> None:
