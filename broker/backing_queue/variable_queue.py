@@ -111,7 +111,7 @@ class VariableQueue(VqDisk):
             rec = self._qi.recover(stores.persistent.contains)
             self._next_seq_id = rec.next_seq_id  # seq_id of the next publish
             if rec.count:
-                self.delta = Delta(rec.low_seq_id, rec.count, rec.next_seq_id)
+                self.delta = Delta(rec.low_seq_id, rec.count, rec.next_seq_id, rec.bytes)
                 self._len = self._persistent = rec.count
                 self._bytes = rec.bytes
         else:
@@ -253,9 +253,10 @@ class VariableQueue(VqDisk):
         return [ms.msg_id for ms in done]
 
     def requeue(self, ack_tags: Iterable[AckTag]) -> None:
-        """Pending acks back to the ready list by seq_id, redelivered: into q4 (as alphas)
-        below q3's head, into q3 (as betas) below delta, the rest into delta (RabbitMQ
-        `queue_merge` / `delta_merge`)."""
+        """Pending acks back to the ready list by seq_id, redelivered (RabbitMQ `queue_merge`
+        / `delta_merge`): each goes where its seq_id falls in q4 | q3 | delta | q2 | q1;
+        alphas (q4, q1) get their body back in RAM, betas (q3, q2) keep only embedded ones,
+        and a seq_id in delta's stretch joins delta (written to disk)."""
         back = sorted(
             (ms for ms in map(self._pop_pending, ack_tags) if ms is not None),
             key=lambda ms: ms.seq_id,
@@ -263,45 +264,43 @@ class VariableQueue(VqDisk):
         if not back:
             return
         self._rates.counts[2] += len(back)
+        inf = float("inf")
+        b1 = self.q1[0].seq_id if self.q1 else inf
+        b2 = self.q2[0].seq_id if self.q2 else inf
+        bd = self.delta.start_seq_id if self.delta.count else inf
+        b3 = self.q3[0].seq_id if self.q3 else inf
+        to1, to2, to_delta, to3, to4 = [], [], [], [], []
         for ms in back:
             ms.is_delivered = True
-        self._len += len(back)
-        self._persistent += sum(ms.is_persistent for ms in back)
-        if self.q3:
-            limit4: int | None = self.q3[0].seq_id
-        elif self.delta.count:
-            limit4 = self.delta.start_seq_id
-        else:
-            limit4 = None
-        limit3 = self.delta.start_seq_id if self.delta.count else None
-        to4 = [ms for ms in back if limit4 is None or ms.seq_id < limit4]
-        rest = back[len(to4):]
-        to3 = [ms for ms in rest if limit3 is None or ms.seq_id < limit3]
-        to_delta = rest[len(to3):]
-        if self.mode == "lazy":
-            to_delta, to4, to3 = back, [], []
-        for ms in to4:  # alphas: the body comes back into RAM
-            if ms.msg is None:
-                ms.msg = self._read_msg(ms)
-        lost = [ms for ms in to4 if ms.msg is None]
+            x = ms.seq_id
+            dest = to1 if x > b1 else to2 if x > b2 else to_delta if x >= bd else (
+                to3 if x > b3 else to4)
+            dest.append(ms)
+        alphas = [ms for ms in to4 + to1 if ms.msg is None]
+        for ms in alphas:  # the body comes back into RAM
+            ms.msg = self._read_msg(ms)
+        lost = [ms for ms in alphas if ms.msg is None]
         if lost:
-            self._len -= len(lost)
-            self._persistent -= sum(ms.is_persistent for ms in lost)
             self._forget(lost)
             to4 = [ms for ms in to4 if ms.msg is not None]
-        self._ram_msgs += len(to4)
-        self.q4 = deque(heapq.merge(to4, self.q4, key=lambda m: m.seq_id))
-        for ms in to3:  # betas: store-backed bodies leave RAM
+            to1 = [ms for ms in to1 if ms.msg is not None]
+        for ms in to3 + to2:  # betas: store-backed bodies leave RAM
             if ms.persist_to == MSG_STORE and ms.msg is not None:
                 self._write_msg(ms, ms.msg)
                 ms.msg = None
             elif ms.msg is not None:
                 self._write_index(ms, ms.msg)
-                self._ram_msgs += 1
-        self.q3 = deque(heapq.merge(to3, self.q3, key=lambda m: m.seq_id))
+        kept = to4 + to3 + to2 + to1 + to_delta
+        self._len += len(kept)
+        self._persistent += sum(ms.is_persistent for ms in kept)
+        self._ram_msgs += sum(ms.msg is not None for ms in to4 + to3 + to2 + to1)
+
+        def merge(items: list[MsgStatus], q: deque[MsgStatus]) -> deque[MsgStatus]:
+            return deque(heapq.merge(items, q, key=lambda m: m.seq_id)) if items else q
+
+        self.q4, self.q3 = merge(to4, self.q4), merge(to3, self.q3)
+        self.q2, self.q1 = merge(to2, self.q2), merge(to1, self.q1)
         for ms in to_delta:
-            if ms.msg is None and not ms.msg_in_store:
-                ms.msg = self._read_msg(ms)
             self._to_delta_new(ms)
         self._reduce_memory_use()
 
@@ -488,13 +487,7 @@ class VariableQueue(VqDisk):
         return total + self._delta_persistent_bytes()
 
     def _delta_persistent_bytes(self) -> int:
-        if not self.delta.count:
-            return 0
-        # ready bytes minus everything else we know in RAM: delta's share, without a read
-        pending = sum(ms.size for d in (self.ram_pending_ack, self.disk_pending_ack,
-                                         self.qi_pending_ack) for ms in d.values())
-        in_ram = sum(ms.size for q in (self.q1, self.q2, self.q3, self.q4) for ms in q)
-        return max(self._bytes - pending - in_ram, 0)
+        return self.delta.bytes - self.delta.transient_bytes
 
     def delete_and_terminate(self) -> None:
         """The queue is deleted: drop every message and store reference, remove the index."""

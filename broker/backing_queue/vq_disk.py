@@ -238,7 +238,7 @@ class VqDisk:
         if ms.msg is not None:
             ms.msg = None
             self._ram_msgs -= 1
-        self.delta.add(ms.seq_id, ms.is_persistent)
+        self.delta.add(ms.seq_id, ms.is_persistent, ms.size)
 
     def _push_betas_to_deltas(self, permitted: int) -> None:
         """Betas beyond `permitted` go to delta once there are io_batch_size of them: all of
@@ -284,8 +284,7 @@ class VqDisk:
                 loaded += 1
                 if msg is not None:
                     self._ram_msgs += 1
-                if not pub.is_persistent:
-                    d.transient -= 1
+                d.took(pub.is_persistent, pub.size)
             d.count -= loaded
             d.start_seq_id = end
             if d.count <= 0 or end >= d.end_seq_id:

@@ -84,17 +84,20 @@ class MsgStatus:
 class Delta:
     """Messages only on disk: `count` un-acked index entries with seq ids in
     [start_seq_id, end_seq_id) that are neither ready in RAM nor pending ack.
-    transient: how many of them are not persistent (dropped at a clean shutdown)."""
+    bytes: their body bytes. transient / transient_bytes: how many of them (and their bytes)
+    are not persistent (dropped at a clean shutdown)."""
 
-    __slots__ = ("start_seq_id", "count", "end_seq_id", "transient")
+    __slots__ = ("start_seq_id", "count", "end_seq_id", "bytes", "transient", "transient_bytes")
 
-    def __init__(self, start: int = 0, count: int = 0, end: int = 0, transient: int = 0) -> None:
+    def __init__(self, start: int = 0, count: int = 0, end: int = 0, nbytes: int = 0) -> None:
         self.start_seq_id = start
         self.count = count
         self.end_seq_id = end
-        self.transient = transient
+        self.bytes = nbytes
+        self.transient = 0
+        self.transient_bytes = 0
 
-    def add(self, seq_id: int, is_persistent: bool) -> None:
+    def add(self, seq_id: int, is_persistent: bool, size: int) -> None:
         """Widen the range to take `seq_id` (RabbitMQ `expand_delta`)."""
         if self.count == 0:
             self.start_seq_id, self.end_seq_id = seq_id, seq_id + 1
@@ -102,12 +105,22 @@ class Delta:
             self.start_seq_id = min(self.start_seq_id, seq_id)
             self.end_seq_id = max(self.end_seq_id, seq_id + 1)
         self.count += 1
+        self.bytes += size
         if not is_persistent:
             self.transient += 1
+            self.transient_bytes += size
+
+    def took(self, is_persistent: bool, size: int) -> None:
+        """One message left delta for q3 (the caller moves start_seq_id and count)."""
+        self.bytes -= size
+        if not is_persistent:
+            self.transient -= 1
+            self.transient_bytes -= size
 
     def clear(self) -> None:
         """Empty range."""
-        self.start_seq_id = self.end_seq_id = self.count = self.transient = 0
+        self.start_seq_id = self.end_seq_id = self.count = self.bytes = 0
+        self.transient = self.transient_bytes = 0
 
     def __repr__(self) -> str:
         return f"Delta({self.start_seq_id}, {self.count}, {self.end_seq_id})"
