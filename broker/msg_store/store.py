@@ -167,7 +167,8 @@ class MessageStore:
         except FileNotFoundError:
             return False
         os.unlink(path)  # a crash from now on must not trust it
-        _fsync_dir(self.directory)
+        if self.fsync:
+            _fsync_dir(self.directory)
         if len(data) < len(_MAGIC) + 16 or data[:8] != _MAGIC:
             log.warning("%s: snapshot has a bad header; scanning", self.directory)
             return False
@@ -207,9 +208,7 @@ class MessageStore:
                     "%s: torn record at offset %d (file size %d); truncating",
                     path, valid_end, size,
                 )
-                with open(path, "r+b") as f:
-                    f.truncate(valid_end)
-                    os.fsync(f.fileno())
+                os.truncate(path, valid_end)
             summary = FileSummary(0, valid_end)
             for rec in records:
                 if rec.msg_id in self._index:
@@ -488,7 +487,8 @@ class MessageStore:
         self._pool.shutdown(wait=True)
         self._gc_pool.shutdown(wait=True)
         with self._lock:
-            os.fsync(self._cur_fd)
+            if self.fsync:
+                os.fsync(self._cur_fd)
             os.close(self._cur_fd)
             for num in list(self._read_fds):
                 self._close_read_fd(num)
@@ -527,9 +527,11 @@ class MessageStore:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if self.fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.directory, SNAPSHOT))
-        _fsync_dir(self.directory)
+        if self.fsync:
+            _fsync_dir(self.directory)
 
 
 def _fsync_path(path: str) -> None:

@@ -143,14 +143,28 @@ class VqVsMemory(RuleBasedStateMachine):
         as redelivered ready messages; transient ones are gone."""
         self.vq.terminate()
         self.stores.close()
+        self._rebuild_model(all_redelivered=False)
+
+    def _rebuild_model(self, all_redelivered: bool) -> None:
         ready = [(s, m, p, d) for s, m, p, d in self.model._ready]
         ready += [(s, m, p, True) for s, (m, p) in self.model._pending.items()]
         self.model = MemoryBackingQueue(("/", "q"), True)
         for _s, m, p, d in sorted(ready, key=lambda e: e[0]):
             if m.persistent:
-                self.model.publish(m, MessageProps(expiry=p.expiry), delivered=d)
+                self.model.publish(m, MessageProps(expiry=p.expiry), delivered=d or all_redelivered)
         self.pending.clear()
         self._open()
+
+    @rule()
+    def crash(self):
+        """Unclean stop after every write reached the OS (write(2), no fsync, no terms):
+        persistent messages come back, all marked redelivered."""
+        self.vq._qi.flush()
+        self.vq._qi.close_abruptly()
+        self.stores.persistent.flush()
+        self.stores.persistent.abandon()
+        self.stores.transient.abandon()
+        self._rebuild_model(all_redelivered=True)
 
     @invariant()
     def same_counts(self):
