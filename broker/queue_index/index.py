@@ -118,6 +118,7 @@ class QueueIndex:
         self._unconfirmed: list[bytes] = []  # confirm-owed msg_ids since the last sync()
         self._sync_queue: list[list[bytes]] = []  # batches waiting for the running fsync
         self._syncing = False  # an fsync job is running
+        self._dirty = False  # journal bytes written since the last fsync was started
         self._idle = threading.Condition(self._lock)
 
     # -- boot ------------------------------------------------------------------------------
@@ -306,6 +307,7 @@ class QueueIndex:
         if self._buf:
             os.write(self._fd, self._buf)
             self._buf = bytearray()
+            self._dirty = True
 
     def needs_sync(self) -> bool:
         """True while msg_ids published with confirm=True wait for an fsync."""
@@ -313,11 +315,14 @@ class QueueIndex:
             return bool(self._unconfirmed)
 
     def sync(self) -> None:
-        """Flush, then fsync the journal on a worker thread and report to on_sync."""
+        """Flush, then fsync the journal on a worker thread and report to on_sync. Without
+        owed confirms it still fsyncs what was written since the last fsync (the queue
+        process's 200 ms idle sync); with nothing written it does nothing."""
         self.flush()
         with self._lock:
-            if not self._unconfirmed:
+            if not self._unconfirmed and not self._dirty:
                 return
+            self._dirty = False
             batch, self._unconfirmed = self._unconfirmed, []
             if not self.fsync:
                 ready = batch
@@ -327,7 +332,7 @@ class QueueIndex:
                     self._syncing = True
                     _pool().submit(self._sync_worker)
                 return
-        if self.on_sync is not None:
+        if self.on_sync is not None and ready:
             self.on_sync(ready)
 
     def _sync_worker(self) -> None:
@@ -350,7 +355,8 @@ class QueueIndex:
                     os.close(fd)
             if self.on_sync is not None and fd >= 0:
                 for batch in batches:
-                    self.on_sync(batch)
+                    if batch:
+                        self.on_sync(batch)
 
     def wait_for_sync(self, timeout: float = 10.0) -> None:
         """Block until no journal fsync is running (tests, terminate)."""
@@ -386,6 +392,7 @@ class QueueIndex:
             _fsync_dir(self.directory)
         self._journal = {}
         self._journal_count = 0
+        self._dirty = False
         with self._lock:
             ready, self._unconfirmed = self._unconfirmed, []
         if ready and self.on_sync is not None:

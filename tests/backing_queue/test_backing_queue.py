@@ -242,3 +242,25 @@ def test_delete_and_terminate_removes_the_index_dir(vq_harness):
     bq.delete_and_terminate()
     assert not os.path.exists(qdir)
     assert len(h.stores.persistent) == 0
+
+
+def test_acking_most_messages_lets_gc_shrink_the_store(vq_harness):
+    from broker.msg_store import file_format as ff
+
+    h = vq_harness("vq-embed-0")
+    bq = h.new()  # the harness' stores roll files at 64 KiB
+    store = h.stores.persistent
+    for i in range(400):
+        bq.publish(make_message(i, size=1000), PROPS)
+    store.flush()
+    before = len(ff.list_files(store.directory))
+    assert before >= 6
+    got = fetch_all(bq)
+    bq.set_target_ram_count(0)  # pending acks drop their bodies: requeue must read the store
+    assert bq.stats()["disk_ack_count"] == 400
+    bq.ack([f.ack_tag for f in got if int(bodies([f])[0]) % 10])
+    store.wait_for_gc()
+    assert len(ff.list_files(store.directory)) < before
+    bq.requeue([f.ack_tag for f in got if int(bodies([f])[0]) % 10 == 0])
+    bq.set_target_ram_count(None)
+    assert bodies(fetch_all(bq)) == [str(i) for i in range(0, 400, 10)]
