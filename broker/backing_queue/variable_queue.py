@@ -17,6 +17,17 @@ dropped) if that comes first; a message that is not is_persistent is confirmed a
 Threading: all methods run on the queue process's thread. `notify()` is called from the
 fsync worker threads (and sometimes inline) when confirms became available: it must be
 thread-safe, e.g. `lambda: loop.call_soon_threadsafe(mailbox.cast, "confirms")`.
+
+What the server and queue process do:
+    boot      stores = VhostStores(data_dir, vhost); stores.recover(keep_queues=<durable
+              queue names of the vhost>) once, then one VariableQueue(name, durable, notify,
+              stores=stores, ...) per queue; a durable queue's directory is recovered.
+    running   when the mailbox empties: `if bq.needs_sync(): bq.sync()`; also a 200 ms timer
+              calling `bq.sync()` while needs_sync() (and once after 200 ms idle); on the
+              notify message: `bq.drain_confirmed()` -> release those msg_ids to channels;
+              every 5 s: report `bq.ram_duration()`, apply `bq.set_ram_duration_target(d)`.
+    shutdown  `bq.terminate()` for every queue, then `stores.close()`.
+    delete    `bq.delete_and_terminate()`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ names follow rabbit_variable_queue.erl (`maybe_write_to_disk`, `push_alphas_to_b
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections import deque
@@ -198,7 +199,7 @@ class VqDisk:
         """Page the `n` newest RAM pending acks (RabbitMQ takes the largest seq ids)."""
         if n <= 0:
             return
-        for seq_id in sorted(self.ram_pending_ack, reverse=True)[:n]:
+        for seq_id in heapq.nlargest(n, self.ram_pending_ack):
             ms = self.ram_pending_ack.pop(seq_id)
             msg = ms.msg
             assert msg is not None

@@ -594,12 +594,20 @@ class VhostStores:
             os.path.join(self.root, "msg_store_transient"), **transient_options  # type: ignore[arg-type]
         )
 
-    def recover(self) -> bool:
-        """Wipe the transient store, recover the persistent one (snapshot if clean, else scan
-        with ref counts rebuilt from every queue index); returns True if clean."""
-        from broker.queue_index.index import count_store_refs
+    def recover(self, keep_queues: Iterable[str] | None = None) -> bool:
+        """Boot: wipe the transient store; with `keep_queues` (names of this vhost's durable
+        queues, from the definitions), delete every other queue-index directory first (deleted
+        or non-durable queues); then recover the persistent store (snapshot if clean, else a
+        scan with ref counts rebuilt from the remaining queue indexes). Returns True if the
+        store was clean."""
+        from broker.queue_index.index import count_store_refs, queue_dir_name
 
         self.transient.wipe()
+        if keep_queues is not None:
+            keep = {queue_dir_name(self.vhost, q) for q in keep_queues}
+            for name in os.listdir(self.queues_dir):
+                if name not in keep:
+                    shutil.rmtree(os.path.join(self.queues_dir, name), ignore_errors=True)
         return self.persistent.recover(lambda: count_store_refs(self.queues_dir))
 
     def close(self) -> None:

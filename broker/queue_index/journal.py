@@ -36,7 +36,7 @@ SEQ_BITS = 62
 SEQ_MASK = (1 << SEQ_BITS) - 1
 HEADER = struct.Struct(">Q")
 PUB_FIXED = struct.Struct(">Q16sQII")  # header, msg_id, expiry, size, embedded_size
-PUB_OVERHEAD = PUB_FIXED.size + 4  # 48 bytes + embedded
+PUB_OVERHEAD = PUB_FIXED.size + 4  # 44 bytes + embedded
 _CRC = struct.Struct(">I")
 
 
@@ -56,7 +56,7 @@ class PubRecord(NamedTuple):
 
 
 def encode_publish(seq_id: int, pub: PubRecord) -> bytes:
-    """A publish entry with its CRC32 (48 + len(embedded) bytes)."""
+    """A publish entry with its CRC32 (44 + len(embedded) bytes)."""
     prefix = PUB_PERSIST if pub.is_persistent else PUB_TRANS
     head = PUB_FIXED.pack(
         (prefix << SEQ_BITS) | seq_id, pub.msg_id, pub.expiry_us, pub.size, len(pub.embedded)

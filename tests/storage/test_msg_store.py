@@ -244,3 +244,14 @@ def test_vhost_stores_wipe_transient_and_recover_persistent(tmp_path):
     assert again.persistent.read(mid(1)) == b"p"
     assert again.transient.read(mid(2)) is None
     again.close()
+
+
+def test_vhost_recover_drops_queue_dirs_not_kept(tmp_path):
+    from broker.queue_index.index import queue_dir_name
+
+    pair = VhostStores(str(tmp_path), "/", fsync=False)
+    for q in ("keep", "gone"):
+        os.makedirs(os.path.join(pair.queues_dir, queue_dir_name("/", q)))
+    pair.recover(keep_queues=["keep"])
+    assert os.listdir(pair.queues_dir) == [queue_dir_name("/", "keep")]
+    pair.close()
