@@ -43,7 +43,7 @@ from broker.backing_queue.base import AckTag, Fetched, MessageProps
 from broker.backing_queue.vq_disk import VqDisk
 from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus, Rates
 from broker.message import Message
-from broker.msg_store.store import VhostStores
+from broker.msg_store.vhost import VhostStores
 from broker.queue_index.index import QueueIndex, queue_dir_name
 from broker.queue_index.segment import next_segment_boundary
 

@@ -24,7 +24,7 @@ from broker.queue_index.journal import PubRecord
 from broker.queue_index.segment import next_segment_boundary
 
 if TYPE_CHECKING:
-    from broker.msg_store.store import VhostStores
+    from broker.msg_store.vhost import VhostStores
     from broker.queue_index.index import QueueIndex
 
 log = logging.getLogger("broker.queue")

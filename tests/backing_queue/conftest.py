@@ -12,7 +12,7 @@ from broker.backing_queue.base import MessageProps
 from broker.backing_queue.memory import MemoryBackingQueue
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.message import Message, Properties
-from broker.msg_store.store import VhostStores
+from broker.msg_store.vhost import VhostStores
 
 IMPLS = ["memory", "vq-embed-0", "vq-embed-4096"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from broker.backing_queue.base import MessageProps
 from broker.backing_queue.variable_queue import VariableQueue
-from broker.msg_store.store import VhostStores
+from broker.msg_store.vhost import VhostStores
 
 from .conftest import make_message
 

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from broker.backing_queue.base import MessageProps  # noqa: E402
 from broker.backing_queue.variable_queue import VariableQueue  # noqa: E402
 from broker.message import Message, Properties  # noqa: E402
-from broker.msg_store.store import VhostStores  # noqa: E402
+from broker.msg_store.vhost import VhostStores  # noqa: E402
 
 
 def du(path: str, suffix: str) -> int:

@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from broker.msg_store import file_format as ff
-from broker.msg_store.store import MessageStore, VhostStores
+from broker.msg_store.store import MessageStore
+from broker.msg_store.vhost import VhostStores
 
 
 def mid(n: int) -> bytes:
