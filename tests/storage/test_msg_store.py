@@ -256,3 +256,38 @@ def test_vhost_recover_drops_queue_dirs_not_kept(tmp_path):
     pair.recover(keep_queues=["keep"])
     assert os.listdir(pair.queues_dir) == [queue_dir_name("/", "keep")]
     pair.close()
+
+
+def test_reads_stay_right_while_gc_runs_on_its_thread(tmp_path, caplog):
+    import random
+
+    caplog.set_level(logging.INFO, logger="broker.store")
+    rng = random.Random(7)
+    store = open_store(tmp_path, file_size_limit=2048)
+    live: dict[int, bytes] = {}
+    n = 0
+    for _round in range(60):
+        for _ in range(rng.randint(1, 12)):
+            body = os.urandom(rng.randint(10, 400))
+            store.write(mid(n), body)
+            live[n] = body
+            n += 1
+        if rng.random() < 0.3:
+            store.flush()
+        drop = rng.sample(sorted(live), k=len(live) // 2)
+        store.remove([mid(i) for i in drop])  # may start or overlap a GC pass
+        for i in drop:
+            del live[i]
+        for i, body in live.items():
+            assert store.read(mid(i)) == body
+    store.wait_for_gc()
+    assert "combined" in caplog.text
+    for i, body in live.items():
+        assert store.read(mid(i)) == body
+    total, valid = store.totals()
+    assert valid == sum(ff.record_total_size(len(b)) for b in live.values())
+    store.close()
+    again = MessageStore(str(tmp_path), fsync=False)
+    assert again.recover()
+    assert all(again.read(mid(i)) == b for i, b in live.items())
+    again.close()
