@@ -32,7 +32,8 @@ share the next one) and a GC thread. `on_disk` callbacks run on the fsync thread
 `sync()` when fsync=False), so a client must only record the ids and wake its process
 thread-safely (e.g. `loop.call_soon_threadsafe`). When an asyncio loop is running, `write`
 schedules the flush itself: `sync` on the next loop turn when a client waits for a confirm
-(the "mailbox empty" point), else `flush` after `flush_interval` (25 ms).
+(the "mailbox empty" point), else `sync` after `flush_interval` (25 ms). Without a running loop
+nothing is scheduled and the caller calls `flush`/`sync`.
 """
 
 from __future__ import annotations
