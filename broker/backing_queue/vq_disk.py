@@ -1,0 +1,300 @@
+"""Disk side of the variable queue: writing messages to the store and the index, reading them
+back, forgetting them, confirm bookkeeping, and paging between alpha, beta and delta.
+
+Owns nothing of its own: `VqDisk` is a mixin of `variable_queue.VariableQueue` and works on
+its fields (q1..q4, delta, pending-ack maps, counters). Split out to keep files short; the
+names follow rabbit_variable_queue.erl (`maybe_write_to_disk`, `push_alphas_to_betas`,
+`push_betas_to_deltas`, `maybe_deltas_to_betas`, `limit_ram_acks`, `record_confirms`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker import storage_codec
+from broker.backing_queue.base import MessageProps
+from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus
+from broker.message import Message
+from broker.queue_index.journal import PubRecord
+from broker.queue_index.segment import next_segment_boundary
+
+if TYPE_CHECKING:
+    from broker.msg_store.vhost import VhostStores
+    from broker.queue_index.index import QueueIndex
+
+log = logging.getLogger("broker.queue")
+
+
+class VqDisk:
+    """Mixin: the store/index side of VariableQueue (see module docstring)."""
+
+    # fields set by VariableQueue.__init__ (declared for readers and type checkers)
+    _qi: QueueIndex
+    _stores: VhostStores
+    _pclient: int
+    _tclient: int
+    q1: deque[MsgStatus]
+    q2: deque[MsgStatus]
+    q3: deque[MsgStatus]
+    q4: deque[MsgStatus]
+    delta: Delta
+    ram_pending_ack: dict[int, MsgStatus]
+    disk_pending_ack: dict[int, MsgStatus]
+    qi_pending_ack: dict[int, MsgStatus]
+    _ram_msgs: int
+    _len: int
+    _persistent: int
+    _bytes: int
+    target_ram_count: int | None
+    io_batch_size: int
+    _notify: Callable[[], None]
+    _confirm_lock: threading.Lock
+    _unconfirmed: set[bytes]
+    _needs_store: set[bytes]
+    _store_done: set[bytes]
+    _qi_done: set[bytes]
+    _confirmed: list[bytes]
+
+    # -- writing ---------------------------------------------------------------------------
+    def _write_msg(self, ms: MsgStatus, msg: Message) -> None:
+        """Body to the message store (persistent store iff is_persistent)."""
+        if ms.msg_in_store:
+            return
+        if ms.is_persistent:
+            store, client = self._stores.persistent, self._pclient
+        else:
+            store, client = self._stores.transient, self._tclient
+        with self._confirm_lock:
+            wants = ms.msg_id in self._needs_store
+        store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None)
+        ms.msg_in_store = True
+
+    def _write_index(self, ms: MsgStatus, msg: Message | None) -> None:
+        """Publish (and deliver, if delivered) entry in the queue index."""
+        if ms.index_on_disk:
+            return
+        if ms.persist_to == QUEUE_INDEX:
+            assert msg is not None, "an embedded message is in RAM until its index entry exists"
+            embedded = storage_codec.encode(msg)
+        else:
+            embedded = b""
+        expiry = ms.props.expiry
+        with self._confirm_lock:
+            confirm = ms.msg_id in self._unconfirmed
+        self._qi.publish(
+            ms.seq_id,
+            PubRecord(ms.msg_id, ms.is_persistent, expiry * 1000 if expiry else 0, ms.size, embedded),
+            confirm=confirm,
+        )
+        if ms.is_delivered:
+            self._qi.deliver([ms.seq_id])
+        ms.index_on_disk = True
+
+    def _write_to_disk(self, ms: MsgStatus, force_msg: bool, force_index: bool) -> None:
+        """RabbitMQ `maybe_write_to_disk`: persistent messages always, others when forced."""
+        msg = ms.msg
+        if (force_msg or ms.is_persistent) and ms.persist_to == MSG_STORE and msg is not None:
+            self._write_msg(ms, msg)
+        if force_index or ms.is_persistent:
+            self._write_index(ms, msg)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_msg(self, ms: MsgStatus) -> Message | None:
+        """The message of `ms`, from RAM or its store; None if the store lost the body."""
+        if ms.msg is not None:
+            return ms.msg
+        store = self._stores.persistent if ms.is_persistent else self._stores.transient
+        data = store.read(ms.msg_id)
+        if data is None:
+            log.warning(
+                "queue %r: body of %s (seq_id %d) missing from the message store; dropped",
+                self.name, ms.msg_id.hex(), ms.seq_id,  # type: ignore[attr-defined]
+            )
+            return None
+        return storage_codec.decode(ms.msg_id, data)
+
+    # -- forgetting ------------------------------------------------------------------------
+    def _forget(self, mss: list[MsgStatus]) -> None:
+        """Messages leave the queue for good (acked, auto-acked, purged, dropped): index
+        deliver+ack entries, store references dropped, owed confirms released now."""
+        deliver = [ms.seq_id for ms in mss if ms.index_on_disk and not ms.is_delivered]
+        acks = [ms.seq_id for ms in mss if ms.index_on_disk]
+        if deliver:
+            self._qi.deliver(deliver)
+        if acks:
+            self._qi.ack(acks)
+        persistent = [ms.msg_id for ms in mss if ms.msg_in_store and ms.is_persistent]
+        transient = [ms.msg_id for ms in mss if ms.msg_in_store and not ms.is_persistent]
+        if persistent:
+            self._stores.persistent.remove(persistent)
+        if transient:
+            self._stores.transient.remove(transient)
+        for ms in mss:
+            self._bytes -= ms.size
+        with self._confirm_lock:
+            if self._unconfirmed:
+                self._confirm_locked([ms.msg_id for ms in mss if ms.msg_id in self._unconfirmed])
+
+    # -- confirms (callbacks may run on worker threads) ------------------------------------
+    def _confirm_locked(self, msg_ids: list[bytes]) -> None:
+        for msg_id in msg_ids:
+            self._unconfirmed.discard(msg_id)
+            self._needs_store.discard(msg_id)
+            self._store_done.discard(msg_id)
+            self._qi_done.discard(msg_id)
+            self._confirmed.append(msg_id)
+
+    def _on_store_disk(self, msg_ids: list[bytes]) -> None:
+        """Persistent store fsynced these bodies (fsync thread)."""
+        ready = []
+        with self._confirm_lock:
+            for msg_id in msg_ids:
+                if msg_id not in self._unconfirmed:
+                    continue
+                if msg_id in self._qi_done:
+                    ready.append(msg_id)
+                else:
+                    self._store_done.add(msg_id)
+            self._confirm_locked(ready)
+        if ready:
+            self._notify()
+
+    def _on_index_sync(self, msg_ids: list[bytes]) -> None:
+        """The queue index made these publishes durable (fsync thread, or a fold)."""
+        ready = []
+        with self._confirm_lock:
+            for msg_id in msg_ids:
+                if msg_id not in self._unconfirmed:
+                    continue
+                if msg_id in self._needs_store and msg_id not in self._store_done:
+                    self._qi_done.add(msg_id)
+                else:
+                    ready.append(msg_id)
+            self._confirm_locked(ready)
+        if ready:
+            self._notify()
+
+    # -- paging ----------------------------------------------------------------------------
+    def _reduce_memory_use(self) -> None:
+        """Page to meet target_ram_count: RAM pending acks and alphas (front of q1, back of
+        q4) become betas in proportion, then betas go to delta in io_batch_size chunks."""
+        target = self.target_ram_count
+        if target is None:
+            return
+        ram_acks = len(self.ram_pending_ack)
+        alphas = len(self.q1) + len(self.q4)
+        if ram_acks + alphas > target:
+            total = ram_acks + alphas
+            ack_target = target * ram_acks // total
+            self._limit_ram_acks(ram_acks - ack_target)
+            self._push_alphas_to_betas(alphas - (target - ack_target))
+        self._push_betas_to_deltas(target)
+
+    def _limit_ram_acks(self, n: int) -> None:
+        """Page the `n` newest RAM pending acks (RabbitMQ takes the largest seq ids)."""
+        if n <= 0:
+            return
+        for seq_id in heapq.nlargest(n, self.ram_pending_ack):
+            ms = self.ram_pending_ack.pop(seq_id)
+            msg = ms.msg
+            assert msg is not None
+            if ms.persist_to == MSG_STORE:
+                self._write_msg(ms, msg)
+                ms.msg = None
+                self.disk_pending_ack[seq_id] = ms
+            else:
+                self._write_index(ms, msg)
+                self.qi_pending_ack[seq_id] = ms
+
+    def _alpha_to_beta(self, ms: MsgStatus) -> None:
+        msg = ms.msg
+        assert msg is not None
+        if ms.persist_to == MSG_STORE:
+            self._write_msg(ms, msg)
+            ms.msg = None
+            self._ram_msgs -= 1
+        else:  # embedded betas keep their (small) message, as RabbitMQ's trim_msg_status
+            self._write_index(ms, msg)
+
+    def _push_alphas_to_betas(self, n: int) -> None:
+        while n > 0 and self.q1:
+            ms = self.q1.popleft()
+            self._alpha_to_beta(ms)
+            (self.q2 if self.delta.count else self.q3).append(ms)
+            n -= 1
+        while n > 0 and self.q4:
+            ms = self.q4.pop()
+            self._alpha_to_beta(ms)
+            self.q3.appendleft(ms)
+            n -= 1
+
+    def _to_delta(self, ms: MsgStatus) -> None:
+        """A ready message leaves RAM entirely (body and index entry on disk)."""
+        self._write_to_disk(ms, True, True)
+        if ms.msg is not None:
+            ms.msg = None
+            self._ram_msgs -= 1
+        self.delta.add(ms.seq_id, ms.is_persistent, ms.size)
+
+    def _push_betas_to_deltas(self, permitted: int) -> None:
+        """Betas beyond `permitted` go to delta once there are io_batch_size of them: all of
+        q2, then q3 from the back, keeping the first io_batch_size of q3 (its working set, so
+        a segment just read is not pushed straight back)."""
+        excess = len(self.q2) + len(self.q3) - permitted
+        if excess <= 0 or excess < self.io_batch_size:
+            return
+        while excess > 0 and self.q2:
+            self._to_delta(self.q2.popleft())
+            excess -= 1
+        keep = max(self.io_batch_size, permitted)
+        while excess > 0 and len(self.q3) > keep:
+            ms = self.q3.pop()
+            self._to_delta(ms)
+            excess -= 1
+        self._qi.fold()
+
+    def _deltas_to_betas(self) -> None:
+        """Refill an empty q3 from delta, one index segment per read (RabbitMQ
+        `maybe_deltas_to_betas`); once delta is empty, q2 joins q3."""
+        d = self.delta
+        pending = (self.ram_pending_ack, self.disk_pending_ack, self.qi_pending_ack)
+        while d.count > 0 and not self.q3:
+            start = d.start_seq_id
+            end = min(next_segment_boundary(start), d.end_seq_id)
+            loaded = 0
+            for e in self._qi.read(start, end):
+                if any(e.seq_id in p for p in pending):
+                    continue
+                pub = e.pub
+                embedded = bool(pub.embedded)
+                msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
+                with self._confirm_lock:
+                    owed = pub.msg_id in self._unconfirmed
+                props = MessageProps(pub.expiry_us // 1000 if pub.expiry_us else None, owed)
+                ms = MsgStatus(
+                    e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
+                    QUEUE_INDEX if embedded else MSG_STORE, pub.size, props,
+                    msg_in_store=not embedded, index_on_disk=True,
+                )
+                self.q3.append(ms)
+                loaded += 1
+                if msg is not None:
+                    self._ram_msgs += 1
+                d.took(pub.is_persistent, pub.size)
+            d.count -= loaded
+            d.start_seq_id = end
+            if d.count <= 0 or end >= d.end_seq_id:
+                if d.count != 0:
+                    log.warning(
+                        "queue %r: delta expected %d more messages in the index",
+                        self.name, d.count,  # type: ignore[attr-defined]
+                    )
+                    self._len -= d.count
+                d.clear()
+                self.q3.extend(self.q2)
+                self.q2.clear()

@@ -1,0 +1,425 @@
+"""Durable metadata: vhosts, users, permissions, exchanges, queues, bindings, policies.
+
+Owns: one SQLite database (standard-library `sqlite3`), RabbitMQ's Mnesia tables `rabbit_vhost`,
+`rabbit_user`, `rabbit_user_permission`, `rabbit_durable_exchange`, `rabbit_durable_queue`,
+`rabbit_durable_route` and runtime parameters for policies. `server.py`/`vhost.py` call it on
+declare/delete of durable entities and read it at boot; it never touches queue contents (those
+are in the queue indexes and message stores) and never decides AMQP semantics (equivalence
+checks, auto-delete) itself.
+
+Guarantees: every `add_*`/`remove_*`/`set_*`/`clear_*` is one transaction, committed before
+the call returns, in WAL mode with `synchronous=FULL` (the commit is fsynced). Calls are
+synchronous and short; use the object from one thread (the event loop).
+
+Schema: table `schema_version(version)` holds `SCHEMA_VERSION`; opening an older file runs the
+migrations in `_MIGRATIONS`, a newer one raises `DefinitionsError`. AMQP field tables
+(arguments) are stored as tagged JSON (`encode_table`): JSON for str/int/float/bool/None/list/
+dict, and {"$bytes": base64}, {"$bytearray": base64}, {"$decimal": "1.50"},
+{"$timestamp": ISO 8601} for the AMQP types JSON lacks, so every value comes back with its
+type. Passwords: RabbitMQ's `rabbit_password_hashing_sha256`: 4 random salt bytes, then
+SHA-256(salt + UTF-8 password); stored as that 36-byte blob.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+import hmac
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+
+_SCHEMA_V1 = """
+CREATE TABLE vhosts (
+    name TEXT PRIMARY KEY, description TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE users (
+    name TEXT PRIMARY KEY, password_hash BLOB, hashing_algorithm TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE permissions (
+    user TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE,
+    configure TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
+    PRIMARY KEY (user, vhost)
+);
+CREATE TABLE exchanges (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, name TEXT NOT NULL,
+    type TEXT NOT NULL, durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL,
+    internal INTEGER NOT NULL, arguments TEXT NOT NULL, PRIMARY KEY (vhost, name)
+);
+CREATE TABLE queues (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, name TEXT NOT NULL,
+    durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL, arguments TEXT NOT NULL,
+    PRIMARY KEY (vhost, name)
+);
+CREATE TABLE bindings (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, source TEXT NOT NULL,
+    destination TEXT NOT NULL, destination_kind TEXT NOT NULL
+        CHECK (destination_kind IN ('queue', 'exchange')),
+    routing_key TEXT NOT NULL, arguments TEXT NOT NULL,
+    PRIMARY KEY (vhost, source, destination_kind, destination, routing_key, arguments)
+);
+CREATE TABLE policies (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, name TEXT NOT NULL,
+    pattern TEXT NOT NULL, apply_to TEXT NOT NULL, definition TEXT NOT NULL,
+    priority INTEGER NOT NULL, PRIMARY KEY (vhost, name)
+);
+"""
+
+# version reached -> SQL that brings a file from the previous version to it
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+
+
+class DefinitionsError(Exception):
+    """The database cannot be used (written by a newer schema, unknown version)."""
+
+
+# -- AMQP tables as tagged JSON ----------------------------------------------------------------
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, bytearray):
+        return {"$bytearray": base64.b64encode(value).decode()}
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$timestamp": value.isoformat()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = str(k)
+            out["$" + key if key.startswith("$") else key] = _to_json(v)
+        return out
+    raise TypeError(f"cannot store a {type(value).__name__} in an AMQP table")
+
+
+_TAGS = {
+    "$bytes": lambda v: base64.b64decode(v),
+    "$bytearray": lambda v: bytearray(base64.b64decode(v)),
+    "$decimal": decimal.Decimal,
+    "$timestamp": datetime.datetime.fromisoformat,
+}
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (tag, inner), = value.items()
+            if tag in _TAGS:
+                return _TAGS[tag](inner)
+        return {(k[1:] if k.startswith("$") else k): _from_json(v) for k, v in value.items()}
+    return value
+
+
+def encode_table(table: dict[str, Any] | None) -> str:
+    """AMQP field table -> canonical tagged JSON text (sorted keys; see module docstring)."""
+    return json.dumps(_to_json(table or {}), sort_keys=True, separators=(",", ":"))
+
+
+def decode_table(text: str) -> dict[str, Any]:
+    """Inverse of `encode_table`: every value comes back with its Python/AMQP type."""
+    return _from_json(json.loads(text))
+
+
+# -- passwords ---------------------------------------------------------------------------------
+def hash_password(password: str, salt: bytes | None = None) -> bytes:
+    """salt(4) + SHA-256(salt + UTF-8 password): RabbitMQ's rabbit_password_hashing_sha256."""
+    salt = os.urandom(4) if salt is None else salt
+    return salt + hashlib.sha256(salt + password.encode()).digest()
+
+
+def check_password(password: str, password_hash: bytes) -> bool:
+    """True if `password` matches a `hash_password` result (constant-time compare)."""
+    if len(password_hash) != 36:
+        return False
+    return hmac.compare_digest(hash_password(password, password_hash[:4]), password_hash)
+
+
+# -- records -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VhostDef:
+    """A vhost: name, description, tags."""
+
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UserDef:
+    """A user: name, password_hash (36 bytes, or None = no password login), tags."""
+
+    name: str
+    password_hash: bytes | None
+    tags: tuple[str, ...] = ()
+    hashing_algorithm: str = HASHING_ALGORITHM
+
+
+@dataclass(frozen=True)
+class PermissionDef:
+    """configure/write/read regexes of a user in a vhost."""
+
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class ExchangeDef:
+    """A durable exchange (RabbitMQ `#exchange{}`)."""
+
+    vhost: str
+    name: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueDef:
+    """A durable queue (RabbitMQ `#amqqueue{}`): arguments keep their AMQP types."""
+
+    vhost: str
+    name: str
+    durable: bool = True
+    auto_delete: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BindingDef:
+    """A binding source -> destination (kind "queue" or "exchange") with key and arguments."""
+
+    vhost: str
+    source: str
+    destination: str
+    destination_kind: str
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyDef:
+    """A policy: queues/exchanges whose name matches `pattern` get `definition`."""
+
+    vhost: str
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    priority: int = 0
+    apply_to: str = "all"
+
+
+class Definitions:
+    """The definitions database at `path` (created if missing). See the module docstring."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        try:
+            self._migrate()
+        except (DefinitionsError, sqlite3.Error):
+            self._db.close()
+            raise
+
+    def _migrate(self) -> None:
+        db = self._db
+        has = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'"
+        ).fetchone()
+        version = 0
+        if has:
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+            version = row[0] if row else 0
+        if version > SCHEMA_VERSION:
+            raise DefinitionsError(
+                f"{self.path}: schema version {version} is newer than {SCHEMA_VERSION}"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+                db.execute("DELETE FROM schema_version")
+                db.execute("INSERT INTO schema_version VALUES (?)", (target,))
+            except sqlite3.Error:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        """The version recorded in the file."""
+        return self._db.execute("SELECT version FROM schema_version").fetchone()[0]
+
+    def _write(self, sql: str, args: Iterable[Any] = ()) -> int:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            return self._db.execute(sql, tuple(args)).rowcount
+
+    def close(self) -> None:
+        """Close the database (checkpoints the WAL)."""
+        self._db.close()
+
+    # -- vhosts ----------------------------------------------------------------------------
+    def add_vhost(self, name: str, description: str = "", tags: Iterable[str] = ()) -> None:
+        """Create or update a vhost."""
+        self._write("INSERT OR REPLACE INTO vhosts VALUES (?, ?, ?)",
+                    (name, description, json.dumps(list(tags))))
+
+    def remove_vhost(self, name: str) -> bool:
+        """Delete a vhost and everything in it (exchanges, queues, bindings, policies,
+        permissions); returns False if it did not exist."""
+        return self._write("DELETE FROM vhosts WHERE name = ?", (name,)) > 0
+
+    def list_vhosts(self) -> list[VhostDef]:
+        """Every vhost, by name."""
+        rows = self._db.execute("SELECT name, description, tags FROM vhosts ORDER BY name")
+        return [VhostDef(n, d, tuple(json.loads(t))) for n, d, t in rows]
+
+    # -- users and permissions -------------------------------------------------------------
+    def add_user(self, name: str, password: str | None = None, *,
+                 password_hash: bytes | None = None, tags: Iterable[str] = ()) -> None:
+        """Create or update a user from a clear password (hashed here) or a ready hash."""
+        if password is not None:
+            password_hash = hash_password(password)
+        self._write("INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?)",
+                    (name, password_hash, HASHING_ALGORITHM, json.dumps(list(tags))))
+
+    def remove_user(self, name: str) -> bool:
+        """Delete a user and their permissions."""
+        return self._write("DELETE FROM users WHERE name = ?", (name,)) > 0
+
+    def list_users(self) -> list[UserDef]:
+        """Every user, by name."""
+        rows = self._db.execute(
+            "SELECT name, password_hash, tags, hashing_algorithm FROM users ORDER BY name")
+        return [UserDef(n, h, tuple(json.loads(t)), a) for n, h, t, a in rows]
+
+    def check_user_password(self, name: str, password: str) -> bool:
+        """True if `name` exists, has a password, and `password` matches it."""
+        row = self._db.execute("SELECT password_hash FROM users WHERE name = ?", (name,)).fetchone()
+        return bool(row and row[0] and check_password(password, row[0]))
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        """Grant regex permissions of `user` in `vhost` (both must exist)."""
+        self._write("INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?, ?)",
+                    (user, vhost, configure, write, read))
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        """Remove `user`'s permissions in `vhost`."""
+        return self._write("DELETE FROM permissions WHERE user = ? AND vhost = ?", (user, vhost)) > 0
+
+    def list_permissions(self) -> list[PermissionDef]:
+        """Every permission row."""
+        rows = self._db.execute("SELECT * FROM permissions ORDER BY user, vhost")
+        return [PermissionDef(*r) for r in rows]
+
+    # -- exchanges -------------------------------------------------------------------------
+    def add_exchange(self, x: ExchangeDef) -> None:
+        """Record a durable exchange (replacing one of the same name)."""
+        self._write("INSERT OR REPLACE INTO exchanges VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal,
+                     encode_table(x.arguments)))
+
+    def remove_exchange(self, vhost: str, name: str) -> bool:
+        """Delete an exchange and every binding from it or to it."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "DELETE FROM bindings WHERE vhost = ? AND (source = ? OR "
+                "(destination = ? AND destination_kind = 'exchange'))", (vhost, name, name))
+            return self._db.execute(
+                "DELETE FROM exchanges WHERE vhost = ? AND name = ?", (vhost, name)).rowcount > 0
+
+    def list_exchanges(self, vhost: str | None = None) -> list[ExchangeDef]:
+        """Exchanges of `vhost` (or all), by vhost and name."""
+        rows = self._select("exchanges", vhost)
+        return [ExchangeDef(v, n, t, bool(d), bool(a), bool(i), decode_table(args))
+                for v, n, t, d, a, i, args in rows]
+
+    # -- queues ----------------------------------------------------------------------------
+    def add_queue(self, q: QueueDef) -> None:
+        """Record a durable queue (replacing one of the same name)."""
+        self._write("INSERT OR REPLACE INTO queues VALUES (?, ?, ?, ?, ?)",
+                    (q.vhost, q.name, q.durable, q.auto_delete, encode_table(q.arguments)))
+
+    def remove_queue(self, vhost: str, name: str) -> bool:
+        """Delete a queue and every binding to it."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "DELETE FROM bindings WHERE vhost = ? AND destination = ? AND "
+                "destination_kind = 'queue'", (vhost, name))
+            return self._db.execute(
+                "DELETE FROM queues WHERE vhost = ? AND name = ?", (vhost, name)).rowcount > 0
+
+    def list_queues(self, vhost: str | None = None) -> list[QueueDef]:
+        """Queues of `vhost` (or all), by vhost and name."""
+        return [QueueDef(v, n, bool(d), bool(a), decode_table(args))
+                for v, n, d, a, args in self._select("queues", vhost)]
+
+    # -- bindings --------------------------------------------------------------------------
+    def add_binding(self, b: BindingDef) -> None:
+        """Record a binding (idempotent: the same binding twice is one row)."""
+        self._write("INSERT OR IGNORE INTO bindings VALUES (?, ?, ?, ?, ?, ?)",
+                    (b.vhost, b.source, b.destination, b.destination_kind, b.routing_key,
+                     encode_table(b.arguments)))
+
+    def remove_binding(self, b: BindingDef) -> bool:
+        """Delete one binding (matched on every field, arguments included)."""
+        return self._write(
+            "DELETE FROM bindings WHERE vhost = ? AND source = ? AND destination = ? AND "
+            "destination_kind = ? AND routing_key = ? AND arguments = ?",
+            (b.vhost, b.source, b.destination, b.destination_kind, b.routing_key,
+             encode_table(b.arguments))) > 0
+
+    def list_bindings(self, vhost: str | None = None) -> list[BindingDef]:
+        """Bindings of `vhost` (or all)."""
+        return [BindingDef(v, s, d, k, rk, decode_table(args))
+                for v, s, d, k, rk, args in self._select("bindings", vhost)]
+
+    # -- policies --------------------------------------------------------------------------
+    def set_policy(self, p: PolicyDef) -> None:
+        """Create or replace a policy."""
+        self._write("INSERT OR REPLACE INTO policies VALUES (?, ?, ?, ?, ?, ?)",
+                    (p.vhost, p.name, p.pattern, p.apply_to, encode_table(p.definition),
+                     p.priority))
+
+    def clear_policy(self, vhost: str, name: str) -> bool:
+        """Delete a policy."""
+        return self._write("DELETE FROM policies WHERE vhost = ? AND name = ?", (vhost, name)) > 0
+
+    def list_policies(self, vhost: str | None = None) -> list[PolicyDef]:
+        """Policies of `vhost` (or all)."""
+        return [PolicyDef(v, n, pat, decode_table(d), prio, apply_to)
+                for v, n, pat, apply_to, d, prio in self._select("policies", vhost)]
+
+    def _select(self, table: str, vhost: str | None) -> list[tuple[Any, ...]]:
+        if vhost is None:
+            return self._db.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+        return self._db.execute(
+            f"SELECT * FROM {table} WHERE vhost = ? ORDER BY 1, 2, 3", (vhost,)).fetchall()

@@ -1,0 +1,514 @@
+"""The per-queue index (RabbitMQ `rabbit_queue_index.erl`, the v1 "journal + segments" index).
+
+Owns: one queue's directory `queues/<md5-base36 of vhost+queue>/` with `journal.jif`
+(`journal.py` format), segments `<N>.idx` (`segment.py` format) and, after a clean shutdown,
+`clean.terms`. The variable queue is its only caller; it never touches the message store
+(recovery gets a `contains(msg_id)` function instead).
+
+clean.terms (integers big-endian): Magic "QITERMS1" | NextSeqId:u64 | Count:u64 | Bytes:u64
+| NSeg:u32 | NSeg x (Seg:u32 | Unacked:u32) | CRC32:u32 of everything before. Written by
+`terminate` after the journal is folded; read and deleted by `recover`.
+
+Guarantees by call:
+    publish/deliver/ack  entry appended to a RAM buffer and to the in-RAM journal map.
+    flush()              buffer written to journal.jif (write(2)).
+    sync()               flush, then fsync of journal.jif on a shared worker thread; then
+                         `on_sync(msg_ids)` gets every msg_id published with confirm=True
+                         before the call (from that worker thread).
+    fold()               journal entries appended to segments, segments fsynced, fully acked
+                         segments deleted, journal truncated + fsynced; on_sync called at once.
+                         Runs when the journal passes max_journal_entries, when the variable
+                         queue pages to delta, and at terminate. It runs on the caller's thread.
+    terminate()          fold + clean.terms: the next recover() skips the replay.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import os
+import shutil
+import struct
+import threading
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker.queue_index import journal as jf
+from broker.queue_index import segment as sf
+from broker.queue_index.journal import PubRecord
+from broker.queue_index.segment import SegEntry, segment_of
+
+log = logging.getLogger("broker.queue")
+
+MAX_JOURNAL_ENTRIES = 32768  # queue_index_max_journal_entries
+JOURNAL = "journal.jif"
+TERMS = "clean.terms"
+_MAGIC = b"QITERMS1"
+_TERMS_HEAD = struct.Struct(">8sQQQI")
+_TERMS_SEG = struct.Struct(">II")
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="qi-fsync")
+        return _POOL
+
+
+def queue_dir_name(vhost: str, queue: str) -> str:
+    """md5 of `u16 len(vhost) | vhost | queue` (UTF-8), in base 36 (0-9A-Z): a safe, unique
+    directory name per (vhost, queue), as RabbitMQ's `queue_name_to_dir_name`."""
+    from broker.msg_store.vhost import base36
+
+    v = vhost.encode()
+    return base36(hashlib.md5(len(v).to_bytes(2, "big") + v + queue.encode()).digest())
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What `recover` found: clean (terms used), count of un-acked messages, their body bytes,
+    the lowest seq id that may hold one (delta start) and the next seq id to use."""
+
+    clean: bool
+    count: int
+    bytes: int
+    low_seq_id: int
+    next_seq_id: int
+
+
+@dataclass(slots=True)
+class ReadEntry:
+    """One un-acked publish returned by `read`: seq_id, pub (PubRecord), delivered."""
+
+    seq_id: int
+    pub: PubRecord
+    delivered: bool
+
+
+class QueueIndex:
+    """Index of one queue. Args: directory (the queue's own dir); on_sync(msg_ids) callback;
+    max_journal_entries (32768); fsync (False in fast tests). Call `recover()` or `erase()`
+    once before use. Source: rabbit_queue_index.erl."""
+
+    def __init__(
+        self,
+        directory: str,
+        on_sync: Callable[[list[bytes]], None] | None = None,
+        *,
+        max_journal_entries: int = MAX_JOURNAL_ENTRIES,
+        fsync: bool = True,
+    ) -> None:
+        self.directory = directory  # this queue's directory
+        self.on_sync = on_sync  # told which confirm-owed msg_ids are durable
+        self.max_journal_entries = max_journal_entries  # fold past this many entries
+        self.fsync = fsync  # fsync journal/segments (off only in tests/transient use)
+        self._journal: dict[int, SegEntry] = {}  # seq_id -> entries not yet in segments
+        self._journal_count = 0  # entries (pub/del/ack each 1) in the journal
+        self._seg_unacked: Counter[int] = Counter()  # segment -> un-acked publishes
+        self._buf = bytearray()  # journal bytes not yet written
+        self._fd = -1  # journal.jif, append mode
+        self._lock = threading.Lock()  # _unconfirmed and the sync queue
+        self._unconfirmed: list[bytes] = []  # confirm-owed msg_ids since the last sync()
+        self._sync_queue: list[list[bytes]] = []  # batches waiting for the running fsync
+        self._syncing = False  # an fsync job is running
+        self._dirty = False  # journal bytes written since the last fsync was started
+        self._idle = threading.Condition(self._lock)
+
+    # -- boot ------------------------------------------------------------------------------
+    def erase(self) -> None:
+        """Start empty (a new or non-durable queue): remove any old files."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        os.makedirs(self.directory)
+        self._open_journal()
+
+    def recover(self, contains: Callable[[bytes], bool] | None = None) -> Recovered:
+        """Load an existing directory (or start empty if there is none).
+
+        With clean.terms (clean shutdown) the counts are trusted. Otherwise (unclean) the
+        journal is replayed over the segments: torn tails are truncated and logged, orphaned
+        deliver/ack entries ignored, transient publishes dropped, persistent ones whose body
+        is neither embedded nor `contains(msg_id)` in the store dropped with a warning, and
+        every survivor marked delivered (it is redelivered). The result is folded at once.
+        """
+        os.makedirs(self.directory, exist_ok=True)
+        terms = self._read_terms()
+        jpath = os.path.join(self.directory, JOURNAL)
+        if terms is not None and (not os.path.exists(jpath) or not os.path.getsize(jpath)):
+            next_seq, count, nbytes, seg_unacked = terms
+            self._seg_unacked = Counter(seg_unacked)
+            self._open_journal()
+            low = min((s for s, n in seg_unacked.items() if n), default=next_seq // sf.SEGMENT_ENTRY_COUNT)
+            return Recovered(True, count, nbytes, low * sf.SEGMENT_ENTRY_COUNT, next_seq)
+        return self._recover_dirty(contains)
+
+    def _read_terms(self) -> tuple[int, int, int, dict[int, int]] | None:
+        path = os.path.join(self.directory, TERMS)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        os.unlink(path)
+        if len(data) < _TERMS_HEAD.size + 4 or zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "big"):
+            log.warning("%s: recovery terms damaged; replaying", self.directory)
+            return None
+        magic, next_seq, count, nbytes, nseg = _TERMS_HEAD.unpack_from(data, 0)
+        if magic != _MAGIC:
+            return None
+        segs = {}
+        for i in range(nseg):
+            s, n = _TERMS_SEG.unpack_from(data, _TERMS_HEAD.size + i * _TERMS_SEG.size)
+            segs[s] = n
+        return next_seq, count, nbytes, segs
+
+    def _recover_dirty(self, contains: Callable[[bytes], bool] | None) -> Recovered:
+        path = os.path.join(self.directory, JOURNAL)
+        replay = load_journal(path, truncate=True)
+        state: dict[int, SegEntry] = {}
+        on_disk: dict[int, SegEntry] = {}  # what segments hold, to write only the difference
+        for seg in sf.list_segments(self.directory):
+            entries = load_segment(self.directory, seg, truncate=True)
+            for seq, e in entries.items():
+                on_disk[seq] = SegEntry(e.pub, e.delivered, e.acked)
+                state[seq] = e
+        for seq, e in replay.items():
+            cur = state.get(seq)
+            if cur is None:
+                state[seq] = e
+            else:
+                cur.pub = cur.pub or e.pub
+                cur.delivered = cur.delivered or e.delivered
+                cur.acked = cur.acked or e.acked
+        self._open_journal()
+        count = nbytes = 0
+        next_seq = 0
+        low = None
+        for seq in sorted(state):
+            e = state[seq]
+            next_seq = seq + 1
+            if e.pub is None:
+                log.info("%s: ignoring orphaned deliver/ack of seq_id %d", self.directory, seq)
+                continue
+            if e.acked:
+                continue
+            drop = not e.pub.is_persistent
+            if not drop and not e.pub.embedded and contains is not None and not contains(e.pub.msg_id):
+                log.warning(
+                    "%s: message %s (seq_id %d) lost: body missing from the message store",
+                    self.directory, e.pub.msg_id.hex(), seq,
+                )
+                drop = True
+            e.delivered = True
+            if drop:
+                e.acked = True
+                continue
+            count += 1
+            nbytes += e.pub.size
+            low = seq if low is None else low
+            self._seg_unacked[segment_of(seq)] += 1
+        # the journal now holds what the segments lack; fold it.
+        for seq, e in state.items():
+            if e.pub is None:
+                continue
+            old = on_disk.get(seq)
+            diff = SegEntry(
+                e.pub if old is None or old.pub is None else None,
+                e.delivered and not (old and old.delivered),
+                e.acked and not (old and old.acked),
+            )
+            if diff.pub or diff.delivered or diff.acked:
+                self._journal[seq] = diff
+                self._journal_count += 1
+        self.fold()
+        return Recovered(False, count, nbytes, low if low is not None else next_seq, next_seq)
+
+    def _open_journal(self) -> None:
+        self._fd = os.open(
+            os.path.join(self.directory, JOURNAL), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+
+    # -- entries ---------------------------------------------------------------------------
+    def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False) -> None:
+        """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded).
+        With confirm, pub.msg_id goes to on_sync after the next fsync covering it."""
+        self._buf += jf.encode_publish(seq_id, pub)
+        e = self._journal.get(seq_id)
+        if e is None:
+            self._journal[seq_id] = SegEntry(pub)
+        else:
+            e.pub = pub
+        self._seg_unacked[segment_of(seq_id)] += 1
+        if confirm:
+            with self._lock:
+                self._unconfirmed.append(pub.msg_id)
+        self._count_entry()
+
+    def deliver(self, seq_ids: Iterable[int]) -> None:
+        """Record deliveries (once per seq id; the variable queue checks is_delivered)."""
+        for seq_id in seq_ids:
+            self._buf += jf.encode_deliver(seq_id)
+            e = self._journal.get(seq_id)
+            if e is None:
+                self._journal[seq_id] = SegEntry(None, True)
+            else:
+                e.delivered = True
+            self._count_entry()
+
+    def ack(self, seq_ids: Iterable[int]) -> None:
+        """Record acks (each after its deliver: segments tell deliver from ack by order)."""
+        for seq_id in seq_ids:
+            self._buf += jf.encode_ack(seq_id)
+            e = self._journal.get(seq_id)
+            if e is None:
+                self._journal[seq_id] = SegEntry(None, False, True)
+            else:
+                e.acked = True
+            self._seg_unacked[segment_of(seq_id)] -= 1
+            self._count_entry()
+
+    def _count_entry(self) -> None:
+        self._journal_count += 1
+        if self._journal_count > self.max_journal_entries:
+            self.fold()
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, start: int, end: int) -> list[ReadEntry]:
+        """Un-acked publishes with start <= seq_id < end, in seq order; the range must lie in
+        one segment (use `segment.next_segment_boundary`). Reads that segment's file."""
+        seg = segment_of(start)
+        if end > sf.next_segment_boundary(start):
+            raise ValueError("read range spans segments")
+        entries = load_segment(self.directory, seg, truncate=False)
+        for seq, j in self._journal.items():
+            if start <= seq < end:
+                e = entries.get(seq)
+                if e is None:
+                    entries[seq] = SegEntry(j.pub, j.delivered, j.acked)
+                else:
+                    e.pub = j.pub or e.pub
+                    e.delivered = e.delivered or j.delivered
+                    e.acked = e.acked or j.acked
+        return [
+            ReadEntry(seq, e.pub, e.delivered)
+            for seq, e in sorted(entries.items())
+            if start <= seq < end and e.pub is not None and not e.acked
+        ]
+
+    # -- durability ------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write buffered journal entries to journal.jif (no fsync)."""
+        if self._buf:
+            os.write(self._fd, self._buf)
+            self._buf = bytearray()
+            self._dirty = True
+
+    def needs_sync(self) -> bool:
+        """True while msg_ids published with confirm=True wait for an fsync."""
+        with self._lock:
+            return bool(self._unconfirmed)
+
+    def sync(self) -> None:
+        """Flush, then fsync the journal on a worker thread and report to on_sync. Without
+        owed confirms it still fsyncs what was written since the last fsync (the queue
+        process's 200 ms idle sync); with nothing written it does nothing."""
+        self.flush()
+        with self._lock:
+            if not self._unconfirmed and not self._dirty:
+                return
+            self._dirty = False
+            batch, self._unconfirmed = self._unconfirmed, []
+            if not self.fsync:
+                ready = batch
+            else:
+                self._sync_queue.append(batch)
+                if not self._syncing:
+                    self._syncing = True
+                    _pool().submit(self._sync_worker)
+                return
+        if self.on_sync is not None and ready:
+            self.on_sync(ready)
+
+    def _sync_worker(self) -> None:
+        path = os.path.join(self.directory, JOURNAL)
+        while True:
+            with self._lock:
+                if not self._sync_queue:
+                    self._syncing = False
+                    self._idle.notify_all()
+                    return
+                batches, self._sync_queue = self._sync_queue, []
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1  # queue deleted meanwhile: nothing left to confirm durably
+            if fd >= 0:
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if self.on_sync is not None and fd >= 0:
+                for batch in batches:
+                    if batch:
+                        self.on_sync(batch)
+
+    def wait_for_sync(self, timeout: float = 10.0) -> None:
+        """Block until no journal fsync is running (tests, terminate)."""
+        with self._lock:
+            self._idle.wait_for(lambda: not self._syncing, timeout)
+
+    def fold(self) -> None:
+        """Append the journal to the segments, delete fully acked segments, empty the journal
+        (see the module docstring for the ordering that keeps this crash-safe)."""
+        self.flush()
+        by_seg: dict[int, list[tuple[int, SegEntry]]] = {}
+        for seq in sorted(self._journal):
+            by_seg.setdefault(segment_of(seq), []).append((seq, self._journal[seq]))
+        for seg, entries in by_seg.items():
+            path = os.path.join(self.directory, sf.file_name(seg))
+            if self._seg_unacked[seg] <= 0:
+                del self._seg_unacked[seg]
+                if os.path.exists(path):
+                    os.unlink(path)
+                continue
+            # a publish, deliver and ack all still in the journal never reach the segment
+            todo = [(s, e) for s, e in entries if not (e.pub is not None and e.acked)]
+            if not todo:
+                continue
+            with open(path, "ab") as f:
+                f.write(sf.encode_block(seg, todo))
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+        os.ftruncate(self._fd, 0)
+        if self.fsync:
+            os.fsync(self._fd)
+            _fsync_dir(self.directory)
+        self._journal = {}
+        self._journal_count = 0
+        self._dirty = False
+        with self._lock:
+            ready, self._unconfirmed = self._unconfirmed, []
+        if ready and self.on_sync is not None:
+            self.on_sync(ready)
+
+    def journal_entries(self) -> int:
+        """Entries in the journal now (tests)."""
+        return self._journal_count
+
+    # -- shutdown --------------------------------------------------------------------------
+    def terminate(self, count: int, nbytes: int, next_seq_id: int) -> None:
+        """Clean shutdown: fold, then write clean.terms with the queue's un-acked `count`,
+        their body bytes `nbytes` and `next_seq_id`."""
+        self.fold()
+        self.wait_for_sync()
+        os.close(self._fd)
+        self._fd = -1
+        segs = {s: n for s, n in self._seg_unacked.items() if n > 0}
+        data = _TERMS_HEAD.pack(_MAGIC, next_seq_id, count, nbytes, len(segs)) + b"".join(
+            _TERMS_SEG.pack(s, n) for s, n in sorted(segs.items())
+        )
+        data += zlib.crc32(data).to_bytes(4, "big")
+        tmp = os.path.join(self.directory, TERMS + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.directory, TERMS))
+        if self.fsync:
+            _fsync_dir(self.directory)
+
+    def close_abruptly(self) -> None:
+        """Drop descriptors without flushing (tests simulate a crash)."""
+        self.wait_for_sync()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """The queue is deleted: remove the directory."""
+        self.wait_for_sync()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def load_journal(path: str, truncate: bool) -> dict[int, SegEntry]:
+    """Replay a journal file into {seq_id: SegEntry}; with truncate, cut a torn tail (logged)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}
+    entries, valid_end = jf.parse(data)
+    if valid_end < len(data):
+        log.warning("%s: torn journal entry at offset %d (size %d); truncating", path, valid_end, len(data))
+        if truncate:
+            with open(path, "r+b") as f:
+                f.truncate(valid_end)
+                os.fsync(f.fileno())
+    out: dict[int, SegEntry] = {}
+    for kind, seq, pub in entries:
+        e = out.get(seq)
+        if e is None:
+            e = out[seq] = SegEntry()
+        if pub is not None:
+            e.pub = pub
+        elif kind == jf.DEL:
+            e.delivered = True
+        else:
+            e.acked = True
+    return out
+
+
+def load_segment(directory: str, seg: int, truncate: bool) -> dict[int, SegEntry]:
+    """Entries of segment `seg`; with truncate, cut a torn last block (logged)."""
+    entries, valid_end, size = sf.load(directory, seg)
+    if valid_end < size:
+        path = os.path.join(directory, sf.file_name(seg))
+        log.warning("%s: torn segment block at offset %d (size %d); truncating", path, valid_end, size)
+        if truncate:
+            with open(path, "r+b") as f:
+                f.truncate(valid_end)
+                os.fsync(f.fileno())
+    return entries
+
+
+def count_store_refs(queues_dir: str) -> Counter[bytes]:
+    """msg_id -> number of un-acked persistent, non-embedded publishes across every queue
+    index under `queues_dir`; read-only. The message store rebuilds its ref counts from this
+    after an unclean shutdown (RabbitMQ's `queue_index_walker`)."""
+    refs: Counter[bytes] = Counter()
+    if not os.path.isdir(queues_dir):
+        return refs
+    for name in os.listdir(queues_dir):
+        qdir = os.path.join(queues_dir, name)
+        if not os.path.isdir(qdir):
+            continue
+        state: dict[int, SegEntry] = {}
+        for seg in sf.list_segments(qdir):
+            state.update(load_segment(qdir, seg, truncate=False))
+        for seq, e in load_journal(os.path.join(qdir, JOURNAL), truncate=False).items():
+            cur = state.setdefault(seq, SegEntry())
+            cur.pub = cur.pub or e.pub
+            cur.acked = cur.acked or e.acked
+        for e in state.values():
+            if e.pub is not None and e.pub.is_persistent and not e.pub.embedded and not e.acked:
+                refs[e.pub.msg_id] += 1
+    return refs
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,93 @@
+"""Message serialisation for the message store and the queue index.
+
+Owns: the byte form of a `broker.message.Message` on disk. Used by the variable queue when it
+writes a message to the store (`.rdq` record body) or embeds it in the queue index. Never does
+I/O itself.
+
+Format (all integers big-endian), version 1:
+
+    Version:u8 (=1) | ExchangeLen:u8 | Exchange:utf8 | RoutingKeyLen:u8 | RoutingKey:utf8
+    | PropsLen:u32 | Props | Body
+
+`Props` is the AMQP content-header property list exactly as on the wire (pamqp
+`Basic.Properties.marshal()`: a 16-bit property-flags word, then the present fields; AMQP
+0-9-1 §4.2.6.1), so field tables keep their types (bytes arrays, decimals, timestamps). The
+msg_id is not repeated: both the store record and the index entry already carry it, so
+`decode` takes it as an argument.
+
+`encoded_size` (body + encoded properties, in bytes) is what the variable queue compares with
+`queue_index_embed_msgs_below` (RabbitMQ's `rabbit_variable_queue` compares the same sum).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from broker.message import Message, Properties
+
+VERSION = 1
+_U32 = struct.Struct(">I")
+
+
+class CodecError(ValueError):
+    """The bytes are not a message in this format (unknown version or truncated)."""
+
+
+def encode_properties(properties: Properties) -> bytes:
+    """AMQP wire encoding of `properties` (flags word + fields), via pamqp."""
+    return properties.marshal()
+
+
+def encoded_size(message: Message, props_bytes: bytes | None = None) -> int:
+    """Bytes compared with the embed threshold: len(body) + len(encoded properties)."""
+    if props_bytes is None:
+        props_bytes = encode_properties(message.properties)
+    return len(message.body) + len(props_bytes)
+
+
+def encode(message: Message, props_bytes: bytes | None = None) -> bytes:
+    """Serialise `message` (without its msg_id) to the version-1 byte form above.
+
+    props_bytes: the already encoded properties, when the caller computed them for
+    `encoded_size` (saves a second pamqp marshal).
+    """
+    if props_bytes is None:
+        props_bytes = encode_properties(message.properties)
+    exchange = message.exchange.encode()
+    routing_key = message.routing_key.encode()
+    return b"".join(
+        (
+            bytes((VERSION, len(exchange))),
+            exchange,
+            bytes((len(routing_key),)),
+            routing_key,
+            _U32.pack(len(props_bytes)),
+            props_bytes,
+            message.body,
+        )
+    )
+
+
+def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
+    """Rebuild the `Message` stored as `data` under `msg_id`; CodecError if malformed."""
+    data = bytes(data)
+    if len(data) < 7 or data[0] != VERSION:
+        raise CodecError(f"not a version-{VERSION} message ({len(data)} bytes)")
+    pos = 1
+    ex_len = data[pos]
+    exchange = data[pos + 1 : pos + 1 + ex_len].decode()
+    pos += 1 + ex_len
+    rk_len = data[pos]
+    routing_key = data[pos + 1 : pos + 1 + rk_len].decode()
+    pos += 1 + rk_len
+    if pos + 4 > len(data):
+        raise CodecError("truncated before the properties length")
+    (props_len,) = _U32.unpack_from(data, pos)
+    pos += 4
+    if pos + props_len > len(data) or props_len < 2:
+        raise CodecError("truncated properties")
+    props_end = pos + props_len
+    flags = int.from_bytes(data[pos : pos + 2], "big")
+    properties = Properties()
+    properties.unmarshal(flags, data[pos + 2 : props_end])
+    return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id)

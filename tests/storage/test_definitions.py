@@ -1,0 +1,138 @@
+"""Durable definitions in SQLite: round trips, cascades, typed AMQP tables, schema version."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import sqlite3
+
+import pytest
+
+from broker.definitions import (
+    SCHEMA_VERSION,
+    BindingDef,
+    Definitions,
+    DefinitionsError,
+    ExchangeDef,
+    PolicyDef,
+    QueueDef,
+    check_password,
+    decode_table,
+    encode_table,
+    hash_password,
+)
+
+ARGS = {
+    "x-max-length": 10,
+    "x-message-ttl": 60000,
+    "x-dead-letter-exchange": "dlx",
+    "ratio": 0.25,
+    "flag": True,
+    "nothing": None,
+    "raw": b"\x00\xff",
+    "array": bytearray(b"ab"),
+    "price": decimal.Decimal("12.50"),
+    "when": datetime.datetime(2024, 5, 1, 12, 30, 0),
+    "nested": {"list": [1, "two", b"3"], "$odd": "dollar key"},
+}
+
+
+def test_tagged_json_keeps_every_amqp_type():
+    back = decode_table(encode_table(ARGS))
+    assert back == ARGS
+    assert type(back["raw"]) is bytes
+    assert type(back["array"]) is bytearray
+    assert type(back["price"]) is decimal.Decimal
+    assert str(back["price"]) == "12.50"
+    assert type(back["when"]) is datetime.datetime
+    assert back["nested"]["$odd"] == "dollar key"
+    assert encode_table({"b": 1, "a": 2}) == encode_table({"a": 2, "b": 1})
+
+
+def test_sha256_password_hash_like_rabbitmq():
+    h = hash_password("guest", salt=b"\x90\x8d\xe4\xa1")
+    assert len(h) == 36
+    assert h[:4] == b"\x90\x8d\xe4\xa1"
+    assert check_password("guest", h)
+    assert not check_password("Guest", h)
+    assert hash_password("guest") != hash_password("guest")  # fresh salt
+
+
+def test_round_trips_and_persistence(tmp_path):
+    path = str(tmp_path / "defs.sqlite")
+    d = Definitions(path)
+    d.add_vhost("/", "default", ["prod"])
+    d.add_user("guest", "guest", tags=["administrator"])
+    d.set_permissions("guest", "/", ".*", ".*", ".*")
+    d.add_exchange(ExchangeDef("/", "logs", "topic", arguments={"alternate-exchange": "ae"}))
+    d.add_queue(QueueDef("/", "q1", arguments=ARGS))
+    d.add_binding(BindingDef("/", "logs", "q1", "queue", "a.#", {"x-match": "all"}))
+    d.add_binding(BindingDef("/", "logs", "q1", "queue", "a.#", {"x-match": "all"}))
+    d.set_policy(PolicyDef("/", "ttl", "^q", {"message-ttl": 1000}, 5, "queues"))
+    d.close()
+    again = Definitions(path)
+    assert [v.name for v in again.list_vhosts()] == ["/"]
+    assert again.list_vhosts()[0].tags == ("prod",)
+    assert again.check_user_password("guest", "guest")
+    assert not again.check_user_password("guest", "nope")
+    assert not again.check_user_password("nobody", "guest")
+    assert again.list_users()[0].tags == ("administrator",)
+    assert again.list_permissions()[0].configure == ".*"
+    assert again.list_exchanges("/") == [
+        ExchangeDef("/", "logs", "topic", arguments={"alternate-exchange": "ae"})
+    ]
+    assert again.list_queues() == [QueueDef("/", "q1", arguments=ARGS)]
+    assert again.list_bindings("/") == [
+        BindingDef("/", "logs", "q1", "queue", "a.#", {"x-match": "all"})
+    ]
+    assert again.list_policies()[0].definition == {"message-ttl": 1000}
+    again.close()
+
+
+def test_removals_cascade(tmp_path):
+    d = Definitions(str(tmp_path / "defs.sqlite"))
+    d.add_vhost("v")
+    d.add_exchange(ExchangeDef("v", "x", "direct"))
+    d.add_exchange(ExchangeDef("v", "y", "fanout"))
+    d.add_queue(QueueDef("v", "q"))
+    d.add_binding(BindingDef("v", "x", "q", "queue", "k"))
+    d.add_binding(BindingDef("v", "y", "x", "exchange", ""))
+    assert d.remove_queue("v", "q")
+    assert [b.destination for b in d.list_bindings("v")] == ["x"]
+    assert d.remove_exchange("v", "x")
+    assert d.list_bindings("v") == []
+    assert not d.remove_exchange("v", "x")
+    d.add_queue(QueueDef("v", "q2"))
+    assert d.remove_vhost("v")
+    assert d.list_queues() == [] and d.list_exchanges() == []
+    d.close()
+
+
+def test_unknown_vhost_is_refused(tmp_path):
+    d = Definitions(str(tmp_path / "defs.sqlite"))
+    with pytest.raises(sqlite3.IntegrityError) as err:
+        d.add_queue(QueueDef("missing", "q"))
+    assert "FOREIGN KEY" in str(err.value)
+    assert d.list_queues() == []
+    d.close()
+
+
+def test_schema_version_recorded_and_newer_files_refused(tmp_path):
+    path = str(tmp_path / "defs.sqlite")
+    d = Definitions(path)
+    assert d.schema_version() == SCHEMA_VERSION
+    d.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    with pytest.raises(DefinitionsError) as err:
+        Definitions(path)
+    assert "newer" in str(err.value)
+
+
+def test_wal_mode(tmp_path):
+    path = str(tmp_path / "defs.sqlite")
+    d = Definitions(path)
+    assert d._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    d.close()

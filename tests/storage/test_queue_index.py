@@ -1,0 +1,261 @@
+"""Queue index: journal and segment byte formats, folding, clean and unclean recovery
+(rabbit_queue_index v1)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+
+import pytest
+
+from broker.queue_index import journal as jf
+from broker.queue_index import segment as sf
+from broker.queue_index.index import QueueIndex, count_store_refs, queue_dir_name
+from broker.queue_index.journal import PubRecord
+
+
+def mid(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+def pub(n: int, embedded: bytes = b"", persistent: bool = True, size: int = 10) -> PubRecord:
+    return PubRecord(mid(n), persistent, 0, size, embedded)
+
+
+def new_index(path, **kw) -> QueueIndex:
+    kw.setdefault("fsync", False)
+    qi = QueueIndex(str(path), kw.pop("on_sync", None), **kw)
+    qi.recover()
+    return qi
+
+
+# -- byte formats --------------------------------------------------------------------------
+def test_journal_publish_entry_bytes():
+    p = PubRecord(mid(5), True, 1_700_000_000_000_000, 300, b"EMB")
+    data = jf.encode_publish(7, p)
+    head = struct.pack(">Q16sQII", 7, mid(5), 1_700_000_000_000_000, 300, 3)
+    assert data == head + b"EMB" + struct.pack(">I", zlib.crc32(head + b"EMB"))
+    transient = jf.encode_publish(7, p._replace(is_persistent=False))
+    assert transient[0] >> 6 == 0b01
+    assert jf.encode_deliver(7) == struct.pack(">Q", (0b10 << 62) | 7)
+    assert jf.encode_ack(2**62 - 1) == b"\xff" * 8
+
+
+def test_journal_parse_every_split_point():
+    data = jf.encode_publish(0, pub(1, b"xyz")) + jf.encode_deliver(0) + jf.encode_ack(0)
+    data += jf.encode_publish(1, pub(2, persistent=False))
+    entries, end = jf.parse(data)
+    assert [(k, s) for k, s, _ in entries] == [(0, 0), (2, 0), (3, 0), (1, 1)]
+    assert entries[0][2] == pub(1, b"xyz")
+    assert end == len(data)
+    for cut in range(len(data)):
+        part, end = jf.parse(data[:cut])
+        assert end <= cut
+        assert part == entries[: len(part)]
+
+
+def test_journal_zeroed_tail_is_not_a_publish_of_seq_0():
+    data = jf.encode_publish(3, pub(3))
+    entries, end = jf.parse(data + bytes(200))
+    assert len(entries) == 1
+    assert end == len(data)
+
+
+def test_segment_block_round_trip_and_del_then_ack_order():
+    block = sf.encode_block(1, [(16384, sf.SegEntry(pub(1, b"e"), True, False))])
+    block += sf.encode_block(1, [(16384, sf.SegEntry(None, False, True)), (16390, sf.SegEntry(pub(2)))])
+    entries, end = sf.parse(1, block)
+    assert end == len(block)
+    assert entries[16384].pub == pub(1, b"e")
+    assert entries[16384].delivered
+    assert entries[16384].acked
+    assert entries[16390].pub == pub(2)
+    assert not entries[16390].delivered
+    # first record of the first block: 1 | persistent 1 | rel seq 0
+    assert block[8:10] == b"\xc0\x00"
+    torn, end = sf.parse(1, block[:-3])
+    assert 16390 not in torn
+    with pytest.raises(ValueError) as err:
+        sf.encode_block(0, [(16384, sf.SegEntry(pub(1)))])
+    assert "not in segment 0" in str(err.value)
+
+
+def test_queue_dir_name_is_md5_base36():
+    name = queue_dir_name("/", "q")
+    assert name.isalnum()
+    assert name == name.upper()
+    assert name != queue_dir_name("/q", "")
+
+
+# -- QueueIndex ----------------------------------------------------------------------------
+def test_publish_deliver_ack_and_read(tmp_path):
+    qi = new_index(tmp_path)
+    for s in range(5):
+        qi.publish(s, pub(s, b"m%d" % s))
+    qi.deliver([0, 1])
+    qi.ack([0])
+    got = qi.read(0, 16384)
+    assert [(e.seq_id, e.delivered) for e in got] == [(1, True), (2, False), (3, False), (4, False)]
+    qi.fold()
+    assert os.path.getsize(tmp_path / "journal.jif") == 0
+    assert [(e.seq_id, e.delivered, e.pub.embedded) for e in qi.read(0, 16384)] == [
+        (1, True, b"m1"), (2, False, b"m2"), (3, False, b"m3"), (4, False, b"m4")
+    ]
+
+
+def test_journal_folds_past_max_entries_and_acked_segments_go(tmp_path):
+    qi = new_index(tmp_path, max_journal_entries=50)
+    n = sf.SEGMENT_ENTRY_COUNT + 10
+    for s in range(n):
+        qi.publish(s, pub(s))
+    assert qi.journal_entries() <= 50
+    assert sf.list_segments(str(tmp_path)) == [0]  # the last entries are still journalled
+    qi.fold()
+    assert sf.list_segments(str(tmp_path)) == [0, 1]
+    seg0 = range(sf.SEGMENT_ENTRY_COUNT)
+    qi.deliver(seg0)
+    qi.ack(seg0)
+    qi.fold()
+    assert sf.list_segments(str(tmp_path)) == [1]
+    assert [e.seq_id for e in qi.read(sf.SEGMENT_ENTRY_COUNT, n)] == list(range(sf.SEGMENT_ENTRY_COUNT, n))
+
+
+def test_sync_reports_confirms_from_a_worker_thread(tmp_path):
+    got = []
+    done = threading.Event()
+
+    def on_sync(ids):
+        got.append((ids, threading.current_thread().name))
+        done.set()
+
+    qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
+    qi.publish(0, pub(0), confirm=True)
+    qi.publish(1, pub(1))
+    assert qi.needs_sync()
+    qi.sync()
+    assert done.wait(5)
+    assert got == [([mid(0)], got[0][1])]
+    assert got[0][1].startswith("qi-fsync")
+    assert not qi.needs_sync()
+    qi.terminate(1, 10, 2)
+
+
+def test_clean_terms_skip_the_replay(tmp_path):
+    qi = new_index(tmp_path)
+    for s in range(3):
+        qi.publish(s, pub(s))
+    qi.deliver([0])
+    qi.ack([0])
+    qi.terminate(2, 20, 3)
+    assert (tmp_path / "clean.terms").exists()
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: pytest.fail("clean recovery must not ask the store"))
+    assert (rec.clean, rec.count, rec.bytes, rec.next_seq_id) == (True, 2, 20, 3)
+    assert [(e.seq_id, e.delivered) for e in again.read(rec.low_seq_id, 3)] == [(1, False), (2, False)]
+
+
+def test_unclean_replay_marks_delivered_and_drops_transient_and_missing(tmp_path, caplog):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0, b"embedded"))
+    qi.publish(1, pub(1))  # body in the store
+    qi.publish(2, pub(2))  # body missing from the store
+    qi.publish(3, pub(3, b"t", persistent=False))
+    qi.publish(4, pub(4, b"acked"))
+    qi.deliver([4])
+    qi.ack([4])
+    qi.flush()
+    qi.close_abruptly()
+    caplog.set_level(logging.WARNING, logger="broker.queue")
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: m != mid(2))
+    assert not rec.clean
+    assert (rec.count, rec.bytes, rec.next_seq_id) == (2, 20, 5)
+    assert [(e.seq_id, e.delivered) for e in again.read(0, 5)] == [(0, True), (1, True)]
+    assert "body missing from the message store" in caplog.text
+    # a second crash right after recovery loses nothing
+    again.close_abruptly()
+    third = QueueIndex(str(tmp_path), fsync=False)
+    assert third.recover(lambda m: True).count == 2
+
+
+@pytest.mark.parametrize("tail", ["half_entry", "zeroed"])
+def test_torn_journal_tail_is_truncated_and_logged(tmp_path, caplog, tail):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0, b"whole"))
+    qi.flush()
+    qi.close_abruptly()
+    path = tmp_path / "journal.jif"
+    good = path.stat().st_size
+    extra = jf.encode_publish(1, pub(1, b"torn" * 50))
+    with open(path, "ab") as f:
+        f.write(extra[: len(extra) // 2] if tail == "half_entry" else bytes(100))
+    caplog.set_level(logging.WARNING, logger="broker.queue")
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert rec.count == 1
+    assert f"torn journal entry at offset {good}" in caplog.text
+    assert [e.pub.embedded for e in again.read(0, 10)] == [b"whole"]
+
+
+def test_orphaned_ack_is_ignored(tmp_path):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0, b"a"))
+    qi.fold()
+    qi.close_abruptly()
+    with open(tmp_path / "journal.jif", "ab") as f:
+        f.write(jf.encode_ack(999) + jf.encode_deliver(998))
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert (rec.count, rec.next_seq_id) == (1, 1000)
+    assert [e.seq_id for e in again.read(0, 1000)] == [0]
+
+
+def test_torn_segment_block_is_replayed_from_the_journal(tmp_path, caplog):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0, b"a"))
+    qi.fold()
+    qi.publish(1, pub(1, b"b"))
+    qi.flush()
+    qi.close_abruptly()
+    # a fold that crashed half-way: half a block in the segment, the journal still whole
+    block = sf.encode_block(0, [(1, sf.SegEntry(pub(1, b"b")))])
+    with open(tmp_path / "0.idx", "ab") as f:
+        f.write(block[:-4])
+    caplog.set_level(logging.WARNING, logger="broker.queue")
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert rec.count == 2
+    assert "torn segment block" in caplog.text
+    assert [e.pub.embedded for e in again.read(0, 2)] == [b"a", b"b"]
+
+
+def test_missing_segment_file_loses_its_messages_only(tmp_path):
+    qi = new_index(tmp_path, max_journal_entries=10)
+    n = sf.SEGMENT_ENTRY_COUNT + 3
+    for s in range(n):
+        qi.publish(s, pub(s, b"x"))
+    qi.fold()
+    qi.close_abruptly()
+    os.unlink(tmp_path / "0.idx")
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert (rec.count, rec.low_seq_id, rec.next_seq_id) == (3, sf.SEGMENT_ENTRY_COUNT, n)
+
+
+def test_count_store_refs_counts_unacked_persistent_store_messages(tmp_path):
+    for q, acked in (("a", False), ("b", True)):
+        qi = QueueIndex(str(tmp_path / queue_dir_name("/", q)), fsync=False)
+        qi.recover()
+        qi.publish(0, pub(1))  # in the store
+        qi.publish(1, pub(2, b"embedded"))
+        qi.publish(2, pub(3, persistent=False))
+        if acked:
+            qi.deliver([0])
+            qi.ack([0])
+        qi.flush()
+        qi.close_abruptly()
+    refs = count_store_refs(str(tmp_path))
+    assert refs == {mid(1): 1}
