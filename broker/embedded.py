@@ -8,6 +8,7 @@ internals; it only starts and stops it.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from typing import Any
 
@@ -23,6 +24,10 @@ class EmbeddedBroker:
     def __init__(self, **overrides: Any) -> None:
         overrides.setdefault("host", "127.0.0.1")
         overrides.setdefault("port", 0)
+        self._tmp: tempfile.TemporaryDirectory | None = None  # data_dir when none was given
+        if "data_dir" not in overrides:
+            self._tmp = tempfile.TemporaryDirectory(prefix="broker-")
+            overrides["data_dir"] = self._tmp.name
         self._overrides = overrides
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,6 +99,9 @@ class EmbeddedBroker:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
         self._loop = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

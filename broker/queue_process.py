@@ -32,6 +32,8 @@ DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject witho
 RUN = 4  # (RUN,) a consumer's channel may have capacity again
 BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
 
+SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
+
 
 class QueueProcess(Process):
     """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
@@ -59,7 +61,7 @@ class QueueProcess(Process):
         self.exclusive_owner = exclusive_owner  # owning connection, or None
         self.arguments = arguments  # queue.declare arguments as given
         self.bq: BackingQueue = bq_factory(
-            (vhost.name, name), durable, self._bq_notify
+            (vhost.name, name), durable, self._bq_notify, arguments
         )  # where messages live
         self.consumers = ConsumerSet()  # basic.consume subscriptions
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
@@ -69,6 +71,7 @@ class QueueProcess(Process):
         self._unconfirmed: dict[bytes, list[tuple[Any, int]]] = {}
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
         self._had_consumers = False  # auto-delete only after a first consumer came and went
+        self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
         self.deleted = False  # set once deleted; later casts are ignored
 
     # -- mailbox ----------------------------------------------------------------------------
@@ -96,8 +99,22 @@ class QueueProcess(Process):
                 channel.cast(("confirm", self, seqs))
 
     def on_mailbox_empty(self) -> None:
+        """RabbitMQ syncs the index when the queue's mailbox empties while confirms are
+        owed, and at the latest SYNC_INTERVAL later (rabbit_amqqueue_process)."""
+        if self.deleted:
+            return
         if self.bq.needs_sync():
             self.bq.sync()
+        if self._sync_timer is None and self._persists:
+            self._sync_timer = self._loop.call_later(SYNC_INTERVAL, self._sync_tick)
+
+    def _sync_tick(self) -> None:
+        self._sync_timer = None
+        if self.deleted:
+            return
+        self.bq.sync()  # also makes idle writes durable that no confirm waits for
+        if self.bq.needs_sync():
+            self._sync_timer = self._loop.call_later(SYNC_INTERVAL, self._sync_tick)
 
     def _bq_notify(self) -> None:
         """Called by the backing queue, possibly from its fsync worker thread."""
@@ -246,6 +263,9 @@ class QueueProcess(Process):
         count = self.bq.len()
         for consumer in self.consumers:
             consumer.channel.consumer_cancelled(self, consumer.tag)
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         if delete:
             self.bq.delete_and_terminate()
         else:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import platform
+import time
 from typing import Any
 
 from broker import __version__
-from broker.backing_queue.memory import MemoryBackingQueue
+from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
+from broker.definitions import Definitions
+from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
 from broker.vhost import VHost
 
@@ -35,27 +39,52 @@ class Broker:
         self.config = config or BrokerConfig()  # every tunable
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.vhosts: dict[str, VHost] = {}  # name -> vhost
-        self.users: dict[str, str] = {self.config.default_user: self.config.default_pass}
+        self.definitions: Definitions | None = None  # durable metadata (opened by start)
         self.connections: set[Reader] = set()  # live connections
         self.port: int = self.config.port  # bound port (after start)
         self._server: asyncio.AbstractServer | None = None  # the listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
 
-    def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any) -> Any:
-        return MemoryBackingQueue(name, durable, notify)
+    def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any,
+                    arguments: dict) -> Any:
+        """Every queue gets a variable queue over its vhost's stores; `x-queue-mode=lazy`
+        pins its RAM target at 0 (RabbitMQ 3.6–3.11 lazy queues)."""
+        cfg = self.config
+        mode = "lazy" if arguments.get("x-queue-mode") == "lazy" else "default"
+        return VariableQueue(
+            name, durable, notify, stores=self.vhosts[name[0]].stores,
+            queue_index_embed_msgs_below=cfg.queue_index_embed_msgs_below,
+            queue_index_max_journal_entries=cfg.queue_index_max_journal_entries,
+            mode=mode, fsync=cfg.fsync)
 
     def add_vhost(self, name: str) -> VHost:
-        """Create vhost `name` (idempotent)."""
-        if name not in self.vhosts:
-            assert self.loop is not None
-            self.vhosts[name] = VHost(name, self.loop, self.config, self._bq_factory)
-        return self.vhosts[name]
+        """Create (or recover) vhost `name`: its message stores are recovered first, then its
+        durable exchanges, queues and bindings (idempotent)."""
+        if name in self.vhosts:
+            return self.vhosts[name]
+        assert self.loop is not None and self.definitions is not None
+        if name not in {v.name for v in self.definitions.list_vhosts()}:
+            self.definitions.add_vhost(name)
+        stores = VhostStores(self.config.data_dir, name,
+                             file_size_limit=self.config.msg_store_file_size_limit,
+                             fsync=self.config.fsync)
+        durable_queues = [q.name for q in self.definitions.list_queues(name)]
+        clean = stores.recover(keep_queues=durable_queues)
+        vhost = VHost(name, self.loop, self.config, self._bq_factory,
+                      definitions=self.definitions, stores=stores)
+        self.vhosts[name] = vhost
+        recovered = vhost.recover()
+        log.info("vhost '%s': %d durable queues recovered (message store %s)", name,
+                 recovered, "clean" if clean else "rebuilt by scan")
+        return vhost
 
     def check_user(self, username: str, password: str, peer: Any) -> bool:
-        """Internal auth backend: the password matches and a loopback-only user (guest by
-        default, rabbitmq.com/access-control.html) connects from a loopback address."""
-        if self.users.get(username) != password:
+        """Internal auth backend: the password matches (salted SHA-256 in the definitions)
+        and a loopback-only user (guest by default, rabbitmq.com/access-control.html)
+        connects from a loopback address."""
+        assert self.definitions is not None
+        if not self.definitions.check_user_password(username, password):
             return False
         if username in self.config.loopback_users:
             host = peer[0] if isinstance(peer, tuple) and peer else None
@@ -88,8 +117,19 @@ class Broker:
         }
 
     async def start(self) -> None:
+        t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
-        self.add_vhost(self.config.default_vhost)
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.definitions = Definitions(os.path.join(self.config.data_dir, "definitions.db"))
+        if not self.definitions.list_vhosts():
+            self.definitions.add_vhost(self.config.default_vhost)
+        if not self.definitions.list_users():
+            self.definitions.add_user(self.config.default_user, self.config.default_pass)
+            self.definitions.set_permissions(
+                self.config.default_user, self.config.default_vhost, ".*", ".*", ".*")
+        for vhost_def in self.definitions.list_vhosts():
+            self.add_vhost(vhost_def.name)
+        log.info("recovery took %.2f s", time.monotonic() - t0)
         self._server = await self.loop.create_server(
             lambda: Reader(self), self.config.host, self.config.port, reuse_address=True)
         sock = self._server.sockets[0]
@@ -122,6 +162,9 @@ class Broker:
             conn.abort()
         for vhost in self.vhosts.values():
             vhost.shutdown()
+        if self.definitions is not None:
+            self.definitions.close()
+            self.definitions = None
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker import errors
+from broker.definitions import BindingDef, Definitions, ExchangeDef, QueueDef
 from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
@@ -46,8 +47,11 @@ class VHost:
     type, a hard error)."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, config: Any,
-                 bq_factory: Callable[..., Any]) -> None:
+                 bq_factory: Callable[..., Any], definitions: Definitions | None = None,
+                 stores: Any = None) -> None:
         self.name = name  # vhost name, e.g. "/"
+        self.definitions = definitions  # durable metadata store (None: nothing persists)
+        self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
         self._loop = loop  # handed to new queue processes
         self._config = config  # BrokerConfig (credit flow settings)
         self._bq_factory = bq_factory  # builds a queue's backing queue
@@ -101,6 +105,9 @@ class VHost:
         exchange = Exchange(name=name, type=type_, durable=durable, auto_delete=auto_delete,
                             internal=internal, arguments=arguments, routing=routing)
         self.exchanges[name] = exchange
+        if durable and self.definitions is not None and check_reserved:
+            self.definitions.add_exchange(ExchangeDef(
+                self.name, name, type_, True, auto_delete, internal, arguments))
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool, method: Any = None) -> None:
@@ -118,7 +125,9 @@ class VHost:
         self._remove_exchange(name)
 
     def _remove_exchange(self, name: str) -> None:
-        self.exchanges.pop(name, None)
+        exchange = self.exchanges.pop(name, None)
+        if exchange is not None and exchange.durable and self.definitions is not None:
+            self.definitions.remove_exchange(self.name, name)
         dest = ("exchange", name)
         for other in list(self.exchanges.values()):
             if len(other.routing):
@@ -153,7 +162,20 @@ class VHost:
         dest = self._destination(kind, destination, owner, method)
         exchange = self.get_exchange(source, method)
         exchange.routing.validate_binding(routing_key, arguments)
-        exchange.routing.add_binding(dest, routing_key, arguments)
+        if exchange.routing.add_binding(dest, routing_key, arguments):
+            if self._durable_binding(exchange, kind, destination):
+                self.definitions.add_binding(BindingDef(  # type: ignore[union-attr]
+                    self.name, source, destination, kind, routing_key, arguments))
+
+    def _durable_binding(self, exchange: Exchange, kind: str, destination: str) -> bool:
+        """A binding is durable when both ends are (RabbitMQ rabbit_binding)."""
+        if self.definitions is None or not exchange.durable:
+            return False
+        if kind == "queue":
+            q = self.queues.get(destination)
+            return q is not None and q.durable and q.exclusive_owner is None
+        x = self.exchanges.get(destination)
+        return x is not None and x.durable
 
     def unbind(self, kind: str, destination: str, source: str, routing_key: str,
                arguments: dict | None, owner: Any = None, method: Any = None) -> None:
@@ -169,6 +191,9 @@ class VHost:
             return
         dest = self._destination(kind, destination, owner, method)
         if exchange.routing.remove_binding(dest, routing_key, arguments):
+            if self._durable_binding(exchange, kind, destination):
+                self.definitions.remove_binding(BindingDef(  # type: ignore[union-attr]
+                    self.name, source, destination, kind, routing_key, arguments))
             self._maybe_auto_delete_exchange(exchange)
 
     # -- queues -----------------------------------------------------------------------------
@@ -192,7 +217,7 @@ class VHost:
     def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
                       arguments: dict | None = None, owner: Any = None,
-                      method: Any = None) -> QueueProcess:
+                      method: Any = None, recovering: bool = False) -> QueueProcess:
         """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue."""
         arguments = arguments or {}
         if not name:
@@ -217,6 +242,8 @@ class VHost:
             credit_initial=self._config.credit_flow_initial,
             credit_more_after=self._config.credit_flow_more_after)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
+        if durable and not exclusive and self.definitions is not None and not recovering:
+            self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
         return queue
 
     def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
@@ -256,6 +283,8 @@ class VHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        if queue.durable and self.definitions is not None:
+            self.definitions.remove_queue(self.name, queue.name)
         for exchange in list(self.exchanges.values()):
             if len(exchange.routing):
                 exchange.routing.remove_destination(queue.name)
@@ -279,11 +308,37 @@ class VHost:
         names = route_exchanges(self.exchanges, exchange_name, routing_key, headers)
         return [queues[n] for n in names if n in queues]
 
+    def recover(self) -> int:
+        """Boot: recreate durable exchanges, queues (their backing queues recover their
+        messages) and bindings from the definitions. Returns the number of queues."""
+        defs = self.definitions
+        if defs is None:
+            return 0
+        for x in defs.list_exchanges(self.name):
+            if x.name not in self.exchanges:
+                self.exchanges[x.name] = Exchange(
+                    name=x.name, type=x.type, durable=True, auto_delete=x.auto_delete,
+                    internal=x.internal, arguments=x.arguments, routing=new_routing(x.type))
+        queues = defs.list_queues(self.name)
+        for q in queues:
+            self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
+                               arguments=q.arguments, recovering=True)
+        for b in defs.list_bindings(self.name):
+            exchange = self.exchanges.get(b.source)
+            dest: Any = b.destination if b.destination_kind == "queue" else (
+                "exchange", b.destination)
+            if exchange is not None:
+                exchange.routing.add_binding(dest, b.routing_key, b.arguments)
+        return len(queues)
+
     def shutdown(self) -> None:
-        """Clean stop: terminate every queue without deleting durable state."""
+        """Clean stop: terminate every queue without deleting durable state, then close the
+        message stores (after the queues, as VhostStores requires)."""
         for queue in list(self.queues.values()):
             queue.terminate(delete=not queue.durable)
         self.queues.clear()
+        if self.stores is not None:
+            self.stores.close()
 
 
 def _kind(value: Any) -> str:

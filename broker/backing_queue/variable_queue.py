@@ -53,6 +53,9 @@ IO_BATCH_SIZE = 4096  # io_batch_size: betas go to delta in chunks of at least t
 class VariableQueue(VqDisk):
     """`base.BackingQueue` over RAM, a queue index and message stores.
 
+    `confirms_on_disk = True`: confirms of needs_confirming messages come through
+    `drain_confirmed` (the memory queue has no such attribute and never confirms late).
+
     Args: name = (vhost, queue); durable; notify() (thread-safe wake-up, see module
     docstring); stores: the vhost's `VhostStores` (already `recover()`ed), or data_dir to
     make and own a private pair (tests); queue_index_embed_msgs_below (bytes, 4096);
@@ -61,6 +64,8 @@ class VariableQueue(VqDisk):
     Constructing over an existing durable queue directory recovers it: recovered messages
     start in delta. Source: rabbit_variable_queue.erl.
     """
+
+    confirms_on_disk = True
 
     def __init__(
         self,

@@ -48,7 +48,8 @@ class BrokerProcess:
                     self.port = int(m.group(2))
                     ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -59,12 +60,20 @@ class BrokerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        self._close_pipe()
 
     def stop(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._close_pipe()
+        return code
+
+    def _close_pipe(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        self._pump.join(10)  # EOF after the process exits
+        self.proc.stdout.close()
 
     def output(self) -> str:
         return b"".join(self.log).decode(errors="replace")
