@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.sink import main as sink_main
 
         return sink_main(argv[1:])
+    if cmd == "selftest":
+        from bench.selftest import main as selftest_main
+
+        return selftest_main(argv[1:])
     if cmd == "run":
         argv = argv[1:]
     return run_main(argv)

@@ -125,7 +125,7 @@ class Publisher:
         conn = self.ch.conn
         tmpl = self.template
         sc = self.sc
-        batch_max = max(1, min(256, 65536 // tmpl.size))
+        batch_max = tmpl.batch
         limit = sc.pmessages
         rate = sc.rate
         confirms = self.window > 0

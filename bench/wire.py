@@ -124,6 +124,11 @@ class PublishTemplate:
         self.body_offset = len(method) + len(head) + 7  # where the bench header goes
         self.body_size = body_size
 
+    @property
+    def batch(self) -> int:
+        """Messages per write: about 64 KiB, at most 256 (bigger batches allocate slower)."""
+        return max(1, min(256, 65536 // self.size))
+
     def build(self, n: int, ts_ns: int, first_tag: int) -> bytearray:
         """n messages with tags ``first_tag + i`` and timestamp ``ts_ns``; one allocation."""
         buf = bytearray(self.data * n)

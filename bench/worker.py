@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
@@ -199,7 +198,7 @@ class Worker:
         }
 
     async def close(self) -> None:
-        await asyncio.gather(*(c.close(timeout=2.0) for c in self.conns),
+        await asyncio.gather(*(c.close(within=2.0) for c in self.conns),
                              return_exceptions=True)
 
 
@@ -212,6 +211,4 @@ def worker_main(sc: Scenario, producers: list[ProducerConn], consumers: list[Con
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
-    started = time.monotonic()
     runner(Worker(sc, producers, consumers, pipe, name).run())
-    del started

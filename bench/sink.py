@@ -1,0 +1,310 @@
+# bench/sink.py — `python -m bench sink`: a do-nothing AMQP server to measure the client.
+#
+# Owns: a minimal AMQP 0-9-1 server that accepts any login, answers declares/binds/qos with
+# their -ok, confirms every publish at once, and hands each published message straight to a
+# consumer of the queue it routes to (round-robin; held in a plain deque while a queue has no
+# consumer). No persistence, no prefetch, no acks: what it measures is the client's ceiling.
+# With --fault it misbehaves on purpose (drops or duplicates one message) so tests can prove
+# the bench's exactly-once check catches it.
+# Talks to: bench clients over TCP; bench.wire for the hot frames, pamqp for the rest.
+# Must never: be used as a broker (it has none of a broker's guarantees).
+"""Do-nothing sink server (``python -m bench sink --port 5673 [--fault drop|duplicate]``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import signal
+from collections import deque
+from typing import Any
+
+from pamqp import commands as C
+from pamqp import frame
+from pamqp.exceptions import UnmarshalingException
+
+from bench import wire
+
+
+class Queue:
+    """A named queue: consumers [(conn, channel, DeliverEncoder, tag counter)] and a backlog."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.consumers: list[list[Any]] = []
+        self.rr = 0
+        self.backlog: deque[tuple[str, str, bytes, list[bytes]]] = deque()
+
+
+class Sink:
+    """Shared state of all connections: queues, exchanges (bindings), fault injection."""
+
+    def __init__(self, fault: str | None = None, fault_at: int = 10) -> None:
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, tuple[str, dict[str, set[str]]]] = {}  # name -> (type, rk->qs)
+        self.fault = fault
+        self.fault_at = fault_at  # 1-based index of the published message to drop / duplicate
+        self.published = 0
+        self.conns: set[SinkConnection] = set()
+        self.dirty: set[SinkConnection] = set()
+        self.paused: set[SinkConnection] = set()  # consumer connections whose buffer is full
+        self.route_cache: dict[bytes, tuple[list[Queue], str, str]] = {}
+
+    def route(self, exchange: str, rk: str) -> list[Queue]:
+        if exchange == "":
+            q = self.queues.get(rk)
+            return [q] if q else []
+        kind, binds = self.exchanges.get(exchange, ("direct", {}))
+        names = set().union(*binds.values()) if kind == "fanout" else binds.get(rk, set())
+        return [self.queues[n] for n in sorted(names) if n in self.queues]
+
+    def deliver(self, q: Queue, exchange: str, rk: str, head: bytes, bodies: list[bytes]) -> None:
+        """Hand one message (content header payload + body payloads) to q's next consumer."""
+        if not q.consumers:
+            q.backlog.append((exchange, rk, head, bodies))
+            return
+        q.rr = (q.rr + 1) % len(q.consumers)
+        conn, ch, enc, tags = q.consumers[q.rr]
+        out = conn.out
+        out.append(enc.encode(next(tags)))
+        out.append(wire.FRAME_HEADER_STRUCT.pack(2, ch, len(head)) + head + b"\xce")
+        for b in bodies:
+            out.append(wire.FRAME_HEADER_STRUCT.pack(3, ch, len(b)) + b + b"\xce")
+        self.dirty.add(conn)
+
+    def flush(self) -> None:
+        for conn in self.dirty:
+            if conn.out and conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.write(b"".join(conn.out))
+            conn.out = []
+        self.dirty.clear()
+
+
+class SinkConnection(asyncio.Protocol):
+    """One client connection to the sink (see module comment)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.transport: Any = None
+        self.out: list[bytes] = []
+        self.buf = b""
+        self.started = False
+        self.confirming: dict[int, int] = {}  # channel -> publishes seen (confirm mode)
+        self.to_confirm: set[int] = set()  # channels owing an ack after this batch
+        self.content: tuple[int, list[Queue], str, str] | None = None  # (ch, queues, ex, rk)
+        self.head = b""
+        self.left = 0
+        self.bodies: list[bytes] = []
+        self.consumer_ids = itertools.count(1)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.sink.conns.add(self)
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.sink.conns.discard(self)
+        self.sink.paused.discard(self)
+        for q in self.sink.queues.values():
+            q.consumers = [c for c in q.consumers if c[0] is not self]
+        self._resume_all()
+
+    def pause_writing(self) -> None:
+        self.sink.paused.add(self)
+        for c in self.sink.conns:
+            c.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.sink.paused.discard(self)
+        self._resume_all()
+
+    def _resume_all(self) -> None:
+        if not self.sink.paused:
+            for c in self.sink.conns:
+                if not c.transport.is_closing():
+                    c.transport.resume_reading()
+
+    def send(self, method: Any, ch: int = 0) -> None:
+        self.out.append(frame.marshal(method, ch))
+        self.sink.dirty.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        if not self.started:
+            if len(buf) < 8:
+                self.buf = buf
+                return
+            self.started = True
+            pos = 8
+            self.send(C.Connection.Start(server_properties={"product": "bench-sink"},
+                                         mechanisms="PLAIN AMQPLAIN", locales="en_US"))
+        n = len(buf)
+        unpack = wire.FRAME_HEADER_STRUCT.unpack_from
+        sink = self.sink
+        while n - pos >= 7:
+            ftype, ch, size = unpack(buf, pos)
+            start = pos + 7
+            end = start + size
+            if end >= n:
+                break
+            if buf[end] != 0xCE:
+                self.transport.abort()
+                return
+            pos = end + 1
+            if ftype == 3:
+                self.bodies.append(buf[start:end])
+                self.left -= size
+                if self.left <= 0:
+                    self._message_done()
+            elif ftype == 1:
+                sig = buf[start : start + 4]
+                if sig == wire.PUBLISH:
+                    key = buf[start:end]
+                    route = sink.route_cache.get(key)
+                    if route is None:
+                        _, _, pub = frame.unmarshal(buf[start - 7 : end + 1])
+                        route = (sink.route(pub.exchange, pub.routing_key), pub.exchange,
+                                 pub.routing_key)
+                        sink.route_cache[key] = route
+                    self.content = (ch, *route)
+                    if ch in self.confirming:
+                        self.confirming[ch] += 1
+                        self.to_confirm.add(ch)
+                elif sig == wire.ACK or sig == wire.NACK:
+                    pass  # consumer acks: nothing to release
+                else:
+                    self._method(buf[start - 7 : end + 1], ch)
+            elif ftype == 2:
+                self.head = buf[start:end]
+                self.left = wire.parse_header_body_size(buf, start)
+                self.bodies = []
+                if self.left == 0:
+                    self._message_done()
+        self.buf = buf[pos:] if pos < n else b""
+        for ch in self.to_confirm:
+            self.out.append(wire.ack_frame(ch, self.confirming[ch], True))
+            sink.dirty.add(self)
+        self.to_confirm.clear()
+        sink.flush()
+
+    def _message_done(self) -> None:
+        if self.content is None:
+            return
+        _, queues, ex, rk = self.content
+        self.content = None
+        sink = self.sink
+        sink.published += 1
+        copies = 1
+        if sink.fault and sink.published == sink.fault_at:
+            copies = 0 if sink.fault == "drop" else 2
+        for q in queues:
+            for _ in range(copies):
+                sink.deliver(q, ex, rk, self.head, self.bodies)
+
+    def _method(self, raw: bytes, ch: int) -> None:  # noqa: C901 - one branch per method
+        try:
+            _, _, m = frame.unmarshal(raw)
+        except UnmarshalingException:
+            self.transport.abort()
+            return
+        sink = self.sink
+        if isinstance(m, C.Connection.StartOk):
+            self.send(C.Connection.Tune(2047, 131072, 0))
+        elif isinstance(m, C.Connection.Open):
+            self.send(C.Connection.OpenOk())
+        elif isinstance(m, C.Connection.Close):
+            self.send(C.Connection.CloseOk())
+            sink.flush()
+            self.transport.close()
+        elif isinstance(m, C.Channel.Open):
+            self.send(C.Channel.OpenOk(), ch)
+        elif isinstance(m, C.Channel.Close):
+            self.send(C.Channel.CloseOk(), ch)
+        elif isinstance(m, C.Exchange.Declare):
+            sink.exchanges.setdefault(m.exchange, (m.exchange_type, {}))
+            sink.route_cache.clear()
+            self.send(C.Exchange.DeclareOk(), ch)
+        elif isinstance(m, C.Exchange.Delete):
+            sink.exchanges.pop(m.exchange, None)
+            sink.route_cache.clear()
+            self.send(C.Exchange.DeleteOk(), ch)
+        elif isinstance(m, C.Queue.Declare):
+            name = m.queue or f"sink.gen-{id(self)}-{len(sink.queues)}"
+            q = sink.queues.setdefault(name, Queue(name))
+            sink.route_cache.clear()
+            self.send(C.Queue.DeclareOk(name, len(q.backlog), len(q.consumers)), ch)
+        elif isinstance(m, C.Queue.Bind):
+            sink.exchanges.setdefault(m.exchange, ("direct", {}))[1].setdefault(
+                m.routing_key, set()).add(m.queue)
+            sink.route_cache.clear()
+            self.send(C.Queue.BindOk(), ch)
+        elif isinstance(m, C.Queue.Purge):
+            q = sink.queues.get(m.queue)
+            count = len(q.backlog) if q else 0
+            if q:
+                q.backlog.clear()
+            self.send(C.Queue.PurgeOk(count), ch)
+        elif isinstance(m, C.Queue.Delete):
+            sink.queues.pop(m.queue, None)
+            for _, binds in sink.exchanges.values():
+                for qs in binds.values():
+                    qs.discard(m.queue)
+            sink.route_cache.clear()
+            self.send(C.Queue.DeleteOk(0), ch)
+        elif isinstance(m, C.Basic.Qos):
+            self.send(C.Basic.QosOk(), ch)
+        elif isinstance(m, C.Basic.Consume):
+            self._consume(m, ch)
+        elif isinstance(m, C.Basic.Cancel):
+            for q in sink.queues.values():
+                q.consumers = [c for c in q.consumers
+                               if not (c[0] is self and c[2].tag == m.consumer_tag)]
+            self.send(C.Basic.CancelOk(m.consumer_tag), ch)
+        elif isinstance(m, C.Confirm.Select):
+            self.confirming[ch] = 0
+            self.send(C.Confirm.SelectOk(), ch)
+
+    def _consume(self, m: C.Basic.Consume, ch: int) -> None:
+        sink = self.sink
+        q = sink.queues.setdefault(m.queue, Queue(m.queue))
+        tag = m.consumer_tag or f"sink-ctag-{next(self.consumer_ids)}"
+        enc = wire.DeliverEncoder(ch, tag, "", m.queue)
+        enc.tag = tag  # type: ignore[attr-defined]
+        self.send(C.Basic.ConsumeOk(tag), ch)
+        q.consumers.append([self, ch, enc, itertools.count(1)])
+        while q.backlog:
+            ex, rk, head, bodies = q.backlog.popleft()
+            sink.deliver(q, ex, rk, head, bodies)
+
+
+async def serve(host: str, port: int, sink: Sink, ready: Any = print) -> None:
+    """Listen until cancelled; ``ready(line)`` gets "sink listening on HOST:PORT"."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: SinkConnection(sink), host, port)
+    bound = server.sockets[0].getsockname()[1]
+    ready(f"sink listening on {host}:{bound}")
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench sink", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5673, help="0 = ephemeral (printed)")
+    p.add_argument("--fault", choices=("drop", "duplicate"), help="misbehave once on purpose")
+    p.add_argument("--fault-at", type=int, default=10, help="which published message (1-based)")
+    ns = p.parse_args(argv)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    runner(serve(ns.host, ns.port, Sink(ns.fault, ns.fault_at),
+                 ready=lambda line: print(line, flush=True)))
+    return 0
+
