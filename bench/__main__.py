@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.sink import main as sink_main
 
         return sink_main(argv[1:])
-    if cmd == "selftest":
+    if cmd == "selftest":  # noqa: SIM102 - one branch per subcommand
         from bench.selftest import main as selftest_main
 
         return selftest_main(argv[1:])
