@@ -4,8 +4,8 @@
 # their -ok, confirms every publish at once, and hands each published message straight to a
 # consumer of the queue it routes to (round-robin; held in a plain deque while a queue has no
 # consumer). No persistence, no prefetch, no acks: what it measures is the client's ceiling.
-# With --fault it misbehaves on purpose (drops or duplicates one message) so tests can prove
-# the bench's exactly-once check catches it.
+# With --fault it misbehaves on purpose (drops, duplicates, or drops and nacks one message) so
+# tests can prove the bench's exactly-once check and --resend work.
 # Talks to: bench clients over TCP; bench.wire for the hot frames, pamqp for the rest.
 # Must never: be used as a broker (it has none of a broker's guarantees).
 """Do-nothing sink server (``python -m bench sink --port 5673 [--fault drop|duplicate]``)."""
@@ -39,7 +39,10 @@ class Queue:
 class Sink:
     """Shared state of all connections: queues, exchanges (bindings), fault injection."""
 
-    def __init__(self, fault: str | None = None, fault_at: int = 10) -> None:
+    def __init__(self, fault: str | None = None, fault_at: int = 10, block_at: int = 0,
+                 block_for: float = 0.0) -> None:
+        self.block_at = block_at  # after this many publishes send connection.blocked (0 = never)
+        self.block_for = block_for  # seconds until connection.unblocked
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, tuple[str, dict[str, set[str]]]] = {}  # name -> (type, rk->qs)
         self.fault = fault
@@ -72,6 +75,18 @@ class Sink:
             out.append(wire.FRAME_HEADER_STRUCT.pack(3, ch, len(b)) + b + b"\xce")
         self.dirty.add(conn)
 
+    def block(self) -> None:
+        """connection.blocked to every connection now, connection.unblocked block_for later."""
+        for conn in self.conns:
+            conn.send(C.Connection.Blocked("bench sink --block-at"))
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.block_for, self._unblock)
+
+    def _unblock(self) -> None:
+        for conn in self.conns:
+            conn.send(C.Connection.Unblocked())
+        self.flush()
+
     def flush(self) -> None:
         for conn in self.dirty:
             if conn.out and conn.transport is not None and not conn.transport.is_closing():
@@ -95,6 +110,7 @@ class SinkConnection(asyncio.Protocol):
         self.head = b""
         self.left = 0
         self.bodies: list[bytes] = []
+        self.content_ch = 0  # channel of the message being completed
         self.consumer_ids = itertools.count(1)
 
     def connection_made(self, transport: Any) -> None:
@@ -191,13 +207,22 @@ class SinkConnection(asyncio.Protocol):
     def _message_done(self) -> None:
         if self.content is None:
             return
-        _, queues, ex, rk = self.content
+        self.content_ch, queues, ex, rk = self.content
         self.content = None
         sink = self.sink
         sink.published += 1
         copies = 1
         if sink.fault and sink.published == sink.fault_at:
-            copies = 0 if sink.fault == "drop" else 2
+            copies = 2 if sink.fault == "duplicate" else 0
+            ch = self.content_ch
+            if sink.fault == "nack" and ch in self.confirming:
+                seq = self.confirming[ch]
+                if seq > 1:
+                    self.out.append(wire.ack_frame(ch, seq - 1, True))
+                self.out.append(wire.nack_frame(ch, seq, False))
+                sink.dirty.add(self)
+        if sink.published == sink.block_at:
+            sink.block()
         for q in queues:
             for _ in range(copies):
                 sink.deliver(q, ex, rk, self.head, self.bodies)
@@ -295,8 +320,12 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench sink", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5673, help="0 = ephemeral (printed)")
-    p.add_argument("--fault", choices=("drop", "duplicate"), help="misbehave once on purpose")
+    p.add_argument("--fault", choices=("drop", "duplicate", "nack"),
+                   help="misbehave once on purpose: drop, duplicate, or drop and nack a message")
     p.add_argument("--fault-at", type=int, default=10, help="which published message (1-based)")
+    p.add_argument("--block-at", type=int, default=0,
+                   help="send connection.blocked after this many publishes (0 = never)")
+    p.add_argument("--block-for", type=float, default=1.0, help="seconds until unblocked")
     ns = p.parse_args(argv)
     try:
         import uvloop
@@ -304,7 +333,7 @@ def main(argv: list[str]) -> int:
         runner = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run
-    runner(serve(ns.host, ns.port, Sink(ns.fault, ns.fault_at),
+    runner(serve(ns.host, ns.port, Sink(ns.fault, ns.fault_at, ns.block_at, ns.block_for),
                  ready=lambda line: print(line, flush=True)))
     return 0
 
