@@ -26,6 +26,17 @@ from pamqp.exceptions import UnmarshalingException
 from bench import wire
 
 
+def _rechannel(raw: bytes, channel: int) -> bytes:
+    """The same frames with their channel field set to ``channel``."""
+    out = bytearray(raw)
+    pos = 0
+    while pos < len(out):
+        size = wire.FRAME_HEADER_STRUCT.unpack_from(out, pos)[2]
+        out[pos + 1 : pos + 3] = channel.to_bytes(2, "big")
+        pos += 8 + size
+    return bytes(out)
+
+
 class Queue:
     """A named queue: consumers [(conn, channel, DeliverEncoder, tag counter)] and a backlog."""
 
@@ -33,7 +44,7 @@ class Queue:
         self.name = name
         self.consumers: list[list[Any]] = []
         self.rr = 0
-        self.backlog: deque[tuple[str, str, bytes, list[bytes]]] = deque()
+        self.backlog: deque[tuple[str, str, bytes, int]] = deque()  # (ex, rk, raw, channel)
 
 
 class Sink:
@@ -61,18 +72,18 @@ class Sink:
         names = set().union(*binds.values()) if kind == "fanout" else binds.get(rk, set())
         return [self.queues[n] for n in sorted(names) if n in self.queues]
 
-    def deliver(self, q: Queue, exchange: str, rk: str, head: bytes, bodies: list[bytes]) -> None:
-        """Hand one message (content header payload + body payloads) to q's next consumer."""
+    def deliver(self, q: Queue, exchange: str, rk: str, raw: bytes, src_ch: int) -> None:
+        """Hand one message to q's next consumer. ``raw`` is its content header and body
+        frames exactly as the publisher sent them on channel ``src_ch``; they are forwarded
+        as they are when the consumer's channel number is the same (the common case)."""
         if not q.consumers:
-            q.backlog.append((exchange, rk, head, bodies))
+            q.backlog.append((exchange, rk, raw, src_ch))
             return
         q.rr = (q.rr + 1) % len(q.consumers)
         conn, ch, enc, tags = q.consumers[q.rr]
         out = conn.out
         out.append(enc.encode(next(tags)))
-        out.append(wire.FRAME_HEADER_STRUCT.pack(2, ch, len(head)) + head + b"\xce")
-        for b in bodies:
-            out.append(wire.FRAME_HEADER_STRUCT.pack(3, ch, len(b)) + b + b"\xce")
+        out.append(raw if ch == src_ch else _rechannel(raw, ch))
         self.dirty.add(conn)
 
     def block(self) -> None:
@@ -107,7 +118,6 @@ class SinkConnection(asyncio.Protocol):
         self.confirming: dict[int, int] = {}  # channel -> publishes seen (confirm mode)
         self.to_confirm: set[int] = set()  # channels owing an ack after this batch
         self.content: tuple[int, list[Queue], str, str] | None = None  # (ch, queues, ex, rk)
-        self.head = b""
         self.left = 0
         self.bodies: list[bytes] = []
         self.content_ch = 0  # channel of the message being completed
@@ -169,10 +179,10 @@ class SinkConnection(asyncio.Protocol):
                 return
             pos = end + 1
             if ftype == 3:
-                self.bodies.append(buf[start:end])
+                self.bodies.append(buf[start - 7 : end + 1])
                 self.left -= size
                 if self.left <= 0:
-                    self._message_done()
+                    self._message_done(b"".join(self.bodies))
             elif ftype == 1:
                 sig = buf[start : start + 4]
                 if sig == wire.PUBLISH:
@@ -187,16 +197,26 @@ class SinkConnection(asyncio.Protocol):
                     if ch in self.confirming:
                         self.confirming[ch] += 1
                         self.to_confirm.add(ch)
+                    # Fast path: header + one body frame already here -> forward as one slice.
+                    if n - pos >= 23 and buf[pos] == 2:
+                        hsize = unpack(buf, pos)[2]
+                        bpos = pos + 8 + hsize
+                        if n - bpos >= 7 and buf[bpos] == 3:
+                            bsize = unpack(buf, bpos)[2]
+                            bend = bpos + 7 + bsize
+                            if (bend < n and buf[bend] == 0xCE and buf[pos + 7 + hsize] == 0xCE
+                                    and wire.parse_header_body_size(buf, pos + 7) == bsize):
+                                self._message_done(buf[pos : bend + 1])
+                                pos = bend + 1
                 elif sig == wire.ACK or sig == wire.NACK:
                     pass  # consumer acks: nothing to release
                 else:
                     self._method(buf[start - 7 : end + 1], ch)
             elif ftype == 2:
-                self.head = buf[start:end]
                 self.left = wire.parse_header_body_size(buf, start)
-                self.bodies = []
+                self.bodies = [buf[start - 7 : end + 1]]
                 if self.left == 0:
-                    self._message_done()
+                    self._message_done(self.bodies[0])
         self.buf = buf[pos:] if pos < n else b""
         for ch in self.to_confirm:
             self.out.append(wire.ack_frame(ch, self.confirming[ch], True))
@@ -204,7 +224,7 @@ class SinkConnection(asyncio.Protocol):
         self.to_confirm.clear()
         sink.flush()
 
-    def _message_done(self) -> None:
+    def _message_done(self, raw: bytes) -> None:
         if self.content is None:
             return
         self.content_ch, queues, ex, rk = self.content
@@ -225,7 +245,7 @@ class SinkConnection(asyncio.Protocol):
             sink.block()
         for q in queues:
             for _ in range(copies):
-                sink.deliver(q, ex, rk, self.head, self.bodies)
+                sink.deliver(q, ex, rk, raw, self.content_ch)
 
     def _method(self, raw: bytes, ch: int) -> None:  # noqa: C901 - one branch per method
         try:
@@ -299,8 +319,8 @@ class SinkConnection(asyncio.Protocol):
         self.send(C.Basic.ConsumeOk(tag), ch)
         q.consumers.append([self, ch, enc, itertools.count(1)])
         while q.backlog:
-            ex, rk, head, bodies = q.backlog.popleft()
-            sink.deliver(q, ex, rk, head, bodies)
+            ex, rk, raw, src_ch = q.backlog.popleft()
+            sink.deliver(q, ex, rk, raw, src_ch)
 
 
 async def serve(host: str, port: int, sink: Sink, ready: Any = print) -> None:

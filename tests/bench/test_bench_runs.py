@@ -83,7 +83,7 @@ def test_backlog_publishes_first_then_drains(broker: Any) -> None:
 def test_exactly_once_check_catches_a_faulty_sink(sink: Any, fault: str, lost: int,
                                                   duplicated: int) -> None:
     uri, _ = sink("--fault", fault, "--fault-at", "77")
-    doc = coordinator.run(tiny("s2", uri))
+    doc = coordinator.run(tiny("s2", uri, drain_timeout=1.0))
     v = doc["verification"]
     assert (v["status"], v["lost"], v["duplicated"]) == ("failed", lost, duplicated)
     assert doc["ok"] is False and doc["errors"] == []
@@ -99,7 +99,7 @@ def test_the_sink_itself_is_exactly_once(sink: Any) -> None:
 @pytest.mark.parametrize("resend", [False, True])
 def test_nack_is_counted_and_resent_with_resend(sink: Any, resend: bool) -> None:
     uri, _ = sink("--fault", "nack", "--fault-at", "5")
-    doc = coordinator.run(tiny("s2", uri, pmessages=200, resend=resend))
+    doc = coordinator.run(tiny("s2", uri, pmessages=200, resend=resend, drain_timeout=1.0))
     assert doc["totals"]["nacked"] == 1
     assert doc["totals"]["resent"] == (1 if resend else 0)
     v = doc["verification"]
@@ -138,7 +138,7 @@ def test_compare_and_plot_cli(broker: Any, tmp_path: Any, capsys: Any) -> None:
     from bench.__main__ import main
 
     out = tmp_path / "cmp.json"
-    rc = main(["compare", broker.url, broker.url, "--scenario", "s1", "-z", "0.5",
+    rc = main(["compare", broker.url, broker.url, "--scenario", "s1", "-z", "0.5", "-r", "2000",
                "--rounds", "3", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
