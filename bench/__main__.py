@@ -29,9 +29,14 @@ def run_main(argv: list[str]) -> int:
         sc = options.scenario_from_args(ns, base)
     except ValueError as exc:
         p.error(str(exc))
+    from bench.amqp import AMQPError
     from bench.coordinator import run
 
-    doc = run(sc)
+    try:
+        doc = run(sc)
+    except (AMQPError, OSError, TimeoutError) as exc:
+        print(f"cannot set up the run on {sc.to_json()['uri']}: {exc!r}", file=sys.stderr)
+        return 2
     summary = {k: doc[k] for k in ("rates", "latency_ms", "confirm_latency_ms", "totals",
                                     "broker", "verification", "errors")}
     summary["verification"] = {k: v for k, v in doc["verification"].items() if k != "producers"}

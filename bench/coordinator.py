@@ -243,10 +243,10 @@ def run(sc: Scenario, out: Any = print) -> dict[str, Any]:
     plan = topology.build_plan(sc)
     env = report.environment()
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    asyncio.run(asyncio.wait_for(topology.declare(uri, plan), SETUP_TIMEOUT))
     sampler = BrokerSampler.for_uri(uri.host, uri.port)
     r = Run(sc, plan, out)
     try:
+        asyncio.run(asyncio.wait_for(topology.declare(uri, plan), SETUP_TIMEOUT))
         _start_workers(r)
         marks = execute(r, sampler)
     finally:

@@ -2,7 +2,7 @@
 #
 # Owns: the publish loop (batches of pre-encoded messages, rate limit, message count, confirm
 # window, connection.blocked pause, TCP back-pressure), publisher-confirm tracking
-# (msg_seq_no -> (tag, send time)), nack counting and --resend of nacked / timed-out messages.
+# (bench.confirms.Outstanding), nack counting and --resend of nacked / timed-out messages.
 # Talks to: bench.amqp (Channel, Connection), bench.wire (PublishTemplate), bench.worker (which
 # starts and stops it and reads its counters).
 # Must never: wait without a bound, or touch another publisher's state.
@@ -18,6 +18,7 @@ from pamqp import commands
 
 from bench import wire
 from bench.amqp import Channel
+from bench.confirms import Outstanding
 from bench.histogram import Histogram
 from bench.options import Scenario
 
@@ -45,8 +46,7 @@ class Publisher:
         self.window = sc.confirm
         self.next_seq = 0
         self.msg_seq_no = 1  # next publish's sequence number in confirm mode (from 1)
-        self.low = 1  # lowest msg_seq_no possibly still outstanding
-        self.outstanding: dict[int, tuple[int, int]] = {}  # msg_seq_no -> (tag, sent ns)
+        self.outstanding = Outstanding()  # msg_seq_no ranges awaiting basic.ack/nack
         self.resend_q: deque[int] = deque()  # tags to republish
         self.window_open = asyncio.Event()
         self.window_open.set()
@@ -71,49 +71,34 @@ class Publisher:
         self.returned += 1
 
     def on_confirm(self, dtag: int, multiple: bool, nack: bool, now: int) -> None:
-        """basic.ack / basic.nack from the broker (hot path)."""
-        out = self.outstanding
-        entries = []
-        if multiple:
-            for s in range(self.low, dtag + 1):
-                e = out.pop(s, None)
-                if e is not None:
-                    entries.append(e)
-            if dtag >= self.low:
-                self.low = dtag + 1
-        else:
-            e = out.pop(dtag, None)
-            if e is not None:
-                entries.append(e)
-        if nack:
-            self.nacked += len(entries)
-            if self.sc.resend:
-                self.resend_q.extend(tag for tag, _ in entries)
-        else:
-            self.confirmed += len(entries)
-            counts = self.confirm_hist.counts
-            hist = self.confirm_hist
-            for _, sent in entries:
-                v = (now - sent) // 1000
-                if v < 64:
-                    counts[v if v > 0 else 0] += 1
-                else:
-                    s = v.bit_length() - 6
-                    counts[(s << 5) + (v >> s)] += 1
-                if v > hist.max_us:
-                    hist.max_us = v
-        if len(out) < self.window:
+        """basic.ack / basic.nack from the broker (hot path; per batch, not per message)."""
+        hist = self.confirm_hist
+        counts = hist.counts
+        for tags, sent in self.outstanding.settle(dtag, multiple):
+            n = len(tags)
+            if nack:
+                self.nacked += n
+                if self.sc.resend:
+                    self.resend_q.extend(tags)
+                continue
+            self.confirmed += n
+            v = (now - sent) // 1000
+            if v < 64:
+                counts[v if v > 0 else 0] += n
+            else:
+                s = v.bit_length() - 6
+                counts[(s << 5) + (v >> s)] += n
+            if v > hist.max_us:
+                hist.max_us = v
+        if len(self.outstanding) < self.window:
             self.window_open.set()
 
     def _expire(self) -> None:
         """Outstanding confirms older than --confirm-timeout: resend (with --resend) or drop."""
-        limit = time.monotonic_ns() - int(self.sc.confirm_timeout * 1e9)
-        old = [k for k, (_, sent) in self.outstanding.items() if sent < limit]
-        for k in old:
-            tag, _ = self.outstanding.pop(k)
-            self.timed_out += 1
-            if self.sc.resend:
-                self.resend_q.append(tag)
+        old = self.outstanding.expire(time.monotonic_ns() - int(self.sc.confirm_timeout * 1e9))
+        self.timed_out += len(old)
+        if self.sc.resend:
+            self.resend_q.extend(old)
         if old:
             self.window_open.set()
 
@@ -191,12 +176,8 @@ class Publisher:
                 await _wait(self.window_open)
                 continue
             if confirms:
-                out = self.outstanding
-                msn = self.msg_seq_no
-                for tag in tags:
-                    out[msn] = (tag, ts)
-                    msn += 1
-                self.msg_seq_no = msn
+                self.outstanding.add(self.msg_seq_no, tags, ts)
+                self.msg_seq_no += len(tags)
             conn.write(data)
             self.published += len(tags)
             await asyncio.sleep(0)  # let confirms and other channels in

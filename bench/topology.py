@@ -176,7 +176,7 @@ async def delete(uri: URI, plan: Plan) -> None:
     conn = await Connection.open(uri, "bench-admin")
     try:
         ch = await conn.channel()
-        for q in plan.queues:
+        for q in plan.queues:  # deleting a queue that was never declared is fine in AMQP
             await ch.rpc(commands.Queue.Delete(queue=q), commands.Queue.DeleteOk)
         if plan.exchange and plan.exchange[0].startswith("bench-"):
             await ch.rpc(
