@@ -54,6 +54,7 @@ class Sink:
                  block_for: float = 0.0) -> None:
         self.block_at = block_at  # after this many publishes send connection.blocked (0 = never)
         self.block_for = block_for  # seconds until connection.unblocked
+        self.batching = True  # forward runs of identical publishes with bytes.replace
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, tuple[str, dict[str, set[str]]]] = {}  # name -> (type, rk->qs)
         self.fault = fault
@@ -121,6 +122,7 @@ class SinkConnection(asyncio.Protocol):
         self.left = 0
         self.bodies: list[bytes] = []
         self.content_ch = 0  # channel of the message being completed
+        self.no_batch = False  # a batch failed validation during this data_received
         self.consumer_ids = itertools.count(1)
 
     def connection_made(self, transport: Any) -> None:
@@ -168,6 +170,7 @@ class SinkConnection(asyncio.Protocol):
         n = len(buf)
         unpack = wire.FRAME_HEADER_STRUCT.unpack_from
         sink = self.sink
+        self.no_batch = False
         while n - pos >= 7:
             ftype, ch, size = unpack(buf, pos)
             start = pos + 7
@@ -207,7 +210,12 @@ class SinkConnection(asyncio.Protocol):
                             if (bend < n and buf[bend] == 0xCE and buf[pos + 7 + hsize] == 0xCE
                                     and wire.parse_header_body_size(buf, pos + 7) == bsize):
                                 self._message_done(buf[pos : bend + 1])
-                                pos = bend + 1
+                                # The next messages of this publisher are usually byte-identical
+                                # but for the body: forward them in one C-level pass.
+                                fstart = start - 7
+                                pos = bend + 1 + self._batch(
+                                    buf, bend + 1, buf[fstart:start + size + 1],
+                                    buf[end + 1 : bpos], buf[bpos : bpos + 7], ch, route[0])
                 elif sig == wire.ACK or sig == wire.NACK:
                     pass  # consumer acks: nothing to release
                 else:
@@ -223,6 +231,63 @@ class SinkConnection(asyncio.Protocol):
             sink.dirty.add(self)
         self.to_confirm.clear()
         sink.flush()
+
+    def _batch(self, buf: bytes, at: int, pub: bytes, head: bytes, body_head: bytes, ch: int,
+               queues: list[Queue]) -> int:
+        """Forward the run of messages starting at ``buf[at]`` that repeat the one just seen
+        (same publish frame, same content header frame, same body size) in one pass of
+        bytes.replace, instead of frame by frame; returns the bytes consumed (0 = none).
+
+        Every delivery of one batch goes to one consumer per queue and carries the same
+        delivery_tag (the sink ignores acks). Validated by counting each fixed part: any other
+        layout makes the counts disagree and the caller's frame loop takes over.
+        """
+        sink = self.sink
+        size = len(pub) + len(head) + len(body_head) + (
+            wire.FRAME_HEADER_STRUCT.unpack_from(body_head)[2] + 1)
+        if size > 512:
+            # bytes.count/replace scan the bodies too: measured slower than frame-by-frame
+            # forwarding for 1500-byte messages (36k vs 120k msg/s), faster for 16-byte ones.
+            return 0
+        k = (len(buf) - at) // size
+        for limit in (sink.fault_at if sink.fault else 0, sink.block_at):
+            if limit and sink.published < limit <= sink.published + k:
+                k = limit - 1 - sink.published
+        if (k < 2 or self.no_batch or not sink.batching or not buf.startswith(pub, at) or not queues
+                or any(not q.consumers for q in queues)):
+            return 0
+        # Gallop (1, 2, 4, …) then bisect for the run's length: publishers interleave their
+        # channels' batches on one connection, so the run usually ends before the buffer does.
+        lo, step = 1, 1
+        while lo + step <= k and buf.startswith(pub, at + (lo + step - 1) * size):
+            lo += step
+            step *= 2
+        hi = min(k, lo + step - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if buf.startswith(pub, at + (mid - 1) * size):
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+        region = buf[at : at + k * size]
+        if k < 2 or (region.count(pub) != k or region.count(head) != k
+                     or region.count(body_head) != k or region[-1] != 0xCE):
+            self.no_batch = k >= 2  # layout differs: frame by frame for the rest of this read
+            return 0
+        for q in queues:
+            q.rr = (q.rr + 1) % len(q.consumers)
+            conn, dch, enc, tags = q.consumers[q.rr]
+            out = region.replace(pub, enc.encode(next(tags)))
+            if dch != ch:
+                out = out.replace(head, _rechannel(head, dch)).replace(
+                    body_head, _rechannel(body_head, dch))
+            conn.out.append(out)
+            sink.dirty.add(conn)
+        sink.published += k
+        if ch in self.confirming:
+            self.confirming[ch] += k
+        return k * size
 
     def _message_done(self, raw: bytes) -> None:
         if self.content is None:
@@ -346,14 +411,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--block-at", type=int, default=0,
                    help="send connection.blocked after this many publishes (0 = never)")
     p.add_argument("--block-for", type=float, default=1.0, help="seconds until unblocked")
+    p.add_argument("--no-batch", action="store_true", help="forward frame by frame only")
     ns = p.parse_args(argv)
+    sink = Sink(ns.fault, ns.fault_at, ns.block_at, ns.block_for)
+    sink.batching = not ns.no_batch
     try:
         import uvloop
 
         runner = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run
-    runner(serve(ns.host, ns.port, Sink(ns.fault, ns.fault_at, ns.block_at, ns.block_for),
+    runner(serve(ns.host, ns.port, sink,
                  ready=lambda line: print(line, flush=True)))
     return 0
 
