@@ -1,0 +1,151 @@
+"""Short bench runs: against the broker fixture, and against the (deliberately faulty) sink."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bench import coordinator, report, scenarios
+from bench.options import Scenario
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def sink() -> Iterator[Callable[..., tuple[str, subprocess.Popen[str]]]]:
+    """sink(*args) -> (uri, process): `python -m bench sink --port 0 *args`, ready-line awaited."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> tuple[str, subprocess.Popen[str]]:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "sink", "--port", "0", *args],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 15)
+        assert ready, "sink did not report ready within 15 s"
+        line = proc.stdout.readline()
+        assert line.startswith("sink listening on "), line
+        port = int(line.rsplit(":", 1)[1])
+        return f"amqp://guest:guest@127.0.0.1:{port}/%2F", proc
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def tiny(name: str, uri: str, **changes: Any) -> Scenario:
+    """A named scenario cut down to a fixed message count (deterministic, ~1 s)."""
+    changes.setdefault("time", 0)
+    changes.setdefault("pmessages", 2000)
+    changes.setdefault("quiet", True)
+    changes.setdefault("drain_timeout", 5.0)
+    changes.setdefault("confirm_timeout", 5.0)
+    return scenarios.named(name).replace(uri=uri, **changes)
+
+
+@pytest.mark.parametrize("name", ["s2", "paper"])
+def test_run_against_broker_is_exactly_once_and_schema_valid(broker: Any, tmp_path: Any,
+                                                             name: str) -> None:
+    out = tmp_path / "r.json"
+    doc = coordinator.run(tiny(name, broker.url, pmessages=500, json=str(out)))
+    assert doc["errors"] == []
+    assert report.check_schema(doc) == []
+    assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
+    channels = 1 if name == "s2" else 4
+    assert doc["totals"]["published"] == doc["totals"]["confirmed"] == 500 * channels
+    assert doc["totals"]["consumed"] == 500 * channels
+    v = doc["verification"]
+    assert (v["status"], v["mode"], v["expected"], v["lost"], v["duplicated"]) == (
+        "ok", "ack", 500 * channels, 0, 0)
+    assert doc["latency_ms"]["count"] == 500 * channels
+    assert doc["confirm_latency_ms"]["p50"] is not None and doc["ok"] is True
+    assert doc["scenario"]["name"] == name and "***" in doc["scenario"]["uri"]
+
+
+def test_backlog_publishes_first_then_drains(broker: Any) -> None:
+    doc = coordinator.run(tiny("backlog", broker.url, pmessages=1000))
+    assert doc["verification"]["status"] == "ok" and doc["totals"]["consumed"] == 1000
+    assert doc["errors"] == []
+
+
+@pytest.mark.parametrize(("fault", "lost", "duplicated"), [("drop", 1, 0), ("duplicate", 0, 1)])
+def test_exactly_once_check_catches_a_faulty_sink(sink: Any, fault: str, lost: int,
+                                                  duplicated: int) -> None:
+    uri, _ = sink("--fault", fault, "--fault-at", "77")
+    doc = coordinator.run(tiny("s2", uri, drain_timeout=1.0))
+    v = doc["verification"]
+    assert (v["status"], v["lost"], v["duplicated"]) == ("failed", lost, duplicated)
+    assert doc["ok"] is False and doc["errors"] == []
+
+
+def test_the_sink_itself_is_exactly_once(sink: Any) -> None:
+    uri, _ = sink()
+    doc = coordinator.run(tiny("fanout", uri, pmessages=300))
+    v = doc["verification"]
+    assert (v["status"], v["expected"]) == ("ok", 3000)
+
+
+@pytest.mark.parametrize("resend", [False, True])
+def test_nack_is_counted_and_resent_with_resend(sink: Any, resend: bool) -> None:
+    uri, _ = sink("--fault", "nack", "--fault-at", "5")
+    doc = coordinator.run(tiny("s2", uri, pmessages=200, resend=resend, drain_timeout=1.0))
+    assert doc["totals"]["nacked"] == 1
+    assert doc["totals"]["resent"] == (1 if resend else 0)
+    v = doc["verification"]
+    if resend:
+        assert v["status"] == "ok"
+    else:
+        assert (v["status"], v["lost"]) == ("failed", 1)
+        assert "not resent" in v["reason"]
+
+
+def test_connection_blocked_pauses_publishing(sink: Any) -> None:
+    uri, _ = sink("--block-at", "50", "--block-for", "0.6")
+    doc = coordinator.run(tiny("s2", uri, pmessages=300))
+    assert doc["blocked_seconds"] >= 0.5
+    assert doc["duration_s"]["publishing"] >= 0.5
+    assert doc["verification"]["status"] == "ok"
+
+
+def test_broker_going_away_is_reported_not_hung(sink: Any) -> None:
+    uri, proc = sink()
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if proc.poll() is None:
+            proc.kill()
+
+    started = time.monotonic()
+    doc = coordinator.run(tiny("s1", uri, time=30, pmessages=0, quiet=False), out=progress)
+    assert time.monotonic() - started < 20
+    assert lines and doc["ok"] is False
+    assert any("connection lost" in e or "Connection" in e for e in doc["errors"]), doc["errors"]
+
+
+def test_compare_and_plot_cli(broker: Any, tmp_path: Any, capsys: Any) -> None:
+    from bench.__main__ import main
+
+    out = tmp_path / "cmp.json"
+    rc = main(["compare", broker.url, broker.url, "--scenario", "s1", "-z", "0.5", "-r", "2000",
+               "--rounds", "3", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "B/A" in text and text.count("round ") == 6
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "bench-compare/1" and len(doc["runs"]) == 6
+    assert [r["side"] for r in doc["runs"]] == ["A", "B"] * 3
+    png = tmp_path / "cmp.png"
+    assert main(["plot", str(out), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

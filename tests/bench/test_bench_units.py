@@ -1,0 +1,141 @@
+"""Pure parts of the bench: histogram, options, topology, verification, compare summary."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import pytest
+
+from bench import compare, options, report, scenarios, topology
+from bench.histogram import Histogram, bucket, bucket_value
+
+
+def test_histogram_percentiles_within_bucket_error() -> None:
+    rng = random.Random(1)
+    values = [int(rng.lognormvariate(7, 1.5)) for _ in range(20000)]
+    h = Histogram()
+    for v in values:
+        h.record(v)
+    values.sort()
+    p = h.percentiles((50, 95, 99))
+    for q in (50, 95, 99):
+        exact = values[int(len(values) * q / 100) - 1] / 1000
+        assert abs(p[f"p{q}"] - exact) <= 0.035 * exact + 0.001, q
+    assert p["max"] == values[-1] / 1000 and p["count"] == 20000
+
+
+def test_histogram_buckets_are_monotonic_and_merge() -> None:
+    idx = [bucket(v) for v in range(0, 100000, 7)]
+    assert idx == sorted(idx)
+    for v in (0, 63, 64, 65, 1000, 123456789):
+        assert abs(bucket_value(bucket(v)) - v) <= max(0.5, v / 32)
+    a, b = Histogram(), Histogram()
+    a.record(10)
+    b.record(2000)
+    a.merge_sparse({str(k): c for k, c in b.take_sparse().items()})
+    assert a.total == 2 and b.total == 0
+    assert Histogram().percentiles()["p50"] is None
+
+
+def parse(*argv: str, base: options.Scenario | None = None) -> options.Scenario:
+    p = argparse.ArgumentParser()
+    options.add_run_options(p)
+    return options.scenario_from_args(p.parse_args(list(argv)), base or options.Scenario())
+
+
+def test_perftest_flags_map_to_the_scenario() -> None:
+    sc = parse("--uri", "amqp://u:p@h:1/v", "-x", "2", "-y", "3", "-u", "q", "-e", "ex", "-t",
+               "topic", "-k", "rk", "-s", "1500", "-f", "persistent", "-f", "mandatory", "-c",
+               "200", "-q", "100", "-A", "50", "-r", "1000", "-z", "5", "-C", "99",
+               "--producer-channel-count", "2", "--consumer-channel-count", "3",
+               "--queue-args", "x-max-length=10,x-queue-type=classic", "--json", "out.json")
+    assert (sc.producers, sc.consumers, sc.queue, sc.exchange, sc.exchange_type) == (
+        2, 3, "q", "ex", "topic")
+    assert (sc.routing_key, sc.size, sc.persistent, sc.mandatory, sc.confirm) == (
+        "rk", 1500, True, True, 200)
+    assert (sc.prefetch, sc.multi_ack_every, sc.rate, sc.time, sc.pmessages) == (
+        100, 50, 1000.0, 5.0, 99)
+    assert dict(sc.queue_args) == {"x-max-length": 10, "x-queue-type": "classic"}
+    assert sc.to_json()["uri"] == "amqp://u:***@h:1/v"
+    assert parse("-a").auto_ack is True
+
+
+@pytest.mark.parametrize("argv", [["-s", "8"], ["-z", "0"], ["-e", ""], ["-q", "10", "-A", "20"],
+                                  ["--queue-pattern", "nope"], ["-f", "fast"]])
+def test_contradictory_options_are_refused(argv: list[str]) -> None:
+    with pytest.raises(ValueError) as info:
+        parse(*argv)
+    assert str(info.value)
+
+
+def test_topology_queue_pattern_is_per_queue_like_perftest() -> None:
+    sc = parse("--queue-pattern", "perf-%d", "--queue-pattern-from", "1", "--queue-pattern-to",
+               "3", "-x", "2", "-y", "3", "--producer-channel-count", "2",
+               "--consumer-channel-count", "3")
+    plan = topology.build_plan(sc)
+    assert plan.queues == ["perf-1", "perf-2", "perf-3"]
+    assert len(plan.producers) == 6 and len(plan.consumers) == 9
+    assert len(plan.fanout) == 12 and set(plan.fanout.values()) == {1}
+    assert plan.bindings[0] == ("perf-1", "direct", "perf-1")
+    assert plan.producers[0].channels[0][2] == "perf-1"
+    assert plan.consumers[-1].channels == ("perf-3",) * 3
+    assert not plan.generated
+
+
+def test_topology_without_queue_gives_each_consumer_channel_its_own_queue() -> None:
+    plan = topology.build_plan(scenarios.named("fanout"))
+    assert len(plan.queues) == 10 and plan.fanout == {0: 10}
+    assert plan.exchange is not None and plan.exchange[1] == "fanout"
+    assert plan.generated
+
+
+def test_spread_keeps_one_producer_and_one_consumer_apart() -> None:
+    plan = topology.build_plan(scenarios.named("s1"))
+    assert [(len(p), len(c)) for p, c in plan.workers] == [(1, 0), (0, 1)]
+
+
+def test_named_scenarios_match_the_issue() -> None:
+    s1, s2, paper = (scenarios.named(n) for n in ("s1", "s2", "paper"))
+    assert (s1.size, s1.confirm, s1.auto_ack, s1.persistent) == (16, 0, True, False)
+    assert (s2.confirm, s2.prefetch, s2.multi_ack_every, s2.auto_ack) == (200, 200, 50, False)
+    assert (paper.producers, paper.producer_channel_count, paper.consumers,
+            paper.consumer_channel_count, paper.size, paper.persistent,
+            paper.exchange_durable) == (2, 2, 3, 3, 1500, True, True)
+    backlog = scenarios.named("backlog")
+    assert backlog.pmessages == 200_000 and backlog.consume_after_publish
+    with pytest.raises(KeyError):
+        scenarios.named("nope")
+
+
+def _verify(consumed: dict[int, list[int]], fanout: int = 1) -> dict:
+    published = {0: {"count": 4, "checksum": 6, "nacked": 0, "timed_out": 0, "resent": 0}}
+    return report.verify(published, consumed, {0: fanout}, auto_ack=False, resend=False,
+                         has_consumers=True)
+
+
+def test_verify_catches_loss_duplication_and_swaps() -> None:
+    assert _verify({0: [4, 6]})["status"] == "ok"
+    lost = _verify({0: [3, 5]})
+    assert (lost["status"], lost["lost"], lost["duplicated"]) == ("failed", 1, 0)
+    dup = _verify({0: [5, 8]})
+    assert (dup["status"], dup["lost"], dup["duplicated"]) == ("failed", 0, 1)
+    swap = _verify({0: [4, 7]})  # seq 0 lost, seq 1 twice: count right, checksum wrong
+    assert swap["status"] == "failed" and swap["checksum_ok"] is False
+    assert _verify({0: [8, 12]}, fanout=2)["status"] == "ok"
+    assert _verify({0: [4, 6], 9: [1, 0]})["status"] == "failed"
+
+
+def test_compare_summary_medians_and_ratio() -> None:
+    def doc(rate: float) -> dict:
+        return {"rates": {"publish": rate, "confirm": 0, "consume": rate},
+                "latency_ms": {"p50": 1.0, "p99": 2.0}, "confirm_latency_ms": {"p50": None},
+                "broker": None}
+
+    runs = [{"side": s, "round": r, "result": doc(v)}
+            for r, (s, v) in enumerate([("A", 100), ("B", 300), ("A", 120), ("B", 200),
+                                        ("A", 80), ("B", 250)])]
+    s = compare.summarize(runs)
+    assert s["A"]["publish"] == 100 and s["B"]["publish"] == 250
+    assert s["ratio"]["publish"] == 2.5 and s["ratio"]["broker cpu"] is None
+    assert "publish (msg/s)" in compare.table(s, ("A", "B"))

@@ -1,0 +1,160 @@
+"""The bench's hand-built frames against pamqp, and the client's frame loop at every split."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pamqp import commands, frame, header
+from pamqp.body import ContentBody
+
+from bench import wire
+from bench.amqp import Channel, Connection
+from bench.consumer import Consumer, Tally
+
+
+def frames(data: bytes) -> list[tuple[int, object]]:
+    """Split a byte stream into (channel, pamqp frame) with pamqp itself."""
+    out = []
+    while data:
+        used, channel, value = frame.unmarshal(data)
+        out.append((channel, value))
+        data = data[used:]
+    return out
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("mandatory", [False, True])
+def test_publish_template_round_trips_through_pamqp(persistent: bool, mandatory: bool) -> None:
+    t = wire.PublishTemplate(3, "ex", "rk.1", 40, persistent=persistent, mandatory=mandatory)
+    data = bytes(t.build(3, 123456789, wire.make_tag(7, 10)))
+    got = frames(data)
+    assert len(got) == 9 and len(data) == 3 * t.size
+    for i in range(3):
+        (c1, pub), (c2, head), (c3, body) = got[3 * i : 3 * i + 3]
+        assert (c1, c2, c3) == (3, 3, 3)
+        assert isinstance(pub, commands.Basic.Publish)
+        assert (pub.exchange, pub.routing_key, pub.mandatory) == ("ex", "rk.1", mandatory)
+        assert isinstance(head, header.ContentHeader)
+        assert head.body_size == 40
+        assert head.properties.delivery_mode == (2 if persistent else 1)
+        ts, tag = wire.BODY_HEADER.unpack_from(body.value)
+        assert ts == 123456789 and wire.split_tag(tag) == (7, 10 + i)
+        assert len(body.value) == 40
+
+
+def test_large_body_is_split_at_frame_max_with_the_header_in_the_first_frame() -> None:
+    t = wire.PublishTemplate(1, "", "q", 10_000, frame_max=4096)
+    got = frames(bytes(t.build_tags([wire.make_tag(1, 5)], 42)))
+    bodies = [v.value for _, v in got[2:]]
+    assert [len(b) for b in bodies] == [4088, 4088, 1824]
+    assert wire.BODY_HEADER.unpack_from(bodies[0]) == (42, wire.make_tag(1, 5))
+
+
+def test_body_smaller_than_the_bench_header_is_refused() -> None:
+    with pytest.raises(ValueError) as info:
+        wire.PublishTemplate(1, "", "q", 15)
+    assert "16" in str(info.value)
+
+
+@pytest.mark.parametrize("multiple", [False, True])
+def test_ack_and_nack_frames_match_pamqp(multiple: bool) -> None:
+    assert wire.ack_frame(5, 2**40 + 3, multiple) == frame.marshal(
+        commands.Basic.Ack(2**40 + 3, multiple), 5)
+    assert wire.nack_frame(5, 9, multiple, True) == frame.marshal(
+        commands.Basic.Nack(9, multiple, True), 5)
+    raw = frame.marshal(commands.Basic.Nack(77, multiple, False), 1)
+    assert wire.parse_ack(raw, 7) == (77, multiple)
+
+
+@pytest.mark.parametrize("ctag", ["", "c", "amq.ctag-" + "x" * 100])
+def test_deliver_encoder_and_parser_match_pamqp(ctag: str) -> None:
+    enc = wire.DeliverEncoder(2, ctag, "ex", "rk")
+    assert enc.encode(99) == frame.marshal(commands.Basic.Deliver(ctag, 99, False, "ex", "rk"), 2)
+    assert wire.parse_deliver_tag(enc.encode(2**50), 7) == 2**50
+
+
+def test_scan_tells_need_more_from_malformed() -> None:
+    raw = frame.marshal(commands.Basic.Ack(1, False), 1)
+    for cut in range(len(raw)):
+        assert wire.scan(raw[:cut], 0, 131072) is None
+    assert wire.scan(raw, 0, 131072) == (1, 1, 7, len(raw) - 1)
+    with pytest.raises(wire.FrameError):
+        wire.scan(raw[:-1] + b"\x00", 0, 131072)
+    with pytest.raises(wire.FrameError):
+        wire.scan(raw, 0, 4)
+
+
+def _stream(frame_max: int) -> tuple[bytes, list[tuple[int, int]]]:
+    """Deliveries from 2 producers, bodies 16 B .. 9000 B (several body frames at 4096),
+    plus a confirm and a stray heartbeat, as pamqp encodes them."""
+    parts, expect = [], []
+    sizes = [16, 100, 4088, 4089, 9000]
+    for i, size in enumerate(sizes * 2):
+        pid, seq = i % 2, i // 2
+        parts.append(frame.marshal(commands.Basic.Deliver(f"ct{i}", i + 1, False, "", "q"), 1))
+        parts.append(frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties()), 1))
+        body = wire.BODY_HEADER.pack(1, wire.make_tag(pid, seq)) + bytes(size - 16)
+        for start in range(0, size, frame_max - 8):
+            parts.append(frame.marshal(ContentBody(body[start : start + frame_max - 8]), 1))
+        expect.append((pid, seq))
+        if i == 3:
+            parts.append(wire.HEARTBEAT_FRAME)
+    return b"".join(parts), expect
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.data.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def _feed(pieces: list[bytes]) -> tuple[Tally, list[bytes]]:
+    loop = asyncio.new_event_loop()
+    try:
+        conn = Connection(loop)
+        conn.frame_max = 4096
+        sink = _Sink()
+        conn.transport = sink  # type: ignore[assignment]
+        ch = Channel(conn, 1)
+        conn.channels[1] = ch
+        tally = Tally()
+        Consumer(ch, "q", tally, auto_ack=False, prefetch=0, ack_every=1)
+        for p in pieces:
+            conn.data_received(p)
+        assert conn.error is None
+        return tally, sink.data
+    finally:
+        loop.close()
+
+
+def test_client_frame_loop_is_split_invariant() -> None:
+    data, expect = _stream(4096)
+    assert all(isinstance(v, (commands.Basic.Deliver, header.ContentHeader, ContentBody))
+               or v.name == "Heartbeat" for _, v in frames(data))
+    want = {0: [5, sum(s for p, s in expect if p == 0)],
+            1: [5, sum(s for p, s in expect if p == 1)]}
+    whole, acks = _feed([data])
+    assert whole.per_producer == want and whole.consumed == 10
+    acked = [wire.parse_ack(a, 7) for a in frames_bytes(b"".join(acks))]
+    assert acked == [(i + 1, False) for i in range(10)]
+    one_byte, _ = _feed([data[i : i + 1] for i in range(len(data))])
+    assert one_byte.per_producer == want
+    for cut in range(1, len(data), 97):
+        split, _ = _feed([data[:cut], data[cut:]])
+        assert split.per_producer == want, cut
+        assert split.consumed_bytes == whole.consumed_bytes
+
+
+def frames_bytes(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        _, _, start, end = wire.scan(data, pos, 131072)
+        out.append(data[pos : end + 1])
+        pos = end + 1
+    return out
