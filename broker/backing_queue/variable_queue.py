@@ -138,8 +138,7 @@ class VariableQueue(VqDisk):
     def _new_status(self, message: Message, props: MessageProps, delivered: bool) -> MsgStatus:
         seq_id = self._next_seq_id
         self._next_seq_id += 1
-        props_bytes = storage_codec.encode_properties(message.properties)
-        size = storage_codec.encoded_size(message, props_bytes)
+        size = storage_codec.encoded_size(message)
         persist_to = QUEUE_INDEX if size < self.embed_below else MSG_STORE
         is_persistent = self.durable and message.persistent
         ms = MsgStatus(
