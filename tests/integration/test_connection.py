@@ -81,9 +81,22 @@ def test_kombu_amqplain_login(broker):
     with kombu.Connection(broker.url, login_method="AMQPLAIN") as conn:
         conn.connect()
         assert conn.connected
+        # py-amqp offers only the mechanism asked for
+        assert [a.mechanism for a in conn.connection.authentication] == [b"AMQPLAIN"]
         ch = conn.channel()
         name, _n, _c = ch.queue_declare(queue="", exclusive=True)
         assert name.startswith("amq.gen-")
+
+
+def test_kombu_amqplain_bad_password_is_403(broker):
+    import amqp.exceptions
+    import kombu
+
+    url = broker.url.replace("guest:guest@", "guest:wrong@")
+    with kombu.Connection(url, login_method="AMQPLAIN", connect_timeout=5) as conn:
+        with pytest.raises(amqp.exceptions.AccessRefused) as info:
+            conn.connection.connect()
+    assert info.value.reply_code == 403
 
 
 @pytest.mark.parametrize(
