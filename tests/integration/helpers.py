@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 
 import pika
+import pika.exceptions
+import pytest
 
 RABBIT_TIMEOUT = 5.0
 
@@ -65,3 +67,10 @@ def start_embedded(**config: object):
     from broker.embedded import EmbeddedBroker
 
     return EmbeddedBroker(**config).start()
+
+
+def soft_error(fn: Callable[..., object], *args: object, **kwargs: object) -> tuple[int, str]:
+    """Call fn expecting the broker to close the channel; return (reply_code, reply_text)."""
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        fn(*args, **kwargs)
+    return info.value.reply_code, info.value.reply_text

@@ -10,15 +10,9 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import consumer_count, get_all, message_count, pump_until, wait_for
+from helpers import consumer_count, get_all, message_count, pump_until, soft_error, wait_for
 from pamqp import commands
 from rawamqp import RawClient
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from rawamqp import PROTOCOL_HEADER, Closed, RawClient, amqplain_response, plain
 @pytest.mark.parametrize(
     "bad_header",
     [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x0a\x00", b"GET / HTTP/1.1\r\n\r\n", b"XXXXXXXX"],
+    ids=["amqp-0-9-2", "amqp-0-10", "http", "garbage"],
 )
 def test_wrong_protocol_header_gets_server_header_and_close(broker, bad_header):
     with RawClient(broker.host, broker.port) as c:

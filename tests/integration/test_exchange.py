@@ -8,13 +8,7 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import get_all, message_count
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
+from helpers import get_all, message_count, soft_error
 
 
 @pytest.fixture
@@ -451,6 +445,15 @@ def test_alternate_exchange_means_no_basic_return(connection, unique):
             {"x-foo": "bar"},
             True,
         ),
+    ],
+    ids=[
+        "typed-int-1-is-not-string-1",
+        "typed-bool-true-is-not-int-1",
+        "void-matches-void",
+        "x-binding-args-ignored-by-all",
+        "x-binding-args-ignored-by-any",
+        "all-with-x-compares-x-args",
+        "any-with-x-compares-x-args",
     ],
 )
 def test_headers_exchange_rabbitmq_specifics(conf_channel, unique, name, binding, headers, routed):

@@ -8,15 +8,9 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import consumer_count, get_all, message_count, pump_until, wait_for
+from helpers import consumer_count, get_all, message_count, pump_until, soft_error, wait_for
 from pamqp import commands
 from rawamqp import RawClient
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
 
 
 def queue_exists(connection, name: str) -> bool:
@@ -112,6 +106,7 @@ def test_durable_queue_declare_and_delete(channel, unique):
             "the value '1000' of type 'signedint'",  # sic: RabbitMQ 3.10's wording
         ),
     ],
+    ids=["durable", "auto_delete", "x-max-length", "x-message-ttl-missing"],
 )
 def test_redeclare_with_different_flags_or_arguments_is_406(
     connection, unique, first, second, arg, received, current
@@ -476,6 +471,7 @@ def test_unknown_queue_arguments_are_not_checked_for_equivalence(channel, unique
 @pytest.mark.parametrize(
     ("value", "why"),
     [("ten", '"expected integer, got longstr"'), (-1, "{value_negative,-1}")],
+    ids=["string", "negative"],
 )
 def test_invalid_x_max_length_is_406(connection, unique, value, why):
     q = unique("q")
