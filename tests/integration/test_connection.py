@@ -219,13 +219,14 @@ def test_channel_max_limits_open_channel_count_530(broker):
     )
 
 
-def test_channel_number_above_channel_max_is_accepted_like_rabbitmq(broker):
+@pytest.mark.parametrize(("channel_max", "number"), [(10, 11), (None, 2048), (None, 65535)])
+def test_channel_number_above_channel_max_is_accepted_like_rabbitmq(broker, channel_max, number):
     """RabbitMQ 3.10 checks the count of open channels, not the channel number."""
     with RawClient(broker.host, broker.port) as c:
-        c.handshake(channel_max=10)
-        c.open_channel(11)
-        c.send(commands.Queue.Declare(queue="", exclusive=True), 11)
-        c.expect(commands.Queue.DeclareOk, 11)
+        c.handshake(channel_max=channel_max)
+        c.open_channel(number)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), number)
+        c.expect(commands.Queue.DeclareOk, number)
         c.close()
 
 
