@@ -52,3 +52,11 @@ def channel(connection):
 def embedded_only() -> None:
     if os.environ.get("BROKER_TEST_URI"):
         pytest.skip("needs an EmbeddedBroker with special settings; BROKER_TEST_URI is set")
+
+
+@pytest.fixture
+def pub(connection):
+    """A confirm-mode channel: every publish has reached its queues when it returns."""
+    ch = connection.channel()
+    ch.confirm_delivery()
+    return ch

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 
 import pika
+import pika.exceptions
+import pytest
 
 RABBIT_TIMEOUT = 5.0
 
@@ -65,3 +67,44 @@ def start_embedded(**config: object):
     from broker.embedded import EmbeddedBroker
 
     return EmbeddedBroker(**config).start()
+
+
+def soft_error(fn: Callable[..., object], *args: object, **kwargs: object) -> tuple[int, str]:
+    """Call fn expecting the broker to close the channel; return (reply_code, reply_text)."""
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        fn(*args, **kwargs)
+    return info.value.reply_code, info.value.reply_text
+
+
+def fill(pub, q: str, n: int, prefix: str = "m") -> list[bytes]:
+    """Publish n bodies b"<prefix>0".. to queue q on channel pub; return them in order."""
+    bodies = [f"{prefix}{i}".encode() for i in range(n)]
+    for b in bodies:
+        pub.basic_publish("", q, b)
+    return bodies
+
+
+def get_n(ch, q: str, n: int) -> list[tuple[int, bytes, bool]]:
+    """basic.get n messages without ack: [(delivery_tag, body, redelivered)]."""
+    tags = []
+    for _ in range(n):
+        method, _p, body = ch.basic_get(q, auto_ack=False)
+        tags.append((method.delivery_tag, body, method.redelivered))
+    return tags
+
+
+class Recorder:
+    """on_message_callback that records (delivery_tag, body, redelivered); acks if asked."""
+
+    def __init__(self, ack: bool = False) -> None:
+        self.got: list[tuple[int, bytes, bool]] = []
+        self.ack = ack
+
+    def __call__(self, ch, method, props, body) -> None:
+        self.got.append((method.delivery_tag, body, method.redelivered))
+        if self.ack:
+            ch.basic_ack(method.delivery_tag)
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [b for _t, b, _r in self.got]

@@ -13,15 +13,9 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from helpers import get_all, message_count, wait_for
+from helpers import get_all, message_count, soft_error, wait_for
 from pamqp import commands
 from rawamqp import RawClient
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
 
 
 def read_confirms(c: RawClient, channel: int, last_tag: int) -> list[tuple[str, int, bool]]:

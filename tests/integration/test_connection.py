@@ -25,6 +25,7 @@ from rawamqp import PROTOCOL_HEADER, Closed, RawClient, amqplain_response, plain
 @pytest.mark.parametrize(
     "bad_header",
     [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x0a\x00", b"GET / HTTP/1.1\r\n\r\n", b"XXXXXXXX"],
+    ids=["amqp-0-9-2", "amqp-0-10", "http", "garbage"],
 )
 def test_wrong_protocol_header_gets_server_header_and_close(broker, bad_header):
     with RawClient(broker.host, broker.port) as c:
@@ -81,9 +82,22 @@ def test_kombu_amqplain_login(broker):
     with kombu.Connection(broker.url, login_method="AMQPLAIN") as conn:
         conn.connect()
         assert conn.connected
+        # py-amqp offers only the mechanism asked for
+        assert [a.mechanism for a in conn.connection.authentication] == [b"AMQPLAIN"]
         ch = conn.channel()
         name, _n, _c = ch.queue_declare(queue="", exclusive=True)
         assert name.startswith("amq.gen-")
+
+
+def test_kombu_amqplain_bad_password_is_403(broker):
+    import amqp.exceptions
+    import kombu
+
+    url = broker.url.replace("guest:guest@", "guest:wrong@")
+    with kombu.Connection(url, login_method="AMQPLAIN", connect_timeout=5) as conn:
+        with pytest.raises(amqp.exceptions.AccessRefused) as info:
+            conn.connection.connect()
+    assert info.value.reply_code == 403
 
 
 @pytest.mark.parametrize(
@@ -205,13 +219,14 @@ def test_channel_max_limits_open_channel_count_530(broker):
     )
 
 
-def test_channel_number_above_channel_max_is_accepted_like_rabbitmq(broker):
+@pytest.mark.parametrize(("channel_max", "number"), [(10, 11), (None, 2048), (None, 65535)])
+def test_channel_number_above_channel_max_is_accepted_like_rabbitmq(broker, channel_max, number):
     """RabbitMQ 3.10 checks the count of open channels, not the channel number."""
     with RawClient(broker.host, broker.port) as c:
-        c.handshake(channel_max=10)
-        c.open_channel(11)
-        c.send(commands.Queue.Declare(queue="", exclusive=True), 11)
-        c.expect(commands.Queue.DeclareOk, 11)
+        c.handshake(channel_max=channel_max)
+        c.open_channel(number)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), number)
+        c.expect(commands.Queue.DeclareOk, number)
         c.close()
 
 

@@ -8,13 +8,7 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import get_all, message_count
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
+from helpers import get_all, message_count, soft_error
 
 
 @pytest.fixture
@@ -452,6 +446,15 @@ def test_alternate_exchange_means_no_basic_return(connection, unique):
             True,
         ),
     ],
+    ids=[
+        "typed-int-1-is-not-string-1",
+        "typed-bool-true-is-not-int-1",
+        "void-matches-void",
+        "x-binding-args-ignored-by-all",
+        "x-binding-args-ignored-by-any",
+        "all-with-x-compares-x-args",
+        "any-with-x-compares-x-args",
+    ],
 )
 def test_headers_exchange_rabbitmq_specifics(conf_channel, unique, name, binding, headers, routed):
     ex = unique("headers")
@@ -485,3 +488,51 @@ def test_exchange_bind_missing_destination_is_404(connection, unique):
     code, text = soft_error(connection.channel().exchange_bind, missing, "amq.fanout")
     assert code == 404
     assert text == f"NOT_FOUND - no exchange '{missing}' in vhost '/'"
+
+
+def test_alternate_exchange_argument_mismatch_is_406(connection, unique):
+    ex = unique("ex")
+    ch = connection.channel()
+    ch.exchange_declare(ex, "direct", arguments={"alternate-exchange": "a"})
+    code, text = soft_error(
+        ch.exchange_declare, ex, "direct", arguments={"alternate-exchange": "b"}
+    )
+    assert code == 406
+    assert text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange '{ex}' in "
+        "vhost '/': received 'b' but current is 'a'"
+    )
+    connection.channel().exchange_delete(ex)
+
+
+def test_unknown_exchange_arguments_are_not_checked_for_equivalence(channel, unique):
+    ex = unique("ex")
+    channel.exchange_declare(ex, "direct", arguments={"foo": "a"})
+    channel.exchange_declare(ex, "direct", arguments={"foo": "b"})
+    channel.exchange_delete(ex)
+
+
+@pytest.mark.parametrize("passive", [False, True])
+def test_declaring_the_default_exchange_is_403(connection, passive):
+    ch = connection.channel()
+    kwargs = {"passive": True} if passive else {"exchange_type": "direct"}
+    code, text = soft_error(ch.exchange_declare, "", **kwargs)
+    assert code == 403
+    assert text == "ACCESS_REFUSED - operation not permitted on the default exchange"
+
+
+def test_same_key_with_different_arguments_are_separate_bindings(conf_channel, unique):
+    ex = unique("direct")
+    conf_channel.exchange_declare(ex, "direct")
+    q = conf_channel.queue_declare("", exclusive=True).method.queue
+    conf_channel.queue_bind(q, ex, "k", arguments={"a": 1})
+    conf_channel.queue_bind(q, ex, "k", arguments={"a": 2})
+    conf_channel.basic_publish(ex, "k", b"1")
+    assert get_all(conf_channel, q) == [b"1"]  # two bindings, one copy
+    conf_channel.queue_unbind(q, ex, "k", arguments={"a": 1})
+    conf_channel.basic_publish(ex, "k", b"2")
+    assert get_all(conf_channel, q) == [b"2"]  # the other binding still routes
+    conf_channel.queue_unbind(q, ex, "k", arguments={"a": 2})
+    conf_channel.basic_publish(ex, "k", b"3")
+    assert get_all(conf_channel, q) == []
+    conf_channel.exchange_delete(ex)

@@ -8,15 +8,9 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from helpers import consumer_count, get_all, message_count, pump_until, wait_for
+from helpers import consumer_count, get_all, message_count, pump_until, soft_error, wait_for
 from pamqp import commands
 from rawamqp import RawClient
-
-
-def soft_error(fn, *args, **kwargs) -> tuple[int, str]:
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    return info.value.reply_code, info.value.reply_text
 
 
 def queue_exists(connection, name: str) -> bool:
@@ -112,6 +106,7 @@ def test_durable_queue_declare_and_delete(channel, unique):
             "the value '1000' of type 'signedint'",  # sic: RabbitMQ 3.10's wording
         ),
     ],
+    ids=["durable", "auto_delete", "x-max-length", "x-message-ttl-missing"],
 )
 def test_redeclare_with_different_flags_or_arguments_is_406(
     connection, unique, first, second, arg, received, current
@@ -419,3 +414,103 @@ def test_purge_missing_queue_is_404(connection, unique):
     code, text = soft_error(connection.channel().queue_purge, q)
     assert code == 404
     assert text == f"NOT_FOUND - no queue '{q}' in vhost '/'"
+
+
+def test_empty_queue_name_means_the_channels_last_declared_queue(broker):
+    """queue.bind/purge/delete and basic.get/consume with queue="" use the queue most recently
+    declared on the channel (AMQP 0-9-1 shortcut, implemented by RabbitMQ)."""
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+        q = c.expect(commands.Queue.DeclareOk, 1).queue
+        rk = "last-" + q
+        c.send(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key=rk), 1)
+        c.expect(commands.Queue.BindOk, 1)
+        c.publish(1, b"x", exchange="amq.direct", routing_key=rk)
+        ok, _hdr, body, _n = c.get(1, "")
+        assert (ok.routing_key, body) == (rk, b"x")
+        c.publish(1, b"y", exchange="amq.direct", routing_key=rk)
+        c.publish(1, b"z", exchange="amq.direct", routing_key=rk)
+        c.send(commands.Queue.Declare(queue=q, passive=True), 1)
+        c.expect(commands.Queue.DeclareOk, 1)
+        c.get(1, q, no_ack=False)  # "y" unacked, so "z" is what purge can count
+        c.send(commands.Queue.Purge(queue=""), 1)
+        assert c.expect(commands.Queue.PurgeOk, 1).message_count == 1
+        c.send(commands.Basic.Consume(queue="", consumer_tag="t"), 1)
+        c.expect(commands.Basic.ConsumeOk, 1)
+        c.send(commands.Basic.Cancel(consumer_tag="t"), 1)
+        c.expect(commands.Basic.CancelOk, 1)
+        c.send(commands.Queue.Delete(queue=""), 1)
+        c.expect(commands.Queue.DeleteOk, 1)
+        c.send(commands.Queue.Declare(queue=q, passive=True), 1)
+        close = c.read_until_channel_close(1)
+        assert close.reply_code == 404
+        c.close()
+
+
+def test_empty_queue_name_without_a_declared_queue_is_404(broker):
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key="k"), 1)
+        close = c.read_until_channel_close(1)
+        c.close()
+    assert (close.reply_code, close.class_id, close.method_id) == (404, 50, 20)
+    assert close.reply_text == "NOT_FOUND - no previously declared queue"
+
+
+def test_unknown_queue_arguments_are_not_checked_for_equivalence(channel, unique):
+    q = unique("q")
+    channel.queue_declare(q, arguments={"foo": 1})
+    channel.queue_declare(q, arguments={"foo": 2})
+    channel.queue_declare(q)
+    channel.queue_delete(q)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("ten", '"expected integer, got longstr"'), (-1, "{value_negative,-1}")],
+    ids=["string", "negative"],
+)
+def test_invalid_x_max_length_is_406(connection, unique, value, why):
+    q = unique("q")
+    code, text = soft_error(
+        connection.channel().queue_declare, q, arguments={"x-max-length": value}
+    )
+    assert code == 406
+    assert (
+        text
+        == f"PRECONDITION_FAILED - invalid arg 'x-max-length' for queue '{q}' in vhost '/': {why}"
+    )
+    assert not queue_exists(connection, q)
+
+
+def test_ack_after_the_queue_was_deleted_is_accepted(connection, unique):
+    q = unique("q")
+    ch = connection.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"a")
+    method, _p, _b = ch.basic_get(q)
+    connection.channel().queue_delete(q)
+    ch.basic_ack(method.delivery_tag)
+    ch.basic_qos(prefetch_count=0)  # round trip: no 406
+    assert ch.is_open
+
+
+def test_basic_get_takes_the_next_ready_message_beside_a_consumer(connection, unique):
+    pub = connection.channel()
+    pub.confirm_delivery()
+    q = pub.queue_declare("", exclusive=True).method.queue
+    cons = connection.channel()
+    cons.basic_qos(prefetch_count=1)
+    got = []
+    cons.basic_consume(q, lambda ch, m, p, b: got.append(b))
+    for i in range(3):
+        pub.basic_publish("", q, str(i).encode())
+    pump_until(connection, lambda: got)
+    wait_for(lambda: message_count(pub, q) == 2)
+    method, _p, body = pub.basic_get(q, auto_ack=True)
+    assert (body, method.message_count) == (b"1", 1)
+    assert got == [b"0"]
