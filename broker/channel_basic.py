@@ -14,6 +14,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
+from broker.channel_entities import queue_name
 from broker.consumers import Consumer
 from broker.message import Message
 from broker.protocol.framing import encode_content_raw, encode_properties
@@ -87,7 +88,7 @@ def consume(ch: Any, cmd: Any) -> None:
     """basic.consume (§1.8.3.3): server tags "amq.ctag-…", 530 on a reused tag, 403 for
     exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
     m = cmd.method
-    queue = ch.vhost.get_queue(m.queue or "", ch.conn, m)
+    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
     tag = m.consumer_tag or ("amq.ctag-" + uuid.uuid4().hex[:22])
     if tag in ch.consumers:
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
@@ -118,7 +119,7 @@ def cancel(ch: Any, cmd: Any) -> None:
 def get(ch: Any, cmd: Any) -> None:
     """basic.get (§1.8.3.10): get-ok with message_count left, or get-empty."""
     m = cmd.method
-    queue = ch.vhost.get_queue(m.queue or "", ch.conn, m)
+    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
     result = queue.call(queue.basic_get, m.no_ack)
     if result is None:
         ch.send_method(B.GetEmpty())

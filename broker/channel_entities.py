@@ -10,6 +10,8 @@ from typing import Any
 
 from pamqp import commands
 
+from broker import errors
+
 E = commands.Exchange
 Q = commands.Queue
 
@@ -63,15 +65,20 @@ def queue_declare(ch: Any, cmd: Any) -> None:
         ch.send_method(Q.DeclareOk(queue.name, count, queue.consumer_count()))
 
 
-def _queue_name(ch: Any, name: str) -> str:
-    # an empty queue name means the last queue declared on this channel (§1.7.2.3)
-    return name or ch.last_queue or ""
+def queue_name(ch: Any, name: str, method: Any = None) -> str:
+    """An empty queue name means the last queue declared on this channel (§1.7.2.3);
+    404 "no previously declared queue" when there is none (RabbitMQ)."""
+    if name:
+        return name
+    if ch.last_queue is None:
+        raise errors.amqp_error(errors.NotFound, "no previously declared queue", method)
+    return ch.last_queue
 
 
 def queue_bind(ch: Any, cmd: Any) -> None:
     """queue.bind (§1.7.2.3)."""
     m = cmd.method
-    ch.vhost.bind("queue", _queue_name(ch, m.queue), m.exchange, m.routing_key,
+    ch.vhost.bind("queue", queue_name(ch, m.queue, m), m.exchange, m.routing_key,
                   dict(m.arguments or {}), ch.conn, m)
     if not m.nowait:
         ch.send_method(Q.BindOk())
@@ -80,7 +87,7 @@ def queue_bind(ch: Any, cmd: Any) -> None:
 def queue_unbind(ch: Any, cmd: Any) -> None:
     """queue.unbind (§1.7.2.5)."""
     m = cmd.method
-    ch.vhost.unbind("queue", _queue_name(ch, m.queue), m.exchange, m.routing_key,
+    ch.vhost.unbind("queue", queue_name(ch, m.queue, m), m.exchange, m.routing_key,
                     dict(m.arguments or {}), ch.conn, m)
     ch.send_method(Q.UnbindOk())
 
@@ -88,7 +95,7 @@ def queue_unbind(ch: Any, cmd: Any) -> None:
 def queue_purge(ch: Any, cmd: Any) -> None:
     """queue.purge (§1.7.2.7): purge-ok with the number of ready messages dropped."""
     m = cmd.method
-    queue = ch.vhost.get_queue(_queue_name(ch, m.queue), ch.conn, m)
+    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
     count = queue.call(queue.purge)
     if not m.nowait:
         ch.send_method(Q.PurgeOk(count))
@@ -97,7 +104,7 @@ def queue_purge(ch: Any, cmd: Any) -> None:
 def queue_delete(ch: Any, cmd: Any) -> None:
     """queue.delete (§1.7.2.9): if-unused/if-empty → 406; delete-ok with the count."""
     m = cmd.method
-    count = ch.vhost.delete_queue(_queue_name(ch, m.queue), m.if_unused, m.if_empty,
+    count = ch.vhost.delete_queue(queue_name(ch, m.queue, m), m.if_unused, m.if_empty,
                                   ch.conn, m)
     if not m.nowait:
         ch.send_method(Q.DeleteOk(count))

@@ -76,6 +76,9 @@ class VHost:
         """exchange.declare (AMQP 0-9-1 §1.6.2.1, RabbitMQ rabbit_channel)."""
         arguments = arguments or {}
         existing = self.exchanges.get(name)
+        if check_reserved and name == "":
+            raise errors.amqp_error(
+                errors.AccessRefused, "operation not permitted on the default exchange", method)
         if passive:
             if existing is None:
                 raise errors.amqp_error(errors.NotFound, f"no {self._ex(name)}", method)
@@ -100,6 +103,9 @@ class VHost:
                         errors.PreconditionFailed,
                         f"inequivalent arg '{field}' for {self._ex(name)}: "
                         f"received '{shown[0]}' but current is '{shown[1]}'", method)
+            # rabbit_exchange compares only alternate-exchange among the arguments
+            self._check_args(("alternate-exchange",), arguments, existing.arguments,
+                             self._ex(name), method)
             return existing
         routing = new_routing(type_)  # 503 for an unknown type
         exchange = Exchange(name=name, type=type_, durable=durable, auto_delete=auto_delete,
@@ -230,6 +236,7 @@ class VHost:
                 method)
         if passive:
             return self.get_queue(name, owner, method)
+        _validate_queue_args(arguments, self._q(name), method)
         existing = self.queues.get(name)
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked
@@ -257,8 +264,14 @@ class VHost:
                     errors.PreconditionFailed,
                     f"inequivalent arg '{field}' for {self._q(q.name)}: "
                     f"received '{_bool(new)}' but current is '{_bool(old)}'", method)
-        for key in EQUIVALENCE_ARGS:
-            new, old = arguments.get(key), q.arguments.get(key)
+        self._check_args(EQUIVALENCE_ARGS, arguments, q.arguments, self._q(q.name), method)
+
+    @staticmethod
+    def _check_args(keys: tuple[str, ...], new_args: dict, old_args: dict, what: str,
+                    method: Any) -> None:
+        """406 "inequivalent arg" for the first of `keys` whose value differs."""
+        for key in keys:
+            new, old = new_args.get(key), old_args.get(key)
             if new != old:
                 if new is not None and old is not None and _kind(new) == _kind(old):
                     shown = f"received '{new}' but current is '{old}'"
@@ -266,7 +279,7 @@ class VHost:
                     shown = f"received {_describe(new)} but current is {_describe(old)}"
                 raise errors.amqp_error(
                     errors.PreconditionFailed,
-                    f"inequivalent arg '{key}' for {self._q(q.name)}: {shown}", method)
+                    f"inequivalent arg '{key}' for {what}: {shown}", method)
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Any = None,
                      method: Any = None) -> int:
@@ -339,6 +352,29 @@ class VHost:
         self.queues.clear()
         if self.stores is not None:
             self.stores.close()
+
+
+# queue arguments that must be non-negative integers (rabbit_amqqueue:declare_args)
+_NON_NEGATIVE_INT_ARGS = ("x-max-length", "x-max-length-bytes", "x-message-ttl",
+                          "x-max-priority")
+
+
+def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
+    """406 "invalid arg" as RabbitMQ for ill-typed or negative numeric queue arguments."""
+    for key in _NON_NEGATIVE_INT_ARGS + ("x-expires",):
+        if key not in arguments:
+            continue
+        value = arguments[key]
+        if not isinstance(value, int) or isinstance(value, bool):
+            why = f'"expected integer, got {_kind(value)}"'
+        elif value < 0:
+            why = f"{{value_negative,{value}}}"
+        elif key == "x-expires" and value == 0:
+            why = "{value_zero,0}"
+        else:
+            continue
+        raise errors.amqp_error(
+            errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
 
 
 def _kind(value: Any) -> str:
