@@ -32,11 +32,20 @@ def local_cores(master: str) -> int | None:
     return int(m.group(1))
 
 
-def build_session(master: str = "local[2]", app_name: str = "spark_jobs",
+DEFAULT_MASTER = "local[2]"
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit (or pyspark shell) already started the JVM for this process."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "spark_jobs",
                   extra: dict[str, str] | None = None) -> SparkSession:
     """Get or create the SparkSession for `master`, with the `amqp` data source registered.
 
-    master: a Spark master URL; `local[N]` also gets the local-run settings (UI off, N shuffle
+    master: a Spark master URL, or None for "spark-submit's --master, else local[2]";
+    `local[N]` also gets the local-run settings (UI off, N shuffle
     partitions, 127.0.0.1 bind, quiet log4j2, -Xss16m for the driver). On a cluster master only
     the app name and `extra` are set, so `spark-submit` decides the rest.
     extra: further `spark.*` settings, applied last.
@@ -46,8 +55,12 @@ def build_session(master: str = "local[2]", app_name: str = "spark_jobs",
     Source: Spark configuration docs (spark.ui.enabled, spark.sql.shuffle.partitions,
     spark.driver.bindAddress, spark.driver.extraJavaOptions).
     """
-    builder = SparkSession.builder.appName(app_name).master(master)
-    cores = local_cores(master)
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and not under_spark_submit():
+        master = DEFAULT_MASTER
+    if master is not None:
+        builder = builder.master(master)
+    cores = local_cores(master) if master is not None else None
     if cores is not None:
         settings = {
             "spark.ui.enabled": "false",
@@ -68,6 +81,7 @@ def build_session(master: str = "local[2]", app_name: str = "spark_jobs",
     if cores is not None:
         # Python workers (data source readers/writers) import spark_jobs by name: make sure they
         # find it whatever the current directory. On a cluster ship it with --py-files instead.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         repo_root = str(Path(__file__).resolve().parent.parent)
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         if repo_root not in paths:

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 import pika
 import pika.exceptions
 from pika.spec import Basic
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions, redact
@@ -181,12 +185,8 @@ class ConfirmingPublisher:
     def _on_confirm(self, frame) -> None:
         method = frame.method
         tag = method.delivery_tag
-        tags = [k for k in self._pending if k <= tag] if method.multiple else [tag]
         nacked = isinstance(method, Basic.Nack)
-        for k in tags:
-            msg = self._pending.pop(k, None)
-            if msg is None:
-                continue
+        for msg in self._pop_confirmed(tag, method.multiple):
             if not nacked:
                 self.stats.confirmed += 1
                 continue
@@ -198,6 +198,20 @@ class ConfirmingPublisher:
             self.stats.resent += 1
             self._resend.append(msg)
         self._pump()
+
+    def _pop_confirmed(self, tag: int, multiple: bool) -> list[OutMessage]:
+        # _pending is keyed by increasing msg_seq_no in insertion order, so the messages a
+        # multiple=True confirm covers are a prefix: pop from the front instead of scanning.
+        if not multiple:
+            msg = self._pending.pop(tag, None)
+            return [] if msg is None else [msg]
+        out = []
+        while self._pending:
+            first = next(iter(self._pending))
+            if first > tag:
+                break
+            out.append(self._pending.pop(first))
+        return out
 
     def _next_message(self) -> OutMessage | None:
         if self._resend:
@@ -268,36 +282,47 @@ def task_identity(fallback_prefix: str) -> tuple[str, str, int]:
     return fallback_prefix, "b", ctx.partitionId()
 
 
-def rows_to_messages(rows: Iterator, options: AmqpOptions, prefix: str, batch: str,
-                     partition: int) -> Iterator[OutMessage]:
-    """Turn Spark Rows into OutMessages; message_id `<prefix>:<batch>:<partition>:<row>`
-    unless the row has its own non-null `message_id`."""
+def batches_to_messages(batches: Iterator, options: AmqpOptions, prefix: str, batch: str,
+                        partition: int) -> Iterator[OutMessage]:
+    """Turn Arrow RecordBatches of the task's rows into OutMessages, column-wise (much cheaper
+    than Row objects); message_id `<prefix>:<batch>:<partition>:<row>` unless the row has its
+    own non-null `message_id`. Errors: PublishError for a null body or routing key."""
     rk_col = options.routing_key_column
-    for position, row in enumerate(rows):
-        d = row.asDict()
-        body = d["body"]
-        if body is None:
-            raise PublishError(f"row {position} of partition {partition} has a null body")
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        routing_key = d.get(rk_col) if rk_col else options.routing_key
-        if routing_key is None:
-            raise PublishError(f"row {position} of partition {partition}: null routing key")
-        headers = d.get("headers")
-        props = pika.BasicProperties(
-            delivery_mode=2,
-            message_id=d.get("message_id") or f"{prefix}:{batch}:{partition}:{position}",
-            correlation_id=d.get("correlation_id"),
-            headers={str(k): v for k, v in headers.items()} if headers else None,
-            timestamp=int(time.time()),
-        )
-        yield OutMessage(routing_key, bytes(body), props)
+    position = 0
+    now = int(time.time())
+    for rb in batches:
+        n = rb.num_rows
+        names = rb.schema.names
+
+        def column(name: str, n: int = n, rb=rb, names=names) -> list:
+            return rb.column(names.index(name)).to_pylist() if name in names else [None] * n
+
+        bodies = column("body")
+        keys = column(rk_col) if rk_col else [options.routing_key] * n
+        ids, corr, headers = column("message_id"), column("correlation_id"), column("headers")
+        for i in range(n):
+            body = bodies[i]
+            if body is None:
+                raise PublishError(f"row {position} of partition {partition} has a null body")
+            if keys[i] is None:
+                raise PublishError(f"row {position} of partition {partition}: null routing key")
+            h = headers[i]
+            props = pika.BasicProperties(
+                delivery_mode=2,
+                message_id=ids[i] or f"{prefix}:{batch}:{partition}:{position}",
+                correlation_id=corr[i],
+                headers=dict(h) if h else None,  # Arrow gives a map as [(key, value), ...]
+                timestamp=now,
+            )
+            yield OutMessage(keys[i], body.encode("utf-8") if isinstance(body, str) else body,
+                             props)
+            position += 1
 
 
-def _write_task(options: AmqpOptions, fallback_prefix: str, rows: Iterator) -> PublishStats:
+def _write_task(options: AmqpOptions, fallback_prefix: str, batches: Iterator) -> PublishStats:
     prefix, batch, partition = task_identity(fallback_prefix)
     publisher = ConfirmingPublisher(options)
-    return publisher.publish_all(rows_to_messages(rows, options, prefix, batch, partition))
+    return publisher.publish_all(batches_to_messages(batches, options, prefix, batch, partition))
 
 
 def _log_commit(kind: str, messages: list, batch_id: int | None = None) -> None:
@@ -308,7 +333,7 @@ def _log_commit(kind: str, messages: list, batch_id: int | None = None) -> None:
              sum(s.reconnects for s in stats))
 
 
-class AmqpBatchWriter(DataSourceWriter):
+class AmqpBatchWriter(DataSourceArrowWriter):
     """`df.write.format("amqp")`: each task publishes its partition with confirms (see module).
 
     Message ids: messageIdPrefix (default: a uuid drawn once per write on the driver), "b",
@@ -331,7 +356,7 @@ class AmqpBatchWriter(DataSourceWriter):
         log.warning("amqp batch write aborted; confirmed messages stay published")
 
 
-class AmqpStreamWriter(DataSourceStreamWriter):
+class AmqpStreamWriter(DataSourceStreamArrowWriter):
     """`writeStream.format("amqp")`: as AmqpBatchWriter, message ids from the query id and
     micro-batch id, so a batch replayed after a restart republishes the same ids."""
 
