@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.flights import (
     DEFAULT_QUEUE,
     DEFAULT_STATS_QUEUE,
+    FLIGHTS_EXCHANGE,
     STATS_EXCHANGE,
     declare_topology,
     delay_aggregates,
@@ -37,7 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="broker URI, or a comma-separated failover list (default %(default)s)")
     p.add_argument("--master", default=None,
                    help="Spark master (default: spark-submit's --master, else local[2])")
-    p.add_argument("--queue", default=DEFAULT_QUEUE, help="queue bound to flights.#")
+    p.add_argument("--exchange", default=FLIGHTS_EXCHANGE,
+                   help="flights exchange the queue is bound to (default %(default)s)")
+    p.add_argument("--stats-exchange", default=STATS_EXCHANGE,
+                   help="exchange the aggregates are published to (default %(default)s)")
+    p.add_argument("--queue", default=DEFAULT_QUEUE,
+                   help="queue bound to the flights exchange with flights.# (default %(default)s)")
     p.add_argument("--stats-queue", default=DEFAULT_STATS_QUEUE,
                    help="queue declared and bound to flights.stats (default %(default)s)")
     p.add_argument("--output", default="delay_stats_out",
@@ -63,6 +69,7 @@ class StatsSink:
         self.parquet = os.path.join(args.output, "stats.parquet")
         self.last: list = []  # rows of the latest result table, for the final publish
         self.batches = 0  # micro-batches seen
+        self.schema = None  # the result table's schema, for the final publish
 
     def __call__(self, table: DataFrame, batch_id: int) -> None:
         rows = table.collect()  # one row per (carrier, hour): a few hundred at most
@@ -76,15 +83,16 @@ class StatsSink:
             changed = [r for r in rows if before.get((r.carrier, r.hour)) != r]
             if changed:
                 publish_stats(self.spark.createDataFrame(changed, schema=table.schema),
-                              self.args.uri, batch_id)
+                              self.args, batch_id)
         self.last = rows
+        self.schema = table.schema
 
 
-def publish_stats(aggregates: DataFrame, uri: str, batch_id: int | None) -> None:
-    """Publish one message per aggregate row to STATS_EXCHANGE (see flights.stats_messages)."""
+def publish_stats(aggregates: DataFrame, args: argparse.Namespace, batch_id: int | None) -> None:
+    """Publish one message per aggregate row to the stats exchange (flights.stats_messages)."""
     (stats_messages(aggregates, batch_id).write.format("amqp")
-     .option("uri", uri)
-     .option("exchange", STATS_EXCHANGE)
+     .option("uri", args.uri)
+     .option("exchange", args.stats_exchange)
      .option("routingKeyColumn", "routing_key")
      .mode("append").save())
 
@@ -95,7 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows: flights read from the queue (including redeliveries) by this run."""
     args = parse_args(argv)
     spark = build_session(args.master, app_name="delay_stats")
-    declare_topology(args.uri.split(",")[0], args.queue, args.stats_queue)
+    declare_topology(args.uri.split(",")[0], args.queue, args.stats_queue, args.exchange,
+                     args.stats_exchange)
     raw = (spark.readStream.format("amqp")
            .option("uri", args.uri)
            .option("queue", args.queue)
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     seconds = time.perf_counter() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     if args.processing_time is None and sink.last:
-        publish_stats(spark.createDataFrame(sink.last), args.uri, None)
+        publish_stats(spark.createDataFrame(sink.last, schema=sink.schema), args, None)
     result = {"rows": rows, "seconds": round(seconds, 2),
               "rows_per_s": round(rows / seconds) if seconds else 0,
               "batches": sink.batches, "groups": len(sink.last), "parquet": sink.parquet}

@@ -59,19 +59,21 @@ def load_flights(limit: int | None = None) -> pd.DataFrame:
 
 
 def declare_topology(uri: str, queue: str = DEFAULT_QUEUE,
-                     stats_queue: str = DEFAULT_STATS_QUEUE) -> None:
+                     stats_queue: str = DEFAULT_STATS_QUEUE, exchange: str = FLIGHTS_EXCHANGE,
+                     stats_exchange: str = STATS_EXCHANGE) -> None:
     """Declare (idempotently) both durable topic exchanges and their durable queues.
 
-    flights --flights.#--> `queue`; flights.stats --#--> `stats_queue`. Errors: pika
-    exceptions (connection refused 111, access refused 403, 406 on a conflicting declare)."""
+    `exchange` (flights) --flights.#--> `queue`; `stats_exchange` (flights.stats) --#-->
+    `stats_queue`. Errors: pika exceptions (connection refused, access refused 403, 406
+    PRECONDITION_FAILED on a declare that conflicts with an existing one)."""
     with pika.BlockingConnection(pika.URLParameters(uri)) as conn:
         ch = conn.channel()
-        ch.exchange_declare(FLIGHTS_EXCHANGE, exchange_type="topic", durable=True)
-        ch.exchange_declare(STATS_EXCHANGE, exchange_type="topic", durable=True)
+        ch.exchange_declare(exchange, exchange_type="topic", durable=True)
+        ch.exchange_declare(stats_exchange, exchange_type="topic", durable=True)
         ch.queue_declare(queue, durable=True)
-        ch.queue_bind(queue, FLIGHTS_EXCHANGE, routing_key="flights.#")
+        ch.queue_bind(queue, exchange, routing_key="flights.#")
         ch.queue_declare(stats_queue, durable=True)
-        ch.queue_bind(stats_queue, STATS_EXCHANGE, routing_key="#")
+        ch.queue_bind(stats_queue, stats_exchange, routing_key="#")
 
 
 def flight_messages(flights: DataFrame) -> DataFrame:

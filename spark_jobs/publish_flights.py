@@ -18,6 +18,7 @@ from spark_jobs.flights import (
     DEFAULT_STATS_QUEUE,
     FLIGHT_SCHEMA,
     FLIGHTS_EXCHANGE,
+    STATS_EXCHANGE,
     declare_topology,
     flight_messages,
     load_flights,
@@ -34,6 +35,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--master", default=None,
                    help="Spark master (default: spark-submit's --master, else local[2])")
     p.add_argument("--limit", type=int, default=None, help="publish only the first N flights")
+    p.add_argument("--exchange", default=FLIGHTS_EXCHANGE,
+                   help="durable topic exchange to publish to (default %(default)s)")
+    p.add_argument("--stats-exchange", default=STATS_EXCHANGE,
+                   help="stats exchange, declared with its queue (default %(default)s)")
     p.add_argument("--queue", default=DEFAULT_QUEUE,
                    help="consumer queue declared and bound to flights.# (default %(default)s)")
     p.add_argument("--stats-queue", default=DEFAULT_STATS_QUEUE,
@@ -49,7 +54,8 @@ def main(argv: list[str] | None = None) -> dict:
     """Run the job; returns {"rows", "seconds", "rows_per_s"} of the publishing Spark job."""
     args = parse_args(argv)
     spark = build_session(args.master, app_name="publish_flights")
-    declare_topology(args.uri.split(",")[0], args.queue, args.stats_queue)
+    declare_topology(args.uri.split(",")[0], args.queue, args.stats_queue, args.exchange,
+                     args.stats_exchange)
     flights = load_flights(args.limit)
     df = spark.createDataFrame(flights, schema=FLIGHT_SCHEMA)
     if args.partitions:
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     (messages.write.format("amqp")
      .option("uri", args.uri)
-     .option("exchange", FLIGHTS_EXCHANGE)
+     .option("exchange", args.exchange)
      .option("routingKeyColumn", "routing_key")
      .option("confirmWindow", args.confirm_window)
      .mode("append")
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     seconds = time.perf_counter() - started
     messages.unpersist()
     result = {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
-    print(f"published {rows} flights to exchange {FLIGHTS_EXCHANGE!r} in {seconds:.1f} s "
+    print(f"published {rows} flights to exchange {args.exchange!r} in {seconds:.1f} s "
           f"({result['rows_per_s']} rows/s)")
     return result
 
