@@ -61,7 +61,7 @@ def _int_option(options: Mapping[str, str], name: str, default: int, lo: int, hi
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AmqpOptions:
     """Every option of the `amqp` data source, parsed and checked.
 
@@ -113,6 +113,13 @@ class AmqpOptions:
             _username=os.environ.get("AMQP_USERNAME"),
             _password=os.environ.get("AMQP_PASSWORD"),
         )
+
+    def __repr__(self) -> str:
+        return (f"AmqpOptions(uris={self.describe()!r}, exchange={self.exchange!r}, "
+                f"routing_key={self.routing_key!r}, routing_key_column="
+                f"{self.routing_key_column!r}, queue={self.queue!r}, max_messages_per_trigger="
+                f"{self.max_messages_per_trigger}, fetch_wait_ms={self.fetch_wait_ms}, "
+                f"confirm_window={self.confirm_window}, heartbeat={self.heartbeat})")
 
     def require_queue(self) -> str:
         """The `queue` option, or AmqpOptionError when a reader was given none."""

@@ -124,14 +124,19 @@ def test_round_trip_all_types(spark, amqp_uri, topology):
     assert len({r.delivery_tag for r in got}) == n
 
 
-def test_binary_body_round_trip_and_unroutable_fails(spark, amqp_uri, topology):
+def test_binary_body_round_trip_failover_and_unroutable_fails(spark, amqp_uri, topology):
     exchange, queue = topology
     blobs = [bytes(range(256)), b"", b"\x00\xff" * 1000]
     df = spark.createDataFrame([(b,) for b in blobs], "body binary")
-    (df.write.format("amqp").option("uri", amqp_uri).option("exchange", exchange)
+    # The first URI refuses connections: writer and reader fail over to the second.
+    failover = f"amqp://guest:guest@127.0.0.1:1/%2F,{amqp_uri}"
+    (df.write.format("amqp").option("uri", failover).option("exchange", exchange)
      .option("routingKey", "bin.x").mode("append").save())
-    got = drain(amqp_uri, queue, expected=len(blobs))
-    assert sorted(body for _, _, body in got) == sorted(blobs)
+    got = (spark.read.format("amqp").option("uri", failover).option("queue", queue)
+           .option("fetchWaitMs", 2000).load().collect())
+    assert sorted(r.body for r in got) == sorted(blobs)
+    assert {r.routing_key for r in got} == {"bin.x"}
+    assert depth(amqp_uri, queue) == 0
 
     # mandatory=True: a message no queue takes fails the task, so the write fails.
     with pytest.raises(Exception) as failure:  # noqa: B017 (py4j wraps the task's error)
