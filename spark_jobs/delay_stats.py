@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="directory for stats.parquet and the checkpoint (default %(default)s)")
     p.add_argument("--max-per-trigger", type=int, default=50000,
                    help="messages per micro-batch, also the prefetch (<= 65535)")
-    p.add_argument("--fetch-wait-ms", type=int, default=2000,
+    p.add_argument("--fetch-wait-ms", type=int, default=5000,
                    help="longest wait of a trigger for messages (default %(default)s)")
     p.add_argument("--processing-time", type=float, default=None, metavar="SECONDS",
                    help="run until stopped, one trigger every SECONDS, publishing interim "

@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="queue declared and bound to flights.stats (default %(default)s)")
     p.add_argument("--partitions", type=int, default=None,
                    help="publishing tasks (default: Spark's default parallelism)")
-    p.add_argument("--confirm-window", type=int, default=1000,
+    p.add_argument("--confirm-window", type=int, default=5000,
                    help="messages awaiting a confirm per task (default %(default)s)")
     return p.parse_args(argv)
 

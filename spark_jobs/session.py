@@ -86,6 +86,13 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "spark_jo
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         if repo_root not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([repo_root, *paths])
+    # The data source's classes travel to Spark's Python processes by value, so no process needs
+    # spark_jobs on its path: the driver-side stream reader process does not see --py-files.
+    from pyspark import cloudpickle
+
+    import spark_jobs
+
+    cloudpickle.register_pickle_by_value(spark_jobs)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     from spark_jobs.amqp import AmqpDataSource

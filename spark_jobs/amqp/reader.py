@@ -38,7 +38,7 @@ SCHEMA = ("body binary, routing_key string, exchange string, message_id string, 
           "correlation_id string, headers map<string,string>, timestamp timestamp, "
           "redelivered boolean, delivery_tag long")
 ROWS_PER_PARTITION = 10000  # rows shipped in one InputPartition (one Spark task)
-QUIET_POLL_S = 0.05  # with rows in hand, a poll this long that brings nothing ends the fetch
+QUIET_POLL_S = 0.2  # with rows in hand, a poll this long that brings nothing ends the fetch
 
 
 def _header_value(value: object) -> str:

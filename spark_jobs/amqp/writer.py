@@ -326,11 +326,13 @@ def _write_task(options: AmqpOptions, fallback_prefix: str, batches: Iterator) -
 
 
 def _log_commit(kind: str, messages: list, batch_id: int | None = None) -> None:
-    stats = [m for m in messages if isinstance(m, PublishStats)]
+    # Duck-typed: classes pickled by value come back as other class objects than ours.
+    def total(field: str) -> int:
+        return sum(getattr(m, field, 0) for m in messages if m is not None)
+
     log.info("amqp %s write committed%s: %d confirmed, %d resent, %d reconnects", kind,
-             "" if batch_id is None else f" (batch {batch_id})",
-             sum(s.confirmed for s in stats), sum(s.resent for s in stats),
-             sum(s.reconnects for s in stats))
+             "" if batch_id is None else f" (batch {batch_id})", total("confirmed"),
+             total("resent"), total("reconnects"))
 
 
 class AmqpBatchWriter(DataSourceArrowWriter):
