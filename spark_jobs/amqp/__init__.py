@@ -1,0 +1,64 @@
+# spark_jobs.amqp: the PySpark Python Data Source "amqp" (pure Python, pika inside, no JVM jar).
+# Owns the DataSource class Spark instantiates on the driver for every read and write; the work
+# is in options.py, writer.py (publishing with confirms) and reader.py (consuming with acks).
+# Talked to by Spark (`spark.dataSource.register(AmqpDataSource)`, then format("amqp")).
+# Must never hold connections here: the DataSource object is pickled to other processes.
+"""PySpark data source `amqp`: at-least-once AMQP 0-9-1 reads and writes.
+
+Guarantees (see docs/spark.md): writes are at-least-once (a row is confirmed by the broker or
+its task fails and Spark retries it); stream reads are at-least-once (a delivery is acked only
+after Spark committed the micro-batch that carried it); duplicates are bounded by the batch in
+flight at a crash and carry the same `message_id`, so drop them with an idempotent sink or
+`dropDuplicatesWithinWatermark`.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
+from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader
+from spark_jobs.amqp.writer import (
+    AmqpBatchWriter,
+    AmqpStreamWriter,
+    PublishError,
+    UnroutableError,
+)
+
+__all__ = ["AmqpDataSource", "AmqpOptionError", "AmqpOptions", "PublishError",
+           "UnroutableError", "SCHEMA"]
+
+
+class AmqpDataSource(DataSource):
+    """The `amqp` format: batch and streaming reads from a queue, writes to an exchange.
+
+    Options (camelCase, read from Spark's case-insensitive options object): uri (failover
+    list), exchange, routingKey | routingKeyColumn, queue, maxMessagesPerTrigger (<= 65535; also
+    the prefetch), fetchWaitMs, confirmWindow, heartbeat, messageIdPrefix. Read schema: SCHEMA.
+    Errors: AmqpOptionError at planning for a bad option or a DataFrame without `body`.
+    Source: Spark "Python Data Source API" (pyspark.sql.datasource, PySpark >= 4).
+    """
+
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        self.amqp = AmqpOptions.from_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "amqp"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> AmqpBatchReader:
+        return AmqpBatchReader(self.amqp)
+
+    def streamReader(self, schema: StructType) -> AmqpStreamReader:  # noqa: N802 (Spark's name)
+        return AmqpStreamReader(self.amqp)
+
+    def writer(self, schema: StructType, overwrite: bool) -> AmqpBatchWriter:
+        return AmqpBatchWriter(self.amqp, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> AmqpStreamWriter:  # noqa: N802
+        return AmqpStreamWriter(self.amqp, schema)
