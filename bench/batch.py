@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - numpy comes with matplotlib; without it: per frame
     np = None
 
-MIN_RUN = 8  # below this the per-frame path is as fast
+MIN_RUN = 64  # below this the per-message path is as fast (measured ~40 at 1500 B)
 _layouts: dict[tuple[int, int, int], Any] = {}
 
 
@@ -49,17 +49,37 @@ def _layout(deliver_len: int, ctag_len: int, head_len: int, body_len: int) -> An
 
 def decode_run(buf: bytes, at: int, channel: int, deliver_len: int, ctag_len: int,
                head_len: int, body_len: int) -> Any:
-    """Records of the run of deliveries starting at ``buf[at]`` shaped like the first one
+    """Records of the run of deliveries starting at ``buf[at]`` shaped like the one before it
     on ``channel`` (lengths in bytes of its deliver, header and body frames), or None when
-    fewer than MIN_RUN such records are complete in ``buf``. Every record's frame types, end octets,
-    channel, sizes and method are checked; the run stops at the first one that differs."""
+    fewer than MIN_RUN such records are complete in ``buf``.
+
+    The run's length is found first with cheap byte checks (gallop, then bisect, on the
+    7-byte frame header of each record's deliver frame), so a stream whose channels
+    interleave finely costs O(log n) per attempt, never O(n). Then every record of the run is
+    validated (frame types, end octets, channel, sizes, method); it stops at the first one
+    that differs.
+    """
     if np is None:
         return None
     size = deliver_len + head_len + body_len
     k = (len(buf) - at) // size
     if k < MIN_RUN:
         return None
-    recs = np.frombuffer(buf, _layout(deliver_len, ctag_len, head_len, body_len), k, at)
+    head = buf[at - size : at - size + 7]  # deliver frame header of the message just handled
+    if not (buf.startswith(head, at) and buf.startswith(head, at + (MIN_RUN - 1) * size)):
+        return None
+    lo, step = MIN_RUN, 1
+    while lo + step <= k and buf.startswith(head, at + (lo + step - 1) * size):
+        lo += step
+        step *= 2
+    hi = min(k, lo + step - 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if buf.startswith(head, at + (mid - 1) * size):
+            lo = mid
+        else:
+            hi = mid - 1
+    recs = np.frombuffer(buf, _layout(deliver_len, ctag_len, head_len, body_len), lo, at)
     first = recs[0]
     ok = ((recs["ftype"] == 1) & (recs["ch"] == channel)
           & (recs["dsize"] == first["dsize"]) & (recs["sig"] == 0x003C003C)
@@ -67,10 +87,10 @@ def decode_run(buf: bytes, at: int, channel: int, deliver_len: int, ctag_len: in
           & (recs["bodysize"] == first["bodysize"]) & (recs["btype"] == 3)
           & (recs["bsize"] == first["bsize"]) & (recs["bend"] == 0xCE))
     if not ok.all():
-        k = int(np.argmin(ok))
-        if k < MIN_RUN:
+        n = int(np.argmin(ok))
+        if n < MIN_RUN:
             return None
-        recs = recs[:k]
+        recs = recs[:n]
     return recs
 
 
