@@ -166,9 +166,9 @@ def _run_stream() -> tuple[bytes, set[tuple[int, int]]]:
     parts, delivered = [], set()
     next_tag = {1: 1, 2: 1}
     seq = 0
-    for chan, count in [(1, 50), (2, 30), (1, 40), (2, 3), (1, 20)]:
+    for chan, count in [(1, 150), (2, 100), (1, 90), (2, 3), (1, 70)]:
         for i in range(count):
-            size = 40 if (chan, i) == (1, 10) else 16
+            size = 40 if (chan, i) == (1, 100) else 16
             tag = next_tag[chan]
             next_tag[chan] += 1
             delivered.add((chan, tag))
@@ -223,3 +223,15 @@ def test_runs_of_deliveries_decode_and_ack_like_single_ones(ack_every: int) -> N
             covered = {(c, t) for c, top, m in acked for cc, t in delivered
                        if cc == c and (t <= top if m else t == top)}
             assert covered == delivered
+
+
+def test_decode_run_finds_the_run_on_its_channel_only() -> None:
+    from bench import batch
+
+    data, _ = _run_stream()
+    one = frames_bytes(data)  # deliver, header, body frames of the first delivery first
+    msg = sum(len(f) for f in one[:3])
+    recs = batch.decode_run(data, msg, 1, len(one[0]), 4, len(one[1]), len(one[2]))
+    assert recs is not None and len(recs) == 99  # up to the odd-shaped delivery (index 100)
+    assert [int(t) for t in recs["dtag"][:3]] == [2, 3, 4]
+    assert batch.decode_run(data, msg, 2, len(one[0]), 4, len(one[1]), len(one[2])) is None
