@@ -22,7 +22,7 @@ from pamqp import commands, frame, header
 from pamqp.base import Frame
 from pamqp.exceptions import UnmarshalingException
 
-from bench import wire
+from bench import batch, wire
 
 Connection_ = commands.Connection
 _HEAD = struct.Struct("!BHIHHQ")  # content header frame: type, channel, size, class, weight, size
@@ -78,7 +78,9 @@ class Channel:
 
     - ``on_deliver(delivery_tag, ts_ns, tag, body_size, now_ns)`` per complete message,
     - ``on_confirm(delivery_tag, multiple, nack, now_ns)`` per basic.ack / basic.nack,
-    - ``on_return(reply_code)`` per basic.return (mandatory publish routed nowhere).
+    - ``on_return(reply_code)`` per basic.return (mandatory publish routed nowhere),
+    - ``on_deliver_run(records, body_size, now_ns)`` for a run of same-shaped deliveries
+      decoded at once (numpy records from bench.batch; optional).
     """
 
     def __init__(self, conn: Connection, channel_id: int) -> None:
@@ -87,6 +89,7 @@ class Channel:
         self.on_deliver: Callable[[int, int, int, int, int], None] | None = None
         self.on_confirm: Callable[[int, bool, bool, int], None] | None = None
         self.on_return: Callable[[int], None] | None = None
+        self.on_deliver_run: Callable[[Any, int, int], None] | None = None
         self.error: AMQPError | None = None
         self._waiter: tuple[tuple[type, ...], asyncio.Future[Any]] | None = None
 
@@ -280,6 +283,16 @@ class Connection(asyncio.Protocol):
                                 ch = channels.get(chan)
                                 if ch is not None and ch.on_deliver is not None:
                                     ch.on_deliver(dtag, ts, tag, body_size, now)
+                                # Then the same-shaped deliveries that follow, in one numpy
+                                # pass (selftest: ~0.5M -> several M msg/s at 16 B).
+                                if ch is not None and ch.on_deliver_run is not None:
+                                    fstart = start - 7
+                                    recs = batch.decode_run(buf, bend + 1, chan, pos - fstart,
+                                                            buf[start + 4], bpos - pos,
+                                                            bend + 1 - bpos)
+                                    if recs is not None:
+                                        ch.on_deliver_run(recs, body_size, now)
+                                        bend += len(recs) * (bend + 1 - fstart)
                                 pos = bend + 1
                                 continue
                     self._content = channels.get(chan)

@@ -37,6 +37,9 @@ def _rechannel(raw: bytes, channel: int) -> bytes:
     return bytes(out)
 
 
+STICKY = 256  # messages per consumer turn on the batch paths
+
+
 class Queue:
     """A named queue: consumers [(conn, channel, DeliverEncoder, tag counter)] and a backlog."""
 
@@ -44,6 +47,7 @@ class Queue:
         self.name = name
         self.consumers: list[list[Any]] = []
         self.rr = 0
+        self.left = 0  # messages the current consumer still gets before the next one's turn
         self.backlog: deque[tuple[str, str, bytes, int]] = deque()  # (ex, rk, raw, channel)
 
 
@@ -86,6 +90,15 @@ class Sink:
         out.append(enc.encode(next(tags)))
         out.append(raw if ch == src_ch else _rechannel(raw, ch))
         self.dirty.add(conn)
+
+    def pick(self, q: Queue, n: int) -> list[Any]:
+        """The consumer of q for the next ``n`` messages: round-robin, but each keeps its turn
+        for STICKY messages so a consumer sees runs long enough for bench.batch."""
+        q.left -= n
+        if q.left <= 0 or q.rr >= len(q.consumers):
+            q.rr = (q.rr + 1) % len(q.consumers)
+            q.left = STICKY
+        return q.consumers[q.rr]
 
     def block(self) -> None:
         """connection.blocked to every connection now, connection.unblocked block_for later."""
@@ -235,26 +248,25 @@ class SinkConnection(asyncio.Protocol):
     def _batch(self, buf: bytes, at: int, pub: bytes, head: bytes, body_head: bytes, ch: int,
                queues: list[Queue]) -> int:
         """Forward the run of messages starting at ``buf[at]`` that repeat the one just seen
-        (same publish frame, same content header frame, same body size) in one pass of
-        bytes.replace, instead of frame by frame; returns the bytes consumed (0 = none).
+        (same publish frame, same content header frame, same body size) without parsing
+        frames; returns the bytes consumed (0 = none, the caller's frame loop takes over).
 
-        Every delivery of one batch goes to one consumer per queue and carries the same
-        delivery_tag (the sink ignores acks). Validated by counting each fixed part: any other
-        layout makes the counts disagree and the caller's frame loop takes over.
+        Small messages: one bytes.replace over the whole run (validated by counting each
+        fixed part). Large ones (> 512 B, where count/replace would scan the bodies): one
+        slice per message, each checked for its publish, header and body-frame prefix and its
+        end octet. A run goes to one consumer per queue, which keeps its consumer for
+        STICKY messages so consumers see long runs too; deliveries of one run carry the same
+        delivery_tag (the sink ignores acks).
         """
         sink = self.sink
-        size = len(pub) + len(head) + len(body_head) + (
-            wire.FRAME_HEADER_STRUCT.unpack_from(body_head)[2] + 1)
-        if size > 512:
-            # bytes.count/replace scan the bodies too: measured slower than frame-by-frame
-            # forwarding for 1500-byte messages (36k vs 120k msg/s), faster for 16-byte ones.
-            return 0
+        lp, lh = len(pub), len(head)
+        size = lp + lh + len(body_head) + wire.FRAME_HEADER_STRUCT.unpack_from(body_head)[2] + 1
         k = (len(buf) - at) // size
         for limit in (sink.fault_at if sink.fault else 0, sink.block_at):
             if limit and sink.published < limit <= sink.published + k:
                 k = limit - 1 - sink.published
-        if (k < 2 or self.no_batch or not sink.batching or not buf.startswith(pub, at) or not queues
-                or any(not q.consumers for q in queues)):
+        if (k < 2 or self.no_batch or not sink.batching or not buf.startswith(pub, at)
+                or not queues or any(not q.consumers for q in queues)):
             return 0
         # Gallop (1, 2, 4, …) then bisect for the run's length: publishers interleave their
         # channels' batches on one connection, so the run usually ends before the buffer does.
@@ -270,20 +282,47 @@ class SinkConnection(asyncio.Protocol):
             else:
                 hi = mid - 1
         k = lo
-        region = buf[at : at + k * size]
-        if k < 2 or (region.count(pub) != k or region.count(head) != k
-                     or region.count(body_head) != k or region[-1] != 0xCE):
-            self.no_batch = k >= 2  # layout differs: frame by frame for the rest of this read
-            return 0
-        for q in queues:
-            q.rr = (q.rr + 1) % len(q.consumers)
-            conn, dch, enc, tags = q.consumers[q.rr]
-            out = region.replace(pub, enc.encode(next(tags)))
-            if dch != ch:
-                out = out.replace(head, _rechannel(head, dch)).replace(
-                    body_head, _rechannel(body_head, dch))
-            conn.out.append(out)
-            sink.dirty.add(conn)
+        if size <= 512:
+            region = buf[at : at + k * size]
+            if k < 2 or (region.count(pub) != k or region.count(head) != k
+                         or region.count(body_head) != k or region[-1] != 0xCE):
+                self.no_batch = k >= 2  # layout differs: frame by frame for the rest of this read
+                return 0
+            for q in queues:
+                conn, dch, enc, tags = sink.pick(q, k)
+                out = region.replace(pub, enc.encode(next(tags)))
+                if dch != ch:
+                    out = out.replace(head, _rechannel(head, dch)).replace(
+                        body_head, _rechannel(body_head, dch))
+                conn.out.append(out)
+                sink.dirty.add(conn)
+        else:
+            starts = []
+            m = at
+            for _ in range(k):
+                if not (buf.startswith(pub, m) and buf.startswith(head, m + lp)
+                        and buf.startswith(body_head, m + lp + lh) and buf[m + size - 1] == 0xCE):
+                    break
+                starts.append(m)
+                m += size
+            k = len(starts)
+            if k < 2:
+                return 0
+            for q in queues:
+                conn, dch, enc, tags = sink.pick(q, k)
+                deliver = enc.encode(next(tags))
+                out = conn.out
+                if dch == ch:
+                    for m in starts:
+                        out.append(deliver)
+                        out.append(buf[m + lp : m + size])
+                else:
+                    prefix = deliver + _rechannel(head, dch) + _rechannel(body_head, dch)
+                    skip = lp + lh + len(body_head)
+                    for m in starts:
+                        out.append(prefix)
+                        out.append(buf[m + skip : m + size])
+                sink.dirty.add(conn)
         sink.published += k
         if ch in self.confirming:
             self.confirming[ch] += k

@@ -89,11 +89,18 @@ def test_exactly_once_check_catches_a_faulty_sink(sink: Any, fault: str, lost: i
     assert doc["ok"] is False and doc["errors"] == []
 
 
-def test_the_sink_itself_is_exactly_once(sink: Any) -> None:
+@pytest.mark.parametrize(("name", "changes", "expected"), [
+    ("fanout", {"pmessages": 300}, 3000),  # 1 KB: slice-per-message runs, 10 queues
+    ("paper", {"pmessages": 300}, 1200),  # 1500 B, producer/consumer channel numbers differ
+    ("paper", {"pmessages": 300, "size": 16}, 1200),  # bytes.replace runs, rechannelled
+    ("s2", {"pmessages": 20, "size": 140_000}, 20),  # bodies over frame_max: several frames
+])
+def test_the_sink_itself_is_exactly_once(sink: Any, name: str, changes: dict[str, int],
+                                         expected: int) -> None:
     uri, _ = sink()
-    doc = coordinator.run(tiny("fanout", uri, pmessages=300))
+    doc = coordinator.run(tiny(name, uri, **changes))
     v = doc["verification"]
-    assert (v["status"], v["expected"]) == ("ok", 3000)
+    assert (v["status"], v["expected"]) == ("ok", expected), v
 
 
 @pytest.mark.parametrize("resend", [False, True])
@@ -149,3 +156,9 @@ def test_compare_and_plot_cli(broker: Any, tmp_path: Any, capsys: Any) -> None:
     png = tmp_path / "cmp.png"
     assert main(["plot", str(out), "-o", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bodies_larger_than_frame_max_against_broker(broker: Any) -> None:
+    doc = coordinator.run(tiny("s2", broker.url, pmessages=30, size=300_000))
+    assert doc["verification"]["status"] == "ok" and doc["totals"]["consumed"] == 30
+    assert doc["rates"]["consume_mb_s"] > 0 and doc["errors"] == []

@@ -158,3 +158,80 @@ def frames_bytes(data: bytes) -> list[bytes]:
         out.append(data[pos : end + 1])
         pos = end + 1
     return out
+
+
+def _run_stream() -> tuple[bytes, set[tuple[int, int]]]:
+    """Same-shaped deliveries in runs on channels 1 and 2 (tags per channel from 1), plus
+    one odd-shaped delivery in the middle of a run."""
+    parts, delivered = [], set()
+    next_tag = {1: 1, 2: 1}
+    seq = 0
+    for chan, count in [(1, 150), (2, 100), (1, 90), (2, 3), (1, 70)]:
+        for i in range(count):
+            size = 40 if (chan, i) == (1, 100) else 16
+            tag = next_tag[chan]
+            next_tag[chan] += 1
+            delivered.add((chan, tag))
+            parts.append(frame.marshal(commands.Basic.Deliver("ctag", tag, False, "", "q"), chan))
+            parts.append(frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties()),
+                                       chan))
+            body = wire.BODY_HEADER.pack(1, wire.make_tag(seq % 3, seq)) + bytes(size - 16)
+            parts.append(frame.marshal(ContentBody(body), chan))
+            seq += 1
+    return b"".join(parts), delivered
+
+
+def _consume_runs(pieces: list[bytes], vectorised: bool, ack_every: int) -> tuple:
+    loop = asyncio.new_event_loop()
+    try:
+        conn = Connection(loop)
+        sink = _Sink()
+        conn.transport = sink  # type: ignore[assignment]
+        tally = Tally()
+        cons = []
+        for chan in (1, 2):
+            ch = Channel(conn, chan)
+            conn.channels[chan] = ch
+            cons.append(Consumer(ch, "q", tally, auto_ack=False, prefetch=0,
+                                 ack_every=ack_every))
+            if not vectorised:
+                ch.on_deliver_run = None
+        for p in pieces:
+            conn.data_received(p)
+        for c in cons:
+            c.flush_acks()
+    finally:
+        loop.close()
+    acked = []
+    for f in frames_bytes(b"".join(sink.data)):
+        tag, multiple = wire.parse_ack(f, 7)
+        acked.append((int.from_bytes(f[1:3], "big"), tag, multiple))
+    return tally.consumed, tally.per_producer, tally.latency.total, acked
+
+
+@pytest.mark.parametrize("ack_every", [0, 7])
+def test_runs_of_deliveries_decode_and_ack_like_single_ones(ack_every: int) -> None:
+    data, delivered = _run_stream()
+    for pieces in ([data], [data[:1000], data[1000:5001], data[5001:]]):
+        vec = _consume_runs(pieces, True, ack_every)
+        assert vec == _consume_runs(pieces, False, ack_every)
+        consumed, _, latencies, acked = vec
+        assert consumed == len(delivered) == latencies
+        if ack_every == 0:
+            assert sorted((c, t) for c, t, _ in acked) == sorted(delivered)
+        else:
+            covered = {(c, t) for c, top, m in acked for cc, t in delivered
+                       if cc == c and (t <= top if m else t == top)}
+            assert covered == delivered
+
+
+def test_decode_run_finds_the_run_on_its_channel_only() -> None:
+    from bench import batch
+
+    data, _ = _run_stream()
+    one = frames_bytes(data)  # deliver, header, body frames of the first delivery first
+    msg = sum(len(f) for f in one[:3])
+    recs = batch.decode_run(data, msg, 1, len(one[0]), 4, len(one[1]), len(one[2]))
+    assert recs is not None and len(recs) == 99  # up to the odd-shaped delivery (index 100)
+    assert [int(t) for t in recs["dtag"][:3]] == [2, 3, 4]
+    assert batch.decode_run(data, msg, 2, len(one[0]), 4, len(one[1]), len(one[2])) is None
