@@ -127,11 +127,13 @@ class AmqpOptions:
             raise AmqpOptionError("option queue is required to read")
         return self.queue
 
-    def connection_parameters(self) -> list[pika.URLParameters]:
-        """pika parameters for each URI in failover order, with heartbeat and credentials."""
+    def connection_parameters(self, name: str = "spark-amqp") -> list[pika.URLParameters]:
+        """pika parameters for each URI in failover order, with heartbeat, credentials and
+        `name` as the connection_name client property (shown by the broker's tools)."""
         params = []
         for uri in self.uris:
             p = pika.URLParameters(uri)
+            p.client_properties = {"connection_name": name}
             if urllib.parse.urlsplit(uri).username is None and self._username is not None:
                 p.credentials = pika.PlainCredentials(self._username, self._password or "")
             p.heartbeat = self.heartbeat

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pika.exceptions
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -37,6 +38,10 @@ log = logging.getLogger("spark_jobs.amqp")
 SCHEMA = ("body binary, routing_key string, exchange string, message_id string, "
           "correlation_id string, headers map<string,string>, timestamp timestamp, "
           "redelivered boolean, delivery_tag long")
+# What a lost connection raises in pika's BlockingConnection (broker restart, network, close).
+# A channel closed by the broker (404 queue deleted, 406) is not in here: it fails the query.
+CONNECTION_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.ConnectionWrongStateError,
+                   pika.exceptions.ChannelWrongStateError)
 ROWS_PER_PARTITION = 10000  # rows shipped in one InputPartition (one Spark task)
 QUIET_POLL_S = 0.2  # with rows in hand, a poll this long that brings nothing ends the fetch
 
@@ -73,10 +78,10 @@ class QueueConsumer:
     "Consumer Acknowledgements and Publisher Confirms".
     """
 
-    def __init__(self, options: AmqpOptions, prefetch: int) -> None:
+    def __init__(self, options: AmqpOptions, prefetch: int, name: str) -> None:
         self.options = options
         self.queue = options.require_queue()
-        self.conn = open_blocking(options)
+        self.conn = open_blocking(options, name)
         self.channel = self.conn.channel()
         self.channel.basic_qos(prefetch_count=prefetch)
         self.buffer: deque[tuple[int, tuple]] = deque()  # delivered, not yet in a batch
@@ -166,7 +171,8 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _get_consumer(self) -> QueueConsumer:
         if self._consumer is None:
-            self._consumer = QueueConsumer(self.options, self.options.max_messages_per_trigger)
+            self._consumer = QueueConsumer(self.options, self.options.max_messages_per_trigger,
+                                           f"spark-amqp-stream-reader-{self.run_id}")
         return self._consumer
 
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's name)
@@ -188,7 +194,23 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._held = [b for b in self._held if b.end > seq]
         assert self._consumer is not None
-        self._consumer.ack_through(max(b.last_tag for b in done))
+        try:
+            self._consumer.ack_through(max(b.last_tag for b in done))
+        except CONNECTION_LOST as e:
+            self._connection_lost(e, [*done, *self._held])
+
+    def _connection_lost(self, error: BaseException, unacked: list[HeldBatch]) -> None:
+        """The broker requeues whatever this consumer held unacked; they come back redelivered
+        (duplicates of rows Spark may already have). Drop the consumer; the next call opens a
+        new one (failing over along the URI list)."""
+        rows = sum(len(b.rows) for b in unacked)
+        log.warning("amqp reader %s lost its connection (%s): %d delivered rows will be "
+                    "redelivered", self.run_id, type(error).__name__, rows)
+        if self._available_now_left is not None:
+            self._available_now_left += rows + (len(self._consumer.buffer) if self._consumer
+                                                else 0)
+        self._held = []
+        self._consumer = None
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
         seq = int(start["seq"])
@@ -203,7 +225,11 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             n = min(n, self._available_now_left)
         if n <= 0:
             return start
-        taken = self._get_consumer().take(n, self.options.fetch_wait_ms / 1000)
+        try:
+            taken = self._get_consumer().take(n, self.options.fetch_wait_ms / 1000)
+        except CONNECTION_LOST as e:
+            self._connection_lost(e, self._held)
+            return start
         if not taken:
             return start
         if self._available_now_left is not None:
@@ -229,8 +255,12 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            try:
+                consumer.close()
+            except CONNECTION_LOST as e:  # already gone: the broker requeues all the same
+                log.info("amqp reader %s: close on a lost connection (%s)", self.run_id,
+                         type(e).__name__)
 
 
 class AmqpBatchReader(DataSourceReader):
@@ -249,7 +279,8 @@ class AmqpBatchReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        consumer = QueueConsumer(self.options, self.options.max_messages_per_trigger)
+        consumer = QueueConsumer(self.options, self.options.max_messages_per_trigger,
+                                 "spark-amqp-batch-reader")
         try:
             n = min(self.options.max_messages_per_trigger, consumer.depth())
             taken = consumer.take(n, self.options.fetch_wait_ms / 1000) if n else []

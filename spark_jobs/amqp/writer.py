@@ -73,7 +73,7 @@ class ConfirmingPublisher:
 
     def __init__(self, options: AmqpOptions) -> None:
         self.options = options
-        self.params = options.connection_parameters()
+        self.params = options.connection_parameters("spark-amqp-writer")
         self.stats = PublishStats()
         self._source: Iterator[OutMessage] = iter(())
         self._source_done = False
