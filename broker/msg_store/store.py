@@ -130,7 +130,8 @@ class MessageStore:
         truncated and logged) and a record is live iff its msg_id is in `ref_counts`
         (msg_id -> number of queue-index entries referring to it, e.g.
         `queue_index.index.count_store_refs(queues_dir)`; pass a callable to compute it only
-        when needed). ref_counts=None keeps every scanned record with ref count 1.
+        when the scan finds a record). ref_counts=None keeps every scanned record with ref
+        count 1.
         """
         for name in os.listdir(self.directory):
             if name.endswith(".rdt"):
@@ -138,8 +139,7 @@ class MessageStore:
         files = ff.list_files(self.directory)
         clean = self._load_snapshot(files)
         if not clean:
-            counts = ref_counts() if callable(ref_counts) else ref_counts
-            self._scan(files, counts)
+            self._scan(files, ref_counts)
         self._open_current(files[-1] if files else 0)
         return clean
 
@@ -200,7 +200,12 @@ class MessageStore:
         self._total_valid = sum(s.valid_total_size for s in summaries.values())
         return True
 
-    def _scan(self, files: list[int], counts: RefCounts | None) -> None:
+    def _scan(self, files: list[int],
+              ref_counts: RefCounts | Callable[[], RefCounts] | None) -> None:
+        # A callable is called only once a record is found: with every message embedded in
+        # the queue indexes the store is empty and walking every index for ref counts (a full
+        # second read of them) is skipped (kill -9 restart, 10 x 100k x 1 KB: 33 % of boot).
+        counts = None if callable(ref_counts) else ref_counts
         for num in files:
             path = self._path(num)
             records, valid_end, size = ff.scan_file(path)
@@ -211,6 +216,8 @@ class MessageStore:
                 )
                 os.truncate(path, valid_end)
             summary = FileSummary(0, valid_end)
+            if records and callable(ref_counts):
+                counts, ref_counts = ref_counts(), None
             for rec in records:
                 if rec.msg_id in self._index:
                     continue  # a duplicate left by an interrupted GC: garbage

@@ -163,6 +163,30 @@ def test_unclean_boot_scans_and_uses_ref_counts_from_indexes(tmp_path):
     again.close()
 
 
+def test_unclean_boot_asks_for_ref_counts_only_when_a_record_is_found(tmp_path):
+    calls = []
+
+    def counts():
+        calls.append(1)
+        return {mid(1): 2}
+
+    store = open_store(tmp_path)  # every message embedded in the indexes: empty .rdq files
+    store.flush()
+    store.abandon()
+    empty = MessageStore(str(tmp_path), fsync=False)
+    assert not empty.recover(counts)
+    assert calls == []
+    empty.write(mid(1), b"v1")
+    empty.write(mid(2), b"v2")
+    empty.flush()
+    empty.abandon()
+    again = MessageStore(str(tmp_path), fsync=False)
+    assert not again.recover(counts)
+    assert calls == [1]
+    assert (again.ref_count(mid(1)), again.ref_count(mid(2))) == (2, 0)
+    again.close()
+
+
 @pytest.mark.parametrize("tail", ["half_record", "zeroed", "bad_trailer"])
 def test_torn_tail_is_truncated_and_logged(tmp_path, caplog, tail):
     store = open_store(tmp_path)

@@ -245,6 +245,47 @@ def test_missing_segment_file_loses_its_messages_only(tmp_path):
     assert (rec.count, rec.low_seq_id, rec.next_seq_id) == (3, sf.SEGMENT_ENTRY_COUNT, n)
 
 
+def test_unclean_replay_by_segment_survives_a_crash_half_way(tmp_path, monkeypatch):
+    seg = sf.SEGMENT_ENTRY_COUNT
+    qi = new_index(tmp_path, max_journal_entries=10**6)
+    for s in range(seg + 10):
+        qi.publish(s, pub(s, b"x"))
+    qi.fold()  # segments 0 and 1 on disk; what follows stays in the journal
+    gone = [s for s in range(seg) if s != 5]
+    qi.deliver(gone)
+    qi.ack(gone)
+    for s in [*range(seg + 10, seg + 20), *range(2 * seg, 2 * seg + 3)]:
+        qi.publish(s, pub(s, b"y"))
+    qi.deliver([seg + 1])
+    qi.ack([seg + 1])
+    qi.flush()
+    qi.close_abruptly()
+    survivors = [5, seg, *range(seg + 2, seg + 20), *range(2 * seg, 2 * seg + 3)]
+
+    calls = []
+    real = QueueIndex._append_block
+
+    def crash_on_second(self, s, entries):
+        calls.append(s)
+        if len(calls) == 2:
+            raise OSError("simulated crash between segments")
+        real(self, s, entries)
+
+    monkeypatch.setattr(QueueIndex, "_append_block", crash_on_second)
+    with pytest.raises(OSError):
+        QueueIndex(str(tmp_path), fsync=False).recover(lambda m: True)
+    monkeypatch.undo()
+    assert calls == [0, 1]
+    for _ in range(2):  # the replay after the crash, then a crash right after it
+        again = QueueIndex(str(tmp_path), fsync=False)
+        rec = again.recover(lambda m: True)
+        assert (rec.count, rec.low_seq_id, rec.next_seq_id) == (len(survivors), 5, 2 * seg + 3)
+        got = [e for start in (0, seg, 2 * seg) for e in again.read(start, start + seg)]
+        assert [e.seq_id for e in got] == survivors
+        assert all(e.delivered for e in got)
+        again.close_abruptly()
+
+
 def test_count_store_refs_counts_unacked_persistent_store_messages(tmp_path):
     for q, acked in (("a", False), ("b", True)):
         qi = QueueIndex(str(tmp_path / queue_dir_name("/", q)), fsync=False)

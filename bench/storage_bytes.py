@@ -1,6 +1,12 @@
-"""Storage figures (not a test; pytest does not collect bench_* files).
+# bench/storage_bytes.py — on-disk bytes per message and VariableQueue-only throughput.
+#
+# Owns: measuring what one persistent message costs on disk (embedded 1 KB: queue index only;
+# stored 8 KB: message store + index entry) and publish+fetch+ack through VariableQueue alone.
+# Talks to: broker.backing_queue.variable_queue, broker.msg_store.vhost (in process).
+# Must never: start a broker or leave its temporary directories behind.
+"""Storage figures (moved here from tests/storage/bench_storage.py).
 
-    python tests/storage/bench_storage.py [N]
+    python -m bench.storage_bytes [N]
 
 Prints on-disk bytes per message (embedded 1 KB, stored 8 KB) and persistent publish + fetch
 + ack throughput through VariableQueue alone (no broker, no sockets), with fsync on and off.
@@ -17,15 +23,14 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-from broker.backing_queue.base import MessageProps  # noqa: E402
-from broker.backing_queue.variable_queue import VariableQueue  # noqa: E402
-from broker.message import Message, Properties  # noqa: E402
-from broker.msg_store.vhost import VhostStores  # noqa: E402
+from broker.backing_queue.base import MessageProps
+from broker.backing_queue.variable_queue import VariableQueue
+from broker.message import Message, Properties
+from broker.msg_store.vhost import VhostStores
 
 
 def du(path: str, suffix: str) -> int:
+    """Bytes in files under `path` whose name ends with `suffix`."""
     total = 0
     for root, _dirs, files in os.walk(path):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(suffix))
@@ -37,6 +42,8 @@ def message(size: int) -> Message:
 
 
 def bytes_per_message(size: int, n: int) -> dict[str, float]:
+    """On-disk bytes per persistent message of `size` body bytes (n messages in one durable
+    queue): journal before the fold, then segments and store after a clean terminate."""
     d = tempfile.mkdtemp()
     try:
         stores = VhostStores(d, "/", fsync=False)
@@ -59,6 +66,7 @@ def bytes_per_message(size: int, n: int) -> dict[str, float]:
 
 
 def throughput(size: int, n: int, fsync: bool) -> float:
+    """Persistent publish+fetch+ack rate through VariableQueue alone, in msg/s."""
     d = tempfile.mkdtemp()
     try:
         stores = VhostStores(d, "/", fsync=fsync)
