@@ -115,7 +115,7 @@ def parse_queue_args(text: str) -> tuple[tuple[str, Any], ...]:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The PerfTest-style options shared by `run` and (as overrides) `compare`."""
     a = p.add_argument
-    a("--uri", help=f"AMQP URI (default {DEFAULT_URI})")
+    a("--uri", help=f"AMQP URI (default {DEFAULT_URI.replace('%', '%%')})")
     a("-x", "--producers", type=int, help="producer connections (per queue with a pattern)")
     a("-y", "--consumers", type=int, help="consumer connections (per queue with a pattern)")
     a("-u", "--queue", help="queue name (default: one generated queue per consumer channel)")
