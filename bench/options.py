@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -57,7 +57,6 @@ class Scenario:
     processes: int = 0  # (bench) worker processes; 0 = one per connection, at most 2 × cores
     keep_queues: bool = False  # (bench) leave generated queues/exchange after the run
     quiet: bool = False  # (bench) no per-second progress line
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # free-form notes
 
     @property
     def persistent(self) -> bool:
@@ -115,7 +114,7 @@ def parse_queue_args(text: str) -> tuple[tuple[str, Any], ...]:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The PerfTest-style options shared by `run` and (as overrides) `compare`."""
     a = p.add_argument
-    a("--uri", help=f"AMQP URI (default {DEFAULT_URI})")
+    a("--uri", help="AMQP URI (default " + DEFAULT_URI.replace("%", "%%") + ")")
     a("-x", "--producers", type=int, help="producer connections (per queue with a pattern)")
     a("-y", "--consumers", type=int, help="consumer connections (per queue with a pattern)")
     a("-u", "--queue", help="queue name (default: one generated queue per consumer channel)")

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -129,8 +130,6 @@ def spread(
 ) -> list[tuple[list[ProducerConn], list[ConsumerConn]]]:
     """Deal connections round-robin over worker processes, producers first, so with two
     processes and one producer and one consumer they never share a process."""
-    import os
-
     conns: list[ProducerConn | ConsumerConn] = [*producers, *consumers]
     n = processes or min(len(conns), 2 * (os.cpu_count() or 1))
     n = max(1, min(n, len(conns) or 1))

@@ -139,3 +139,13 @@ def test_compare_summary_medians_and_ratio() -> None:
     assert s["A"]["publish"] == 100 and s["B"]["publish"] == 250
     assert s["ratio"]["publish"] == 2.5 and s["ratio"]["broker cpu"] is None
     assert "publish (msg/s)" in compare.table(s, ("A", "B"))
+
+
+@pytest.mark.parametrize("cmd", [[], ["compare"], ["plot"], ["sink"], ["selftest"]])
+def test_help_works_for_every_subcommand(cmd: list[str], capsys: pytest.CaptureFixture) -> None:
+    from bench.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "-h"])
+    assert info.value.code == 0
+    assert "usage: python -m bench" in capsys.readouterr().out
