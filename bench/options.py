@@ -36,6 +36,7 @@ class Scenario:
     exchange: str = "direct"  # -e ('' = default exchange, needs -u)
     exchange_type: str = "direct"  # -t
     exchange_durable: bool = False  # (bench) declare the exchange durable
+    exchanges: int = 1  # (bench) with --queue-pattern: spread queues over N exchanges
     routing_key: str | None = None  # -k; None = queue name (-u / pattern) or a generated key
     size: int = 16  # -s: body bytes (>= 16: the bench's timestamp + tag header)
     flags: tuple[str, ...] = ()  # -f: 'persistent', 'mandatory'
@@ -76,6 +77,8 @@ class Scenario:
             raise ValueError("the default exchange ('') needs -u or --queue-pattern")
         if not self.auto_ack and self.prefetch and self.multi_ack_every > self.prefetch:
             raise ValueError("-A larger than -q would stall: the broker stops at -q unacked")
+        if self.exchanges > 1 and not (self.queue_pattern and self.exchange):
+            raise ValueError("--exchanges needs --queue-pattern and a named exchange")
         if self.queue_pattern and "%d" not in self.queue_pattern:
             raise ValueError("--queue-pattern needs a %d placeholder")
         if self.queue_pattern and self.queue_pattern_to < self.queue_pattern_from:
@@ -124,6 +127,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("-e", "--exchange", help="exchange name (default 'direct'; '' = default exchange)")
     a("-t", "--type", dest="exchange_type", help="exchange type (default direct)")
     a("--exchange-durable", action="store_true", default=None, help="(bench) durable exchange")
+    a("--exchanges", type=int, help="(bench) with --queue-pattern: queue i bound to exchange "
+      "<-e>-<i mod N> (the paper puts more than 15 queues on two)")
     a("-k", "--routing-key", help="routing key")
     a("-s", "--size", type=int, help="message body size in bytes (>= 16)")
     a("-f", "--flag", action="append", dest="flags", help="persistent | mandatory (repeatable)")
