@@ -18,8 +18,8 @@ from bench import options, scenarios
 def run_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="PerfTest-style AMQP benchmark. Subcommands: compare, plot, sink "
-                    "(python -m bench SUBCOMMAND -h).",
+        description="PerfTest-style AMQP benchmark. Subcommands: compare, sweep, plot, sink, "
+                    "selftest (python -m bench SUBCOMMAND -h).",
     )
     p.add_argument("--scenario", choices=scenarios.NAMES, help="(bench) start from a preset")
     options.add_run_options(p)
@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.sink import main as sink_main
 
         return sink_main(argv[1:])
+    if cmd == "sweep":
+        from bench.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     if cmd == "selftest":  # noqa: SIM102 - one branch per subcommand
         from bench.selftest import main as selftest_main
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 
 _LISTEN = "0A"
@@ -111,8 +112,6 @@ class BrokerSampler:
         return s
 
     def sample_raw(self, now: float | None) -> tuple[float, int] | None:
-        import time
-
         got = _cpu_rss(self.pid)
         if got is None:
             self.gone = True

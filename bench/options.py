@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -36,6 +36,7 @@ class Scenario:
     exchange: str = "direct"  # -e ('' = default exchange, needs -u)
     exchange_type: str = "direct"  # -t
     exchange_durable: bool = False  # (bench) declare the exchange durable
+    exchanges: int = 1  # (bench) with --queue-pattern: spread queues over N exchanges
     routing_key: str | None = None  # -k; None = queue name (-u / pattern) or a generated key
     size: int = 16  # -s: body bytes (>= 16: the bench's timestamp + tag header)
     flags: tuple[str, ...] = ()  # -f: 'persistent', 'mandatory'
@@ -57,7 +58,6 @@ class Scenario:
     processes: int = 0  # (bench) worker processes; 0 = one per connection, at most 2 × cores
     keep_queues: bool = False  # (bench) leave generated queues/exchange after the run
     quiet: bool = False  # (bench) no per-second progress line
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # free-form notes
 
     @property
     def persistent(self) -> bool:
@@ -77,6 +77,8 @@ class Scenario:
             raise ValueError("the default exchange ('') needs -u or --queue-pattern")
         if not self.auto_ack and self.prefetch and self.multi_ack_every > self.prefetch:
             raise ValueError("-A larger than -q would stall: the broker stops at -q unacked")
+        if self.exchanges > 1 and not (self.queue_pattern and self.exchange):
+            raise ValueError("--exchanges needs --queue-pattern and a named exchange")
         if self.queue_pattern and "%d" not in self.queue_pattern:
             raise ValueError("--queue-pattern needs a %d placeholder")
         if self.queue_pattern and self.queue_pattern_to < self.queue_pattern_from:
@@ -115,7 +117,7 @@ def parse_queue_args(text: str) -> tuple[tuple[str, Any], ...]:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The PerfTest-style options shared by `run` and (as overrides) `compare`."""
     a = p.add_argument
-    a("--uri", help=f"AMQP URI (default {DEFAULT_URI.replace('%', '%%')})")
+    a("--uri", help="AMQP URI (default " + DEFAULT_URI.replace("%", "%%") + ")")
     a("-x", "--producers", type=int, help="producer connections (per queue with a pattern)")
     a("-y", "--consumers", type=int, help="consumer connections (per queue with a pattern)")
     a("-u", "--queue", help="queue name (default: one generated queue per consumer channel)")
@@ -125,6 +127,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("-e", "--exchange", help="exchange name (default 'direct'; '' = default exchange)")
     a("-t", "--type", dest="exchange_type", help="exchange type (default direct)")
     a("--exchange-durable", action="store_true", default=None, help="(bench) durable exchange")
+    a("--exchanges", type=int, help="(bench) with --queue-pattern: queue i bound to exchange "
+      "<-e>-<i mod N> (the paper puts more than 15 queues on two)")
     a("-k", "--routing-key", help="routing key")
     a("-s", "--size", type=int, help="message body size in bytes (>= 16)")
     a("-f", "--flag", action="append", dest="flags", help="persistent | mandatory (repeatable)")

@@ -33,6 +33,12 @@ def load(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _group(label: str) -> str:
+    """'rabbitmq r2' -> 'rabbitmq' (runs of one broker share a colour); others unchanged."""
+    head, sep, tail = label.rpartition(" r")
+    return head if sep and tail.isdigit() else label
+
+
 def draw(series: list[tuple[str, dict[str, Any]]], out: str, title: str | None = None) -> None:
     """Write a 3-panel PNG: rates over time, latency over time, summary bars."""
     import matplotlib
@@ -41,8 +47,12 @@ def draw(series: list[tuple[str, dict[str, Any]]], out: str, title: str | None =
     import matplotlib.pyplot as plt
 
     fig, (ax_rate, ax_lat, ax_bar) = plt.subplots(3, 1, figsize=(10, 11))
-    for i, (label, doc) in enumerate(series):
-        color = f"C{i % 10}"
+    groups: list[str] = []  # one colour per broker of a compare file (label "name rN")
+    for label, _ in series:
+        if _group(label) not in groups:
+            groups.append(_group(label))
+    for label, doc in series:
+        color = f"C{groups.index(_group(label)) % 10}"
         tl = doc.get("timeline", [])
         t = [e["t"] for e in tl]
         ax_rate.plot(t, [e["published"] for e in tl], color=color, marker=".", label=f"{label} publish")

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -46,7 +47,7 @@ class ConsumerConn:
 class Plan:
     """Declarations and connections of one run."""
 
-    exchange: tuple[str, str, bool] | None  # (name, type, durable) to declare, or None
+    exchanges: list[tuple[str, str, bool]]  # (name, type, durable) to declare
     queues: list[str]
     queue_durable: bool
     queue_args: dict[str, object]
@@ -62,8 +63,10 @@ def build_plan(sc: Scenario, run_id: str | None = None) -> Plan:
     """Scenario -> Plan. ``run_id`` (default random) makes generated names unique."""
     run_id = run_id or uuid.uuid4().hex[:8]
     ex = sc.exchange
-    declare_ex = None if ex == "" or ex.startswith("amq.") else (ex, sc.exchange_type,
-                                                               sc.exchange_durable)
+    declare = ex != "" and not ex.startswith("amq.")
+    # --exchanges N (pattern only): queue i of the pattern is bound to exchange "<ex>-<i % N>"
+    ex_names = [f"{ex}-{j}" for j in range(sc.exchanges)] if sc.exchanges > 1 else [ex]
+    declare_ex = [(n, sc.exchange_type, sc.exchange_durable) for n in ex_names] if declare else []
     producers: list[ProducerConn] = []
     consumers: list[ConsumerConn] = []
     bindings: list[tuple[str, str, str]] = []
@@ -71,13 +74,13 @@ def build_plan(sc: Scenario, run_id: str | None = None) -> Plan:
     fanout: dict[int, int] = {}
     pc, cc = sc.producer_channel_count, sc.consumer_channel_count
 
-    def add_producers(count: int, rk: str, reach: int) -> None:
+    def add_producers(count: int, rk: str, reach: int, exchange: str = ex) -> None:
         for _ in range(count):
             chans = []
             for _ in range(pc):
                 pid = len(fanout)
                 fanout[pid] = reach
-                chans.append((pid, ex, rk))
+                chans.append((pid, exchange, rk))
             producers.append(ProducerConn(len(producers), tuple(chans)))
 
     def add_consumers(count: int, queue: str) -> None:
@@ -86,13 +89,14 @@ def build_plan(sc: Scenario, run_id: str | None = None) -> Plan:
 
     generated = False
     if sc.queue_pattern:
-        for i in range(sc.queue_pattern_from, sc.queue_pattern_to + 1):
+        for n, i in enumerate(range(sc.queue_pattern_from, sc.queue_pattern_to + 1)):
             q = sc.queue_pattern % i
+            qex = ex_names[n % len(ex_names)]
             queues.append(q)
             if ex:
-                bindings.append((q, ex, q))
+                bindings.append((q, qex, q))
             add_consumers(sc.consumers, q)
-            add_producers(sc.producers, q, 1 if sc.consumers else 0)
+            add_producers(sc.producers, q, 1 if sc.consumers else 0, qex)
     elif sc.queue:
         rk = sc.routing_key or sc.queue
         queues.append(sc.queue)
@@ -110,7 +114,7 @@ def build_plan(sc: Scenario, run_id: str | None = None) -> Plan:
             consumers.append(ConsumerConn(c, names))
         add_producers(sc.producers, rk, len(queues))
     plan = Plan(
-        exchange=declare_ex,
+        exchanges=declare_ex,
         queues=queues,
         queue_durable=sc.persistent,
         queue_args=dict(sc.queue_args),
@@ -129,8 +133,6 @@ def spread(
 ) -> list[tuple[list[ProducerConn], list[ConsumerConn]]]:
     """Deal connections round-robin over worker processes, producers first, so with two
     processes and one producer and one consumer they never share a process."""
-    import os
-
     conns: list[ProducerConn | ConsumerConn] = [*producers, *consumers]
     n = processes or min(len(conns), 2 * (os.cpu_count() or 1))
     n = max(1, min(n, len(conns) or 1))
@@ -144,13 +146,12 @@ def spread(
 
 
 async def declare(uri: URI, plan: Plan) -> None:
-    """Declare the exchange, queues (purged: leftovers would break the exactly-once check)
+    """Declare the exchanges, queues (purged: leftovers would break the exactly-once check)
     and bindings on one admin connection."""
     conn = await Connection.open(uri, "bench-admin")
     try:
         ch = await conn.channel()
-        if plan.exchange:
-            name, kind, durable = plan.exchange
+        for name, kind, durable in plan.exchanges:
             await ch.rpc(
                 commands.Exchange.Declare(exchange=name, exchange_type=kind, durable=durable),
                 commands.Exchange.DeclareOk,
@@ -172,15 +173,14 @@ async def declare(uri: URI, plan: Plan) -> None:
 
 
 async def delete(uri: URI, plan: Plan) -> None:
-    """Delete generated queues and the exchange (when generated) after the run."""
+    """Delete generated queues and exchanges (named bench-…) after the run."""
     conn = await Connection.open(uri, "bench-admin")
     try:
         ch = await conn.channel()
         for q in plan.queues:  # deleting a queue that was never declared is fine in AMQP
             await ch.rpc(commands.Queue.Delete(queue=q), commands.Queue.DeleteOk)
-        if plan.exchange and plan.exchange[0].startswith("bench-"):
-            await ch.rpc(
-                commands.Exchange.Delete(exchange=plan.exchange[0]), commands.Exchange.DeleteOk
-            )
+        for name, _, _ in plan.exchanges:
+            if name.startswith("bench-"):
+                await ch.rpc(commands.Exchange.Delete(exchange=name), commands.Exchange.DeleteOk)
     finally:
         await conn.close()

@@ -132,10 +132,11 @@ class Worker:
         while True:
             await asyncio.sleep(REPORT_EVERY)
             self.send("stats", self.stats())
-            for conn in self.conns:
-                if conn.error is not None and not self.error_sent:
+            channels = [p.ch for p in self.publishers] + [c.ch for c in self.consumers]
+            for err in [c.error for c in self.conns] + [ch.error for ch in channels]:
+                if err is not None and not self.error_sent:
                     self.error_sent = True
-                    self.send("error", f"{self.name}: {conn.error}")
+                    self.send("error", f"{self.name}: {err}")
 
     async def run_publishers(self) -> None:
         try:

@@ -162,3 +162,46 @@ def test_bodies_larger_than_frame_max_against_broker(broker: Any) -> None:
     doc = coordinator.run(tiny("s2", broker.url, pmessages=30, size=300_000))
     assert doc["verification"]["status"] == "ok" and doc["totals"]["consumed"] == 30
     assert doc["rates"]["consume_mb_s"] > 0 and doc["errors"] == []
+
+
+def test_sweep_cli_runs_the_paper_per_queue_count(broker: Any, tmp_path: Any,
+                                                  capsys: Any) -> None:
+    from bench.__main__ import main
+
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    rc = main(["sweep", broker.url, "--queues", "1,2", "-z", "0", "-C", "100",
+               "--drain-timeout", "5", "--out", str(out), "--png", str(png)])
+    assert rc == 0, capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "bench-sweep/1" and set(doc["points"]) == {"1", "2"}
+    assert [r["result"]["totals"]["consumed"] for r in doc["runs"]] == [400, 800]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_consumer_cancelled_by_the_broker_is_reported(broker: Any) -> None:
+    import asyncio
+
+    from pamqp import commands
+
+    from bench.amqp import URI, Connection
+
+    sc = tiny("s2", broker.url, time=30, pmessages=0, quiet=False, rate=500.0)
+
+    async def delete_queue() -> None:
+        conn = await Connection.open(URI.parse(broker.url), "test-admin")
+        ch = await conn.channel()
+        await ch.rpc(commands.Queue.Delete(queue=sc.queue), commands.Queue.DeleteOk)
+        await conn.close()
+
+    deleted: list[bool] = []
+
+    def progress(line: str) -> None:
+        if not deleted:
+            deleted.append(True)
+            asyncio.run(delete_queue())
+
+    started = time.monotonic()
+    doc = coordinator.run(sc, out=progress)
+    assert time.monotonic() - started < 20
+    assert deleted and doc["ok"] is False
+    assert any("cancelled" in e for e in doc["errors"]), doc["errors"]

@@ -86,7 +86,7 @@ def test_topology_queue_pattern_is_per_queue_like_perftest() -> None:
 def test_topology_without_queue_gives_each_consumer_channel_its_own_queue() -> None:
     plan = topology.build_plan(scenarios.named("fanout"))
     assert len(plan.queues) == 10 and plan.fanout == {0: 10}
-    assert plan.exchange is not None and plan.exchange[1] == "fanout"
+    assert len(plan.exchanges) == 1 and plan.exchanges[0][1] == "fanout"
     assert plan.generated
 
 
@@ -139,3 +139,39 @@ def test_compare_summary_medians_and_ratio() -> None:
     assert s["A"]["publish"] == 100 and s["B"]["publish"] == 250
     assert s["ratio"]["publish"] == 2.5 and s["ratio"]["broker cpu"] is None
     assert "publish (msg/s)" in compare.table(s, ("A", "B"))
+
+
+@pytest.mark.parametrize("cmd", [[], ["compare"], ["plot"], ["sink"], ["selftest"]])
+def test_help_works_for_every_subcommand(cmd: list[str], capsys: pytest.CaptureFixture) -> None:
+    from bench.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "-h"])
+    assert info.value.code == 0
+    assert "usage: python -m bench" in capsys.readouterr().out
+
+
+def test_more_queues_spread_over_several_exchanges() -> None:
+    sc = parse("--queue-pattern", "q-%d", "--queue-pattern-to", "4", "-e", "bench-x",
+               "--exchanges", "2")
+    plan = topology.build_plan(sc)
+    assert [e[0] for e in plan.exchanges] == ["bench-x-0", "bench-x-1"]
+    assert [b[1] for b in plan.bindings] == ["bench-x-0", "bench-x-1"] * 2
+    assert [p.channels[0][1] for p in plan.producers] == ["bench-x-0", "bench-x-1"] * 2
+    with pytest.raises(ValueError):
+        parse("--exchanges", "2")
+
+
+def test_sweep_plan_interleaves_modes_and_uses_two_exchanges_above_15() -> None:
+    from bench import sweep
+
+    assert sweep.plan_runs([1, 20], ["default", "ack"], 2)[:4] == [
+        (1, "default", 1), (1, "ack", 1), (1, "default", 2), (1, "ack", 2)]
+    base = scenarios.named("paper")
+    sc = sweep.scenario_for(base, 20, "ack")
+    assert (sc.queue_pattern_to, sc.exchanges, dict(sc.queue_args)) == (20, 2, {
+        "x-confirm-on": "ack"})
+    assert sweep.scenario_for(base, 15, "default").exchanges == 1
+    assert dict(sweep.scenario_for(base, 3, "default").queue_args) == {}
+    text = sweep.table({1: {"default": [100.0], "ack": [300.0]}}, ["default", "ack"])
+    assert "3.00" in text

@@ -1,0 +1,117 @@
+# bench/sweep.py — `python -m bench sweep URI`: the paper's experiment over queue counts.
+#
+# Owns: running the `paper` scenario for each queue count (1–30 in the paper; more than 15
+# queues on two exchanges, as the paper did) and each confirm mode (queue argument
+# x-confirm-on, ARCHITECTURE §6; "default" sends no argument), interleaving the modes within
+# each queue count, and reporting send rates as a table, a JSON document ("bench-sweep/1")
+# and a PNG.
+# Talks to: bench.scenarios, bench.options, bench.coordinator, matplotlib.
+# Must never: compare rates across sessions; ratios are taken within one sweep.
+"""Paper reproduction (seed 000): send rate versus number of queues, per confirm mode."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+from bench import options, report, scenarios
+
+DEFAULT_QUEUES = "1,2,3,5,10,15,20,30"  # the paper plots 1..30
+
+
+def plan_runs(queues: list[int], modes: list[str], rounds: int) -> list[tuple[int, str, int]]:
+    """(queues, mode, round) in execution order: modes interleaved within each point."""
+    return [(n, m, r) for n in queues for r in range(1, rounds + 1) for m in modes]
+
+
+def scenario_for(base: options.Scenario, n: int, mode: str) -> options.Scenario:
+    """The paper scenario with ``n`` queues (two exchanges above 15) and confirm ``mode``."""
+    args = dict(base.queue_args)
+    if mode != "default":
+        args["x-confirm-on"] = mode
+    return base.replace(queue_pattern_to=base.queue_pattern_from + n - 1,
+                        exchanges=1 if n <= 15 else 2, queue_args=tuple(args.items()),
+                        quiet=True)
+
+
+def table(points: dict[int, dict[str, list[float]]], modes: list[str]) -> str:
+    """Median send rate (msg/s) per queue count and mode, and each mode / the first."""
+    head = f"{'queues':>6}" + "".join(f"{m:>14}" for m in modes)
+    head += "".join(f"{m + '/' + modes[0]:>18}" for m in modes[1:])
+    rows = [head]
+    for n, per in points.items():
+        med = {m: statistics.median(per[m]) if per.get(m) else None for m in modes}
+        row = f"{n:>6}" + "".join(f"{'-' if med[m] is None else f'{med[m]:,.0f}':>14}"
+                                  for m in modes)
+        for m in modes[1:]:
+            a, b = med[modes[0]], med[m]
+            row += f"{'-' if not a or b is None else f'{b / a:.2f}':>18}"
+        rows.append(row)
+    return "\n".join(rows)
+
+
+def draw(points: dict[int, dict[str, list[float]]], modes: list[str], out: str) -> None:
+    """Send rate vs queues, one line per mode (median of rounds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = list(points)
+    for m in modes:
+        ys = [statistics.median(points[n][m]) if points[n].get(m) else float("nan") for n in xs]
+        ax.plot(xs, ys, marker="o", label=f"x-confirm-on={m}")
+    ax.set_xlabel("queues")
+    ax.set_ylabel("send rate (msg/s, confirmed publishes)")
+    ax.set_title("paper scenario: 2×2 producers, 3×3 consumers per queue, 1500 B persistent")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench sweep", description=__doc__)
+    p.add_argument("sweep_uri", metavar="URI")
+    p.add_argument("--queues", default=DEFAULT_QUEUES, help="queue counts, comma separated")
+    p.add_argument("--modes", default="default",
+                   help="confirm modes (x-confirm-on values; 'default' = no argument), e.g. "
+                        "default,ack,ack-lite")
+    p.add_argument("--rounds", type=int, default=1, help="runs per point (median)")
+    p.add_argument("--out", help="write bench-sweep/1 JSON here")
+    p.add_argument("--png", help="write the plot here")
+    options.add_run_options(p)
+    ns = p.parse_args(argv)
+    queues = [int(x) for x in ns.queues.split(",") if x]
+    modes = [m for m in ns.modes.split(",") if m]
+    out_file, ns.json, ns.uri = ns.out, None, None
+    base = options.scenario_from_args(ns, scenarios.named("paper").replace(uri=ns.sweep_uri))
+    from bench.coordinator import run
+
+    points: dict[int, dict[str, list[float]]] = {n: {} for n in queues}
+    runs: list[dict[str, Any]] = []
+    ok = True
+    for n, mode, rnd in plan_runs(queues, modes, ns.rounds):
+        doc = run(scenario_for(base, n, mode))
+        ok &= doc["ok"]
+        points[n].setdefault(mode, []).append(doc["rates"]["confirm"])
+        runs.append({"queues": n, "mode": mode, "round": rnd, "result": doc})
+        print(f"queues {n:>2} {mode:>10} round {rnd}: send {doc['rates']['confirm']:,.0f} msg/s,"
+              f" consume {doc['rates']['consume']:,.0f} msg/s, verification "
+              f"{doc['verification']['status']}" + (f", errors {doc['errors']}"
+                                                    if doc["errors"] else ""), flush=True)
+    print()
+    print(table(points, modes))
+    if out_file:
+        with open(out_file, "w") as f:
+            json.dump({"schema": "bench-sweep/1", "environment": report.environment(),
+                       "modes": modes, "points": {str(k): v for k, v in points.items()},
+                       "runs": runs}, f, indent=1)
+    if ns.png:
+        draw(points, modes, ns.png)
+        print(f"wrote {ns.png}")
+    return 0 if ok else 1
