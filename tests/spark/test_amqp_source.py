@@ -259,3 +259,30 @@ def test_available_now_drains_exactly_the_depth(spark, amqp_uri, topology, tmp_p
     got = [i for b in store.values() for ids in b for i in ids]
     assert sorted(got) == list(range(total, total + late))
     assert depth(amqp_uri, queue) == 0
+
+
+def test_batch_longer_than_heartbeat_timeout_keeps_the_consumer(spark, amqp_uri, topology,
+                                                                 tmp_path):
+    # heartbeat=1 s: a broker closes a connection silent for ~2 s. The sink works 5 s on batch
+    # 0, during which the reader process is idle; its consumer must still answer heartbeats,
+    # or the broker drops it and batch 0 comes back as duplicates.
+    exchange, queue = topology
+    total = 200
+    _publish_ids(amqp_uri, exchange, range(total))
+    store: dict = {}
+
+    def slow_sink(batch, batch_id):
+        FailAfter(store, None)(batch, batch_id)
+        if batch_id == 0:
+            time.sleep(5)  # a long micro-batch, on purpose
+
+    query = (spark.readStream.format("amqp").option("uri", amqp_uri).option("queue", queue)
+             .option("maxMessagesPerTrigger", 100).option("fetchWaitMs", 2000)
+             .option("heartbeat", 1).load()
+             .writeStream.foreachBatch(slow_sink)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .start())
+    assert query.awaitTermination(90)
+    got = [i for b in store.values() for ids in b for i in ids]
+    assert sorted(got) == list(range(total))  # every message once: no redelivery
+    assert depth(amqp_uri, queue) == 0
