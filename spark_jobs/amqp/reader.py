@@ -315,8 +315,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("amqp reader %s lost its connection (%s): %d delivered rows will be "
                     "redelivered", self.run_id, type(error).__name__, rows)
         if self._available_now_left is not None:
-            self._available_now_left += rows + (len(self._consumer.buffer) if self._consumer
-                                                else 0)
+            # Held rows were counted as read; they are back in the queue. (Buffered, untaken
+            # deliveries were never counted, so they need nothing.)
+            self._available_now_left += rows
         self._held = []
         if self._consumer is not None:
             self._consumer.close()
