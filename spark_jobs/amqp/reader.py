@@ -147,15 +147,15 @@ class QueueConsumer:
             self.buffer.append((method.delivery_tag, delivery_row(method, props, body)))
             self.arrived.notify_all()
 
-    def _call(self, fn, *args, wait: bool = True, **kwargs):
-        """Run fn(*args, **kwargs) on the I/O thread; wait for its result unless wait=False."""
+    def _call(self, fn):
+        """Run fn() on the I/O thread and return its result (ConsumerLost if it failed)."""
         self._check()
         done = threading.Event()
         box: list = []
 
         def job() -> None:
             try:
-                box.append(fn(*args, **kwargs))
+                box.append(fn())
             except pika.exceptions.AMQPError as e:
                 self._fail(e)
             finally:
@@ -166,13 +166,11 @@ class QueueConsumer:
             self._conn.add_callback_threadsafe(job)
         except pika.exceptions.AMQPError as e:
             raise ConsumerLost(f"{self.name}: {type(e).__name__}") from e
-        if wait:
-            while not done.wait(0.5):
-                if not self._thread.is_alive():
-                    break
-            self._check()
-            return box[0] if box else None
-        return None
+        while not done.wait(0.5):
+            if not self._thread.is_alive():
+                break
+        self._check()
+        return box[0] if box else None
 
     def _check(self) -> None:
         if self.error is not None:
@@ -217,10 +215,12 @@ class QueueConsumer:
             return [self.buffer.popleft() for _ in range(k)]
 
     def ack_through(self, delivery_tag: int) -> None:
-        """basic.ack(delivery_tag, multiple=True): every delivery up to it is done. Sent by the
-        I/O thread before anything asked of it later (close included)."""
-        self._call(lambda: self._channel.basic_ack(delivery_tag=delivery_tag, multiple=True),
-                   wait=False)
+        """basic.ack(delivery_tag, multiple=True): every delivery up to it is done.
+
+        Returns once the I/O thread has written the ack to the socket: Spark may destroy the
+        reader process right after the call that acks (end of an availableNow query), and an
+        ack still queued in this process would be lost (found by the availableNow test)."""
+        self._call(lambda: self._channel.basic_ack(delivery_tag=delivery_tag, multiple=True))
 
     def close(self) -> None:
         """Close the connection (after any ack already handed over); the broker requeues
