@@ -14,8 +14,14 @@ flight at a crash and carry the same `message_id`, so drop them with an idempote
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
+import pyspark
+
+if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
+    # latestOffset(start, limit), ReadLimit and SupportsTriggerAvailableNow arrived in 4.2.
+    raise ImportError(f"the amqp data source needs PySpark >= 4.2, found {pyspark.__version__}")
+
+from pyspark.sql.datasource import DataSource  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader

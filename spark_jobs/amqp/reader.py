@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pika
 import pika.exceptions
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -29,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_jobs.amqp.connect import open_blocking
+from spark_jobs.amqp.connect import AmqpConnectError, open_blocking
 from spark_jobs.amqp.options import AmqpOptions
 
 log = logging.getLogger("spark_jobs.amqp")
@@ -38,10 +40,6 @@ log = logging.getLogger("spark_jobs.amqp")
 SCHEMA = ("body binary, routing_key string, exchange string, message_id string, "
           "correlation_id string, headers map<string,string>, timestamp timestamp, "
           "redelivered boolean, delivery_tag long")
-# What a lost connection raises in pika's BlockingConnection (broker restart, network, close).
-# A channel closed by the broker (404 queue deleted, 406) is not in here: it fails the query.
-CONNECTION_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.ConnectionWrongStateError,
-                   pika.exceptions.ChannelWrongStateError)
 ROWS_PER_PARTITION = 10000  # rows shipped in one InputPartition (one Spark task)
 QUIET_POLL_S = 0.2  # with rows in hand, a poll this long that brings nothing ends the fetch
 
@@ -69,65 +67,173 @@ def delivery_row(method, props, body: bytes) -> tuple:
             props.correlation_id, headers, ts, bool(method.redelivered), method.delivery_tag)
 
 
+class ConsumerLost(ConnectionError):
+    """The consumer's connection or channel is gone; its unacked deliveries are requeued.
+
+    fatal: the broker closed the channel on purpose (404 no queue, 406, 403): reconnecting
+    would fail the same way, so the query fails instead."""
+
+    def __init__(self, message: str, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
 class QueueConsumer:
-    """One connection, one channel, one basic.consume on `queue` with prefetch = `prefetch`.
+    """One connection, one channel, one basic.consume on `queue` with prefetch = `prefetch`,
+    driven by its own thread so heartbeats are answered while Spark runs a long micro-batch
+    (the reader process is otherwise idle between calls, and a broker closes a connection
+    silent for two heartbeat intervals).
 
     Deliveries wait in `buffer` as (delivery_tag, row) until taken by `take`; nothing is acked
     until `ack_through`. Closing the connection (or losing it) makes the broker requeue every
-    unacked delivery, marked redelivered. Source: AMQP 0-9-1 basic.qos/consume/ack, RabbitMQ
-    "Consumer Acknowledgements and Publisher Confirms".
+    unacked delivery, marked redelivered. pika's BlockingConnection is not thread-safe: only the
+    I/O thread touches it; other threads hand it work with add_callback_threadsafe.
+    Errors: ConsumerLost from any method once the connection or channel is gone.
+    Source: AMQP 0-9-1 basic.qos/consume/ack, RabbitMQ "Consumer Acknowledgements and Publisher
+    Confirms" and "Detecting Dead TCP Connections with Heartbeats", pika threading notes.
     """
 
     def __init__(self, options: AmqpOptions, prefetch: int, name: str) -> None:
         self.options = options
         self.queue = options.require_queue()
-        self.conn = open_blocking(options, name)
-        self.channel = self.conn.channel()
-        self.channel.basic_qos(prefetch_count=prefetch)
+        self.prefetch = prefetch
+        self.name = name
         self.buffer: deque[tuple[int, tuple]] = deque()  # delivered, not yet in a batch
-        self.consumer_tag: str | None = None  # set once consuming started
+        self.arrived = threading.Condition()  # notified on every delivery and on failure
+        self.error: BaseException | None = None  # why the I/O thread stopped, if it failed
+        self._stopping = False  # close() asked the I/O thread to finish
+        self._consuming = False  # basic.consume issued
+        self._ready = threading.Event()  # the I/O thread opened the channel (or failed)
+        self._conn: pika.BlockingConnection | None = None
+        self._channel = None
+        self._thread = threading.Thread(target=self._run, name=f"amqp-{name}", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._conn is None:
+            assert self.error is not None
+            raise self.error
 
+    # -- the I/O thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._conn = open_blocking(self.options, self.name)
+        except AmqpConnectError as e:
+            self.error = e
+            self._ready.set()
+            return
+        try:
+            self._channel = self._conn.channel()
+            self._channel.basic_qos(prefetch_count=self.prefetch)
+            self._ready.set()
+            while not self._stopping:
+                self._conn.process_data_events(time_limit=0.1)
+        except pika.exceptions.AMQPError as e:
+            self._fail(e)
+        finally:
+            self._ready.set()
+            if self._conn.is_open:
+                try:
+                    self._conn.close()
+                except pika.exceptions.AMQPError as e:
+                    log.info("amqp %s: close failed (%s)", self.name, type(e).__name__)
+
+    def _fail(self, error: BaseException) -> None:
+        with self.arrived:
+            self.error = error
+            self.arrived.notify_all()
+
+    def _on_message(self, channel, method, props, body: bytes) -> None:
+        with self.arrived:
+            self.buffer.append((method.delivery_tag, delivery_row(method, props, body)))
+            self.arrived.notify_all()
+
+    def _call(self, fn):
+        """Run fn() on the I/O thread and return its result (ConsumerLost if it failed)."""
+        self._check()
+        done = threading.Event()
+        box: list = []
+
+        def job() -> None:
+            try:
+                box.append(fn())
+            except pika.exceptions.AMQPError as e:
+                self._fail(e)
+            finally:
+                done.set()
+
+        assert self._conn is not None
+        try:
+            self._conn.add_callback_threadsafe(job)
+        except pika.exceptions.AMQPError as e:
+            raise ConsumerLost(f"{self.name}: {type(e).__name__}") from e
+        while not done.wait(0.5):
+            if not self._thread.is_alive():
+                break
+        self._check()
+        return box[0] if box else None
+
+    def _check(self) -> None:
+        if self.error is not None:
+            fatal = isinstance(self.error, pika.exceptions.ChannelClosedByBroker)
+            raise ConsumerLost(f"{self.name}: {type(self.error).__name__} {self.error}", fatal)
+        if not self._thread.is_alive():
+            raise ConsumerLost(f"{self.name}: closed")
+
+    # -- called from the reader -----------------------------------------------------------------
     def depth(self) -> int:
         """Ready messages in the queue now (queue.declare passive=True, message-count).
 
-        Errors: pika ChannelClosedByBroker 404 if the queue does not exist."""
-        return self.channel.queue_declare(self.queue, passive=True).method.message_count
+        Errors: ConsumerLost (wrapping ChannelClosedByBroker 404 when there is no queue)."""
+        ok = self._call(lambda: self._channel.queue_declare(self.queue, passive=True))
+        return ok.method.message_count
 
     def start(self) -> None:
         """Start consuming (idempotent)."""
-        if self.consumer_tag is None:
-            self.consumer_tag = self.channel.basic_consume(self.queue, self._on_message)
-
-    def _on_message(self, channel, method, props, body: bytes) -> None:
-        self.buffer.append((method.delivery_tag, delivery_row(method, props, body)))
+        if not self._consuming:
+            self._call(lambda: self._channel.basic_consume(self.queue, self._on_message))
+            self._consuming = True
 
     def take(self, n: int, wait_s: float) -> list[tuple[int, tuple]]:
-        """Up to `n` buffered deliveries, polling the socket for at most `wait_s` seconds.
+        """Up to `n` buffered deliveries, waiting at most `wait_s` seconds for them.
 
-        Returns as soon as `n` are in hand, or when, with at least one in hand, a short poll
-        brings nothing new (the broker has no more ready, or the prefetch window is full)."""
+        Returns as soon as `n` are in hand, or when, with at least one in hand, QUIET_POLL_S
+        pass without a new one (the broker has no more ready, or the prefetch window is full).
+        """
         self.start()
         deadline = time.monotonic() + wait_s
-        self.conn.process_data_events(time_limit=0)
-        while len(self.buffer) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            before = len(self.buffer)
-            self.conn.process_data_events(time_limit=min(left, QUIET_POLL_S) if before else left)
-            if before and len(self.buffer) == before:
-                break
-        k = min(n, len(self.buffer))
-        return [self.buffer.popleft() for _ in range(k)]
+        with self.arrived:
+            while len(self.buffer) < n and self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                before = len(self.buffer)
+                self.arrived.wait(min(left, QUIET_POLL_S) if before else left)
+                if before and len(self.buffer) == before:
+                    break
+            self._check()
+            k = min(n, len(self.buffer))
+            return [self.buffer.popleft() for _ in range(k)]
 
     def ack_through(self, delivery_tag: int) -> None:
-        """basic.ack(delivery_tag, multiple=True): every delivery up to it is done."""
-        self.channel.basic_ack(delivery_tag=delivery_tag, multiple=True)
+        """basic.ack(delivery_tag, multiple=True): every delivery up to it is done.
+
+        Returns once the I/O thread has written the ack to the socket: Spark may destroy the
+        reader process right after the call that acks (end of an availableNow query), and an
+        ack still queued in this process would be lost (found by the availableNow test)."""
+        self._call(lambda: self._channel.basic_ack(delivery_tag=delivery_tag, multiple=True))
 
     def close(self) -> None:
-        """Close the connection; the broker requeues whatever is unacked."""
-        if self.conn.is_open:
-            self.conn.close()
+        """Close the connection (after any ack already handed over); the broker requeues
+        whatever is unacked. Idempotent; never raises for a connection already lost."""
+        if self._thread.is_alive() and self._conn is not None and not self._stopping:
+            def stop() -> None:
+                self._stopping = True
+
+            try:
+                self._conn.add_callback_threadsafe(stop)
+            except pika.exceptions.AMQPError:
+                self._stopping = True
+        self._thread.join(timeout=30)
 
 
 class RowsPartition(InputPartition):
@@ -196,7 +302,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert self._consumer is not None
         try:
             self._consumer.ack_through(max(b.last_tag for b in done))
-        except CONNECTION_LOST as e:
+        except ConsumerLost as e:
+            if e.fatal:
+                raise
             self._connection_lost(e, [*done, *self._held])
 
     def _connection_lost(self, error: BaseException, unacked: list[HeldBatch]) -> None:
@@ -207,9 +315,12 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("amqp reader %s lost its connection (%s): %d delivered rows will be "
                     "redelivered", self.run_id, type(error).__name__, rows)
         if self._available_now_left is not None:
-            self._available_now_left += rows + (len(self._consumer.buffer) if self._consumer
-                                                else 0)
+            # Held rows were counted as read; they are back in the queue. (Buffered, untaken
+            # deliveries were never counted, so they need nothing.)
+            self._available_now_left += rows
         self._held = []
+        if self._consumer is not None:
+            self._consumer.close()
         self._consumer = None
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
@@ -227,7 +338,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         try:
             taken = self._get_consumer().take(n, self.options.fetch_wait_ms / 1000)
-        except CONNECTION_LOST as e:
+        except ConsumerLost as e:
+            if e.fatal:
+                raise
             self._connection_lost(e, self._held)
             return start
         if not taken:
@@ -256,11 +369,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
-            try:
-                consumer.close()
-            except CONNECTION_LOST as e:  # already gone: the broker requeues all the same
-                log.info("amqp reader %s: close on a lost connection (%s)", self.run_id,
-                         type(e).__name__)
+            consumer.close()  # the broker requeues whatever is still unacked
 
 
 class AmqpBatchReader(DataSourceReader):

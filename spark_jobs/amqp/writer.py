@@ -169,7 +169,10 @@ class ConfirmingPublisher:
                                  callback=self._on_confirm_select_ok)
 
     def _on_channel_closed(self, channel, reason: BaseException) -> None:
-        if not self._closing:
+        self._channel = None
+        # Only a channel the broker closed on purpose (404 no exchange, 406, 403) fails the
+        # task; a channel that goes down with its connection is handled by the reconnect.
+        if not self._closing and isinstance(reason, pika.exceptions.ChannelClosedByBroker):
             self._fail(PublishError(f"channel closed by the broker: {reason}"))
 
     def _on_confirm_select_ok(self, _frame) -> None:

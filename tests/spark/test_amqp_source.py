@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import threading
 import time
 
 import pytest
@@ -32,6 +33,7 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+from tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -259,3 +261,87 @@ def test_available_now_drains_exactly_the_depth(spark, amqp_uri, topology, tmp_p
     got = [i for b in store.values() for ids in b for i in ids]
     assert sorted(got) == list(range(total, total + late))
     assert depth(amqp_uri, queue) == 0
+
+
+def test_batch_longer_than_heartbeat_timeout_keeps_the_consumer(spark, amqp_uri, topology,
+                                                                 tmp_path):
+    # heartbeat=1 s: a broker closes a connection silent for ~2 s. The sink works 5 s on batch
+    # 0, during which the reader process is idle; its consumer must still answer heartbeats,
+    # or the broker drops it and batch 0 comes back as duplicates.
+    exchange, queue = topology
+    total = 200
+    _publish_ids(amqp_uri, exchange, range(total))
+    store: dict = {}
+
+    def slow_sink(batch, batch_id):
+        FailAfter(store, None)(batch, batch_id)
+        if batch_id == 0:
+            time.sleep(5)  # a long micro-batch, on purpose
+
+    query = (spark.readStream.format("amqp").option("uri", amqp_uri).option("queue", queue)
+             .option("maxMessagesPerTrigger", 100).option("fetchWaitMs", 2000)
+             .option("heartbeat", 1).load()
+             .writeStream.foreachBatch(slow_sink)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .start())
+    assert query.awaitTermination(90)
+    got = [i for b in store.values() for ids in b for i in ids]
+    assert sorted(got) == list(range(total))  # every message once: no redelivery
+    assert depth(amqp_uri, queue) == 0
+
+
+@pytest.fixture
+def proxy(amqp_uri):
+    p = TcpProxy(amqp_uri)
+    yield p
+    p.close()
+
+
+def test_writer_resends_what_a_lost_connection_left_unconfirmed(spark, amqp_uri, topology,
+                                                                proxy):
+    exchange, queue = topology
+    total, window = 30000, 500
+    df = spark.range(total).selectExpr("cast(id as string) AS body").repartition(2).cache()
+    df.count()
+    cut_at: list[int] = []
+
+    def cut_mid_write() -> None:
+        wait_for(lambda: depth(amqp_uri, queue) >= 3000, timeout=60, interval=0.02)
+        cut_at.append(depth(amqp_uri, queue))
+        proxy.cut()
+
+    killer = threading.Thread(target=cut_mid_write)
+    killer.start()
+    (df.write.format("amqp").option("uri", proxy.url).option("exchange", exchange)
+     .option("routingKey", "w").option("confirmWindow", window).mode("append").save())
+    killer.join()
+    assert cut_at and cut_at[0] < total  # the cut happened while the write was running
+    assert proxy.accepted > 2  # the tasks reconnected
+    got = drain(amqp_uri, queue, expected=depth(amqp_uri, queue), timeout=60)
+    ids_by_body: dict[bytes, set] = {}
+    for _, props, body in got:
+        ids_by_body.setdefault(body, set()).add(props.message_id)
+    assert set(ids_by_body) == {str(i).encode() for i in range(total)}  # nothing lost
+    assert len(got) - total <= 2 * window  # resent: at most each task's window in flight
+    assert all(len(ids) == 1 for ids in ids_by_body.values())  # a resend keeps its message_id
+
+
+def test_stream_reader_reconnects_after_a_lost_connection(spark, amqp_uri, topology, proxy,
+                                                          tmp_path):
+    exchange, queue = topology
+    total, per = 400, 100
+    _publish_ids(amqp_uri, exchange, range(total))
+    store: dict = {}
+    sink = FailAfter(store, None)
+    query = _stream(spark, proxy.url, queue, per, sink, str(tmp_path / "ck"),
+                    processingTime="200 milliseconds")
+    try:
+        wait_for(lambda: len(store) >= 1, timeout=60)
+        assert proxy.cut() >= 1
+        received = lambda: [i for b in store.values() for ids in b for i in ids]  # noqa: E731
+        wait_for(lambda: set(received()) == set(range(total)), timeout=60)
+        assert query.isActive  # it reconnected instead of failing
+    finally:
+        query.stop()
+    got = received()
+    assert len(got) - total <= per  # duplicates: at most the batch held when the link broke
