@@ -102,26 +102,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=1000, help="outstanding confirms per queue")
     p.add_argument("--connections", type=int, default=2, help="publishing connections")
     p.add_argument("--idle", type=float, default=2.0, help="seconds idle before kill -9")
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="broker config override (python -m broker --set), e.g. "
+                        "queue_index_max_journal_entries=8192")
     p.add_argument("--data-dir", help="parent of the temporary data dir (default: TMPDIR)")
     p.add_argument("--json", help="also write the summary to FILE")
     a = p.parse_args(argv)
+    extra = [x for kv in a.broker_set for x in ("--set", kv)]
     data = tempfile.mkdtemp(prefix="storage-restart-", dir=a.data_dir)
     out: dict[str, Any] = {"benchmark": "storage_restart", "queues": a.queues,
                            "messages_per_queue": a.messages, "size": a.size, "mode": a.mode,
+                           "broker_set": a.broker_set,
                            "environment_before": sp.machine()}
     try:
-        with sp.BrokerProc(data) as b:
+        with sp.BrokerProc(data, *extra) as b:
             b.start()
             out["fill"] = sp.run(_fill(b.url, a))
             out["rss_after_fill_mb"] = sp.mb(b.rss_bytes())
             time.sleep(a.idle)
             out["disk_bytes"] = _du(data)
             b.kill()
-        with sp.BrokerProc(data) as b:
+        with sp.BrokerProc(data, *extra) as b:
             out["kill9_restart"] = _boot(b, a)
             code, took = b.stop()
             out["clean_stop"] = {"exit": code, "seconds": round(took, 3)}
-        with sp.BrokerProc(data) as b:
+        with sp.BrokerProc(data, *extra) as b:
             out["clean_restart"] = _boot(b, a)
             code, _ = b.stop()
         out["environment_after"] = sp.machine()
