@@ -249,6 +249,7 @@ class VqDisk:
         excess = len(self.q2) + len(self.q3) - permitted
         if excess <= 0 or excess < self.io_batch_size:
             return
+        before = excess
         while excess > 0 and self.q2:
             self._to_delta(self.q2.popleft())
             excess -= 1
@@ -265,7 +266,8 @@ class VqDisk:
             ms = q3.pop()
             self._to_delta(ms)
             excess -= 1
-        self._qi.fold()
+        if excess < before:  # a fold (segment + journal fsyncs) only when something moved
+            self._qi.fold()
 
     def _deltas_to_betas(self) -> None:
         """Refill an empty q3 from delta, one index segment per read (RabbitMQ
