@@ -61,15 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=500, help="consumer basic.qos")
     p.add_argument("--ack-every", type=int, default=100, help="ack multiple every N")
     p.add_argument("--idle", type=float, default=2.0, help="seconds between fill and drain")
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="broker config override (python -m broker --set), e.g. "
+                        "queue_index_max_journal_entries=8192")
     p.add_argument("--data-dir", help="parent of the temporary data dir (default: TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the data dir")
     p.add_argument("--json", help="also write the summary to FILE")
     a = p.parse_args(argv)
+    extra = [x for kv in a.broker_set for x in ("--set", kv)]
     data = tempfile.mkdtemp(prefix="storage-lazy-", dir=a.data_dir)
     out: dict[str, Any] = {"benchmark": "storage_lazy", "messages": a.messages, "size": a.size,
+                           "broker_set": a.broker_set,
                            "environment_before": sp.machine()}
     try:
-        with sp.BrokerProc(data) as b:
+        with sp.BrokerProc(data, *extra) as b:
             out["boot_seconds"] = round(b.start(), 3)
             with sp.RssSampler(b.pid) as sampler:
                 out["rss_idle_empty_mb"] = sp.mb(sampler.sample())

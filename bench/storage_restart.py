@@ -10,8 +10,9 @@
 Order: fill -> idle -> kill -9 -> restart (dirty recovery: journals and segments replayed,
 store scanned) -> verify -> SIGTERM -> restart (clean recovery: recovery terms and the store
 snapshot trusted) -> verify. The kill -9 comes first so that it hits the broker in the state
-right after filling; the clean shutdown then stops a full broker. Target (storage issue):
-< 10 s to a successful passive declare. Prints JSON.
+right after filling; the clean shutdown then stops a full broker. With --clean-first: fill ->
+SIGTERM -> clean restart -> verify -> idle -> kill -9 -> restart -> verify. Target (storage
+issue): clean restart < 10 s to a successful passive declare. Prints JSON.
 """
 
 from __future__ import annotations
@@ -102,28 +103,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=1000, help="outstanding confirms per queue")
     p.add_argument("--connections", type=int, default=2, help="publishing connections")
     p.add_argument("--idle", type=float, default=2.0, help="seconds idle before kill -9")
+    p.add_argument("--clean-first", action="store_true",
+                   help="SIGTERM the filled broker first, then kill -9 the recovered one")
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="broker config override (python -m broker --set), e.g. "
+                        "queue_index_max_journal_entries=8192")
     p.add_argument("--data-dir", help="parent of the temporary data dir (default: TMPDIR)")
     p.add_argument("--json", help="also write the summary to FILE")
     a = p.parse_args(argv)
+    extra = [x for kv in a.broker_set for x in ("--set", kv)]
     data = tempfile.mkdtemp(prefix="storage-restart-", dir=a.data_dir)
     out: dict[str, Any] = {"benchmark": "storage_restart", "queues": a.queues,
                            "messages_per_queue": a.messages, "size": a.size, "mode": a.mode,
+                           "broker_set": a.broker_set,
                            "environment_before": sp.machine()}
     try:
-        with sp.BrokerProc(data) as b:
+        with sp.BrokerProc(data, *extra) as b:
             b.start()
             out["fill"] = sp.run(_fill(b.url, a))
             out["rss_after_fill_mb"] = sp.mb(b.rss_bytes())
             time.sleep(a.idle)
             out["disk_bytes"] = _du(data)
-            b.kill()
-        with sp.BrokerProc(data) as b:
-            out["kill9_restart"] = _boot(b, a)
-            code, took = b.stop()
-            out["clean_stop"] = {"exit": code, "seconds": round(took, 3)}
-        with sp.BrokerProc(data) as b:
-            out["clean_restart"] = _boot(b, a)
-            code, _ = b.stop()
+            if a.clean_first:
+                code, took = b.stop()
+                out["clean_stop"] = {"exit": code, "seconds": round(took, 3)}
+            else:
+                b.kill()
+        for step in (["clean", "kill9"] if a.clean_first else ["kill9", "clean"]):
+            with sp.BrokerProc(data, *extra) as b:
+                out[f"{step}_restart"] = _boot(b, a)
+                if step == "kill9" or not a.clean_first:
+                    code, took = b.stop()
+                    out.setdefault("clean_stop", {"exit": code, "seconds": round(took, 3)})
+                else:
+                    time.sleep(a.idle)
+                    b.kill()
         out["environment_after"] = sp.machine()
     finally:
         shutil.rmtree(data, ignore_errors=True)

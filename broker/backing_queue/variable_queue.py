@@ -100,6 +100,7 @@ class VariableQueue(VqDisk):
         self.q2: deque[MsgStatus] = deque()  # betas/gammas behind delta
         self.delta = Delta()  # on disk only
         self.q3: deque[MsgStatus] = deque()  # betas/gammas ahead of delta
+        self._q3_segment: int | None = None  # index segment q3 was last refilled from
         self.q4: deque[MsgStatus] = deque()  # alphas at the head
         self.ram_pending_ack: dict[int, MsgStatus] = {}  # unacked, body in RAM
         self.disk_pending_ack: dict[int, MsgStatus] = {}  # unacked, body only on disk

@@ -171,6 +171,29 @@ def test_lazy_mode_keeps_nothing_in_ram(vq_harness, kind):
     assert bodies(fetch_all(bq)) == ["0", "1", "2"]
 
 
+def test_lazy_drain_reads_each_index_segment_once(vq_harness, monkeypatch):
+    from broker.queue_index.index import QueueIndex
+    from broker.queue_index.segment import SEGMENT_ENTRY_COUNT
+
+    reads, folds = [], []
+    real, real_fold = QueueIndex.read, QueueIndex.fold
+    monkeypatch.setattr(QueueIndex, "read",
+                        lambda self, start, end: reads.append(start) or real(self, start, end))
+    monkeypatch.setattr(QueueIndex, "fold", lambda self: folds.append(1) or real_fold(self))
+    h = vq_harness("vq-embed-4096")
+    bq = h.new(mode="lazy", io_batch_size=4)
+    n = SEGMENT_ENTRY_COUNT + 10
+    for i in range(n):
+        bq.publish(make_message(i, size=10), PROPS)
+    got = []
+    while (f := bq.fetch(True)) is not None:
+        got.append(f.ack_tag)
+        bq.ack([f.ack_tag])
+    assert got == list(range(n))
+    assert reads == [0, SEGMENT_ENTRY_COUNT]
+    assert len(folds) <= 3  # journal full (32768 entries); never once per fetch
+
+
 @pytest.mark.parametrize("kind", VQ_KINDS)
 def test_clean_restart_keeps_persistent_and_redelivers_unacked(vq_harness, kind):
     h = vq_harness(kind)

@@ -123,6 +123,17 @@ def test_journal_folds_past_max_entries_and_acked_segments_go(tmp_path):
     assert [e.seq_id for e in qi.read(sf.SEGMENT_ENTRY_COUNT, n)] == list(range(sf.SEGMENT_ENTRY_COUNT, n))
 
 
+def test_journal_folds_past_max_embedded_bytes(tmp_path):
+    qi = new_index(tmp_path, max_journal_bytes=1000)
+    for s in range(9):
+        qi.publish(s, pub(s, b"e" * 100))
+    assert qi.journal_entries() == 9  # 900 embedded bytes
+    qi.publish(9, pub(9, b"e" * 101))
+    assert qi.journal_entries() == 0  # 1001 > 1000: folded
+    qi.publish(10, pub(10))  # store-backed publishes carry no embedded bytes
+    assert [e.pub.embedded for e in qi.read(0, 11)][-2:] == [b"e" * 101, b""]
+
+
 def test_sync_reports_confirms_from_a_worker_thread(tmp_path):
     got = []
     done = threading.Event()
