@@ -8,13 +8,14 @@ another broker, such as a real RabbitMQ, to check that a test encodes RabbitMQ's
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from tests.polling import wait_for  # noqa: F401  (re-exported for tests)
 
 
 @dataclass
@@ -53,13 +54,3 @@ def unique() -> Callable[[str], str]:
     return lambda prefix="t": f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 5.0, interval: float = 0.01) -> object:
-    """Poll `cond` until truthy or `timeout` seconds pass (then AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)

@@ -13,19 +13,11 @@ import pika
 import pika.exceptions
 import pytest
 
+from tests.polling import wait_for  # noqa: E402,F401  (re-exported)
+
 RABBIT_TIMEOUT = 5.0
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 5.0, interval: float = 0.01) -> object:
-    """Poll `cond` until truthy or `timeout` seconds pass (then AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def pump_until(

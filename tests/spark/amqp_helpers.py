@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 
 import pika
 
+from tests import polling
+
 
 def connect(uri: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(uri))
@@ -77,12 +79,5 @@ def drain(uri: str, queue: str, expected: int, timeout: float = 30.0) -> list[tu
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 60.0, interval: float = 0.1) -> object:
-    """Poll `cond` until truthy or `timeout` seconds pass (then AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+    """`tests.polling.wait_for` with Spark-sized defaults (60 s, polled every 0.1 s)."""
+    return polling.wait_for(cond, timeout, interval)
