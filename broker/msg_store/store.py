@@ -48,6 +48,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 
+from broker.durable_io import fsync_dir, write_atomically
 from broker.msg_store import file_format as ff
 from broker.msg_store.index import FileSummary, IndexEntry, StoreIndex
 
@@ -169,7 +170,7 @@ class MessageStore:
             return False
         os.unlink(path)  # a crash from now on must not trust it
         if self.fsync:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         if len(data) < len(_MAGIC) + 16 or data[:8] != _MAGIC:
             log.warning("%s: snapshot has a bad header; scanning", self.directory)
             return False
@@ -367,7 +368,7 @@ class MessageStore:
             for num in files:
                 _fsync_path(self._path(num))
             if dir_too:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             for _files, _d, pending in batches:
                 for client, ids in pending.items():
                     with self._lock:
@@ -534,15 +535,7 @@ class MessageStore:
         )
         data = b"".join(parts)
         data += struct.pack(">I", zlib.crc32(data))
-        tmp = os.path.join(self.directory, SNAPSHOT + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.directory, SNAPSHOT))
-        if self.fsync:
-            _fsync_dir(self.directory)
+        write_atomically(self.directory, SNAPSHOT, data, self.fsync)
 
 
 def _fsync_path(path: str) -> None:
@@ -555,10 +548,3 @@ def _fsync_path(path: str) -> None:
     finally:
         os.close(fd)
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from broker.durable_io import fsync_dir, write_atomically
 from broker.queue_index import journal as jf
 from broker.queue_index import segment as sf
 from broker.queue_index.journal import PubRecord
@@ -408,7 +409,7 @@ class QueueIndex:
         os.ftruncate(self._fd, 0)
         if self.fsync:
             os.fsync(self._fd)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         self._journal = {}
         self._journal_count = 0
         self._journal_bytes = 0
@@ -431,15 +432,7 @@ class QueueIndex:
             _TERMS_SEG.pack(s, n) for s, n in sorted(segs.items())
         )
         data += zlib.crc32(data).to_bytes(4, "big")
-        tmp = os.path.join(self.directory, TERMS + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.directory, TERMS))
-        if self.fsync:
-            _fsync_dir(self.directory)
+        write_atomically(self.directory, TERMS, data, self.fsync)
 
     def close_abruptly(self) -> None:
         """Drop descriptors without flushing (tests simulate a crash)."""
@@ -532,10 +525,3 @@ def _segments_with_journal(
     for seg in sorted(set(sf.list_segments(directory)) | by_seg.keys()):
         yield seg, by_seg.get(seg, {}), load_segment(directory, seg, truncate)
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
