@@ -18,10 +18,7 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.flights import (
-    DEFAULT_QUEUE,
-    DEFAULT_STATS_QUEUE,
-    FLIGHTS_EXCHANGE,
-    STATS_EXCHANGE,
+    add_topology_args,
     declare_topology,
     delay_aggregates,
     parse_flights,
@@ -29,23 +26,10 @@ from spark_jobs.flights import (
 )
 from spark_jobs.session import build_session
 
-DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--uri", default=DEFAULT_URI,
-                   help="broker URI, or a comma-separated failover list (default %(default)s)")
-    p.add_argument("--master", default=None,
-                   help="Spark master (default: spark-submit's --master, else local[2])")
-    p.add_argument("--exchange", default=FLIGHTS_EXCHANGE,
-                   help="flights exchange the queue is bound to (default %(default)s)")
-    p.add_argument("--stats-exchange", default=STATS_EXCHANGE,
-                   help="exchange the aggregates are published to (default %(default)s)")
-    p.add_argument("--queue", default=DEFAULT_QUEUE,
-                   help="queue bound to the flights exchange with flights.# (default %(default)s)")
-    p.add_argument("--stats-queue", default=DEFAULT_STATS_QUEUE,
-                   help="queue declared and bound to flights.stats (default %(default)s)")
+    add_topology_args(p)
     p.add_argument("--output", default="delay_stats_out",
                    help="directory for stats.parquet and the checkpoint (default %(default)s)")
     p.add_argument("--max-per-trigger", type=int, default=50000,

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -130,3 +131,23 @@ def stats_messages(aggregates: DataFrame, batch_id: int | None) -> DataFrame:
         F.concat(F.lit("stats:"), F.col("carrier"), F.lit(":"), F.col("hour").cast("string"),
                  suffix).alias("message_id"),
     )
+
+
+
+def add_topology_args(p: argparse.ArgumentParser) -> None:
+    """The options both flight jobs share: broker URI(s), Spark master, the two exchanges
+    and the two queues of the pipeline's topology."""
+    from spark_jobs.amqp.options import DEFAULT_URI
+
+    p.add_argument("--uri", default=DEFAULT_URI,
+                   help="broker URI, or a comma-separated failover list (default %(default)s)")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default: spark-submit's --master, else local[2])")
+    p.add_argument("--exchange", default=FLIGHTS_EXCHANGE,
+                   help="durable topic exchange of the flights (default %(default)s)")
+    p.add_argument("--stats-exchange", default=STATS_EXCHANGE,
+                   help="exchange the aggregates are published to (default %(default)s)")
+    p.add_argument("--queue", default=DEFAULT_QUEUE,
+                   help="queue bound to the flights exchange with flights.# (default %(default)s)")
+    p.add_argument("--stats-queue", default=DEFAULT_STATS_QUEUE,
+                   help="queue declared and bound to flights.stats (default %(default)s)")

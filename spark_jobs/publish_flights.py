@@ -14,35 +14,19 @@ import argparse
 import time
 
 from spark_jobs.flights import (
-    DEFAULT_QUEUE,
-    DEFAULT_STATS_QUEUE,
     FLIGHT_SCHEMA,
-    FLIGHTS_EXCHANGE,
-    STATS_EXCHANGE,
+    add_topology_args,
     declare_topology,
     flight_messages,
     load_flights,
 )
 from spark_jobs.session import build_session
 
-DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--uri", default=DEFAULT_URI,
-                   help="broker URI, or a comma-separated failover list (default %(default)s)")
-    p.add_argument("--master", default=None,
-                   help="Spark master (default: spark-submit's --master, else local[2])")
+    add_topology_args(p)
     p.add_argument("--limit", type=int, default=None, help="publish only the first N flights")
-    p.add_argument("--exchange", default=FLIGHTS_EXCHANGE,
-                   help="durable topic exchange to publish to (default %(default)s)")
-    p.add_argument("--stats-exchange", default=STATS_EXCHANGE,
-                   help="stats exchange, declared with its queue (default %(default)s)")
-    p.add_argument("--queue", default=DEFAULT_QUEUE,
-                   help="consumer queue declared and bound to flights.# (default %(default)s)")
-    p.add_argument("--stats-queue", default=DEFAULT_STATS_QUEUE,
-                   help="queue declared and bound to flights.stats (default %(default)s)")
     p.add_argument("--partitions", type=int, default=None,
                    help="publishing tasks (default: Spark's default parallelism)")
     p.add_argument("--confirm-window", type=int, default=5000,
