@@ -22,7 +22,7 @@ from broker.credit_flow import CreditFlow
 from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
-from broker.protocol.framing import encode_deliver, encode_method, encode_properties
+from broker.protocol.framing import encode_deliver, encode_method
 from broker.queue_process import ACK, DISCARD, REQUEUE, RUN
 
 log = logging.getLogger("broker.channel")
@@ -194,11 +194,9 @@ class ChannelProcess(Process):
         if ack_tag is not None:
             self.unacked[tag] = (queue, ack_tag, consumer.tag)
             self.limiter.unacked += 1
-        raw = message.raw_properties
-        if raw is None:
-            raw = message.raw_properties = encode_properties(message.properties)
         self.writer.send(encode_deliver(self.number, consumer.tag, tag, redelivered,
-                                        message.exchange, message.routing_key, raw,
+                                        message.exchange, message.routing_key,
+                                        message.wire_properties(),
                                         message.body, self.frame_max))
 
     def grant_credit(self, queue: Any, n: int) -> None:

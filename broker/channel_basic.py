@@ -17,7 +17,7 @@ from broker import errors
 from broker.channel_entities import queue_name
 from broker.consumers import Consumer
 from broker.message import Message
-from broker.protocol.framing import encode_content_raw, encode_properties
+from broker.protocol.framing import encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
 
 B = commands.Basic
@@ -43,11 +43,9 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
 
 
 def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
-    raw = message.raw_properties
-    if raw is None:
-        raw = message.raw_properties = encode_properties(message.properties)
     ch.writer.send(encode_content_raw(
-        ch.number, B.Return(code, text, message.exchange, message.routing_key), raw,
+        ch.number, B.Return(code, text, message.exchange, message.routing_key),
+        message.wire_properties(),
         message.body, ch.frame_max))
 
 
@@ -131,12 +129,9 @@ def get(ch: Any, cmd: Any) -> None:
         ch.unacked[tag] = (queue, fetched.ack_tag, None)
         ch.limiter.unacked += 1
     msg = fetched.message
-    raw = msg.raw_properties
-    if raw is None:
-        raw = msg.raw_properties = encode_properties(msg.properties)
     ch.writer.send(encode_content_raw(
         ch.number, B.GetOk(tag, fetched.redelivered, msg.exchange, msg.routing_key, left),
-        raw, msg.body, ch.frame_max))
+        msg.wire_properties(), msg.body, ch.frame_max))
 
 
 def _settle(ch: Any, kind: int, delivery_tag: int, multiple: bool, method: Any) -> None:

@@ -54,6 +54,16 @@ class Message:
         # the properties as received on the wire (flags + list), forwarded without re-encoding
         self.raw_properties = raw_properties
 
+    def wire_properties(self) -> bytes:
+        """The encoded properties (flags + list): the bytes received, or encoded once and kept
+        so every later delivery, return or write reuses them."""
+        raw = self.raw_properties
+        if raw is None:
+            from broker.protocol.framing import encode_properties
+
+            raw = self.raw_properties = encode_properties(self.properties)
+        return raw
+
     @property
     def size(self) -> int:
         """Body size in bytes (what RabbitMQ counts as message bytes)."""
