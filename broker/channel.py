@@ -23,7 +23,7 @@ from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
 from broker.protocol.framing import encode_deliver, encode_method
-from broker.queue_process import ACK, DISCARD, REQUEUE, RUN
+from broker.queue_process import REQUEUE, RUN
 
 log = logging.getLogger("broker.channel")
 
@@ -182,7 +182,7 @@ class ChannelProcess(Process):
         if self.writer.paused:
             if not self._poke_pending:
                 self._poke_pending = True
-                self.writer.add_resume_callback(self._poke_queues)
+                self.writer.add_resume_callback(self.poke_queues)
             return False
         return no_ack or self.limiter.can_send()
 
@@ -217,14 +217,11 @@ class ChannelProcess(Process):
         if self.conn.capabilities.get("consumer_cancel_notify"):
             self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
 
-    def _poke_queues(self) -> None:
+    def poke_queues(self) -> None:
+        """Ask every queue we consume from to try delivering again (capacity came back)."""
         self._poke_pending = False
         for queue in set(self.consumers.values()):
             queue.cast((RUN,))
-
-    def poke_queues(self) -> None:
-        """Ask every queue we consume from to try delivering again (capacity came back)."""
-        self._poke_queues()
 
     # -- settlement (used by basic.ack/nack/reject/recover and tx) ---------------------------
     def collect(self, delivery_tag: int, multiple: bool, method: Any) -> dict[int, tuple]:
@@ -272,10 +269,8 @@ class ChannelProcess(Process):
                 lst.sort()
             queue.cast((kind, self, lst))
         if was_blocked:
-            self._poke_queues()
+            self.poke_queues()
 
-
-ACK_KIND, REQUEUE_KIND, DISCARD_KIND = ACK, REQUEUE, DISCARD
 
 from broker.channel_basic import BASIC_HANDLERS  # noqa: E402  (handlers import this module)
 from broker.channel_entities import ENTITY_HANDLERS  # noqa: E402

@@ -233,9 +233,7 @@ class Reader(asyncio.Protocol):
         self._discarding.discard(channel)
         if ch is not None:
             self._blocked_on.discard(ch)
-            if self._paused and not self._blocked_on and self.state == RUNNING:
-                self._paused = False
-                self.transport.resume_reading()
+            self._maybe_resume_reading()
 
     def _channel0(self, frame: Any) -> None:
         if frame is HEARTBEAT:
@@ -282,6 +280,10 @@ class Reader(asyncio.Protocol):
             self._blocked_on.discard(ch)
         elif ch in self._blocked_on and not ch.reader_credit.blocked:
             self._blocked_on.discard(ch)
+        self._maybe_resume_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        """Read the socket again once no channel holds us back by credit flow."""
         if self._paused and not self._blocked_on and self.state == RUNNING:
             self._paused = False
             self.transport.resume_reading()
@@ -360,7 +362,7 @@ class Reader(asyncio.Protocol):
             log.warning("missed heartbeats from %s, closing connection", self.peer)
             self._drop()
             return
-        if self.writer.bytes_sent == self._last_send_bytes and not self.writer._buf:
+        if self.writer.bytes_sent == self._last_send_bytes and not self.writer.pending:
             self.writer.send(HEARTBEAT_FRAME)
         self._last_send_bytes = self.writer.bytes_sent
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)

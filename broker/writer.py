@@ -58,6 +58,11 @@ class Writer:
         self.bytes_sent += len(data)
         self._transport.write(data)
 
+    @property
+    def pending(self) -> bool:
+        """Frames are queued but not yet written."""
+        return bool(self._buf)
+
     def add_resume_callback(self, fn: Callable[[], None]) -> None:
         """Run `fn` once the transport has drained (after pause_writing)."""
         self._on_resume.append(fn)
