@@ -27,6 +27,24 @@ MIN_RUN = 64  # below this the per-message path is as fast (measured ~40 at 1500
 _layouts: dict[tuple[int, int, int], Any] = {}
 
 
+def run_length(buf: Any, head: bytes, at: int, size: int, k: int, known: int = 1) -> int:
+    """How many records of `size` bytes from offset `at` start with `head` (at most `k`,
+    at least `known`, which the caller has checked): gallop 1, 2, 4, … then bisect, so a
+    run costs O(log n) byte checks. Used by the client's and the sink's batch paths."""
+    lo, step = known, 1
+    while lo + step <= k and buf.startswith(head, at + (lo + step - 1) * size):
+        lo += step
+        step *= 2
+    hi = min(k, lo + step - 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if buf.startswith(head, at + (mid - 1) * size):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _layout(deliver_len: int, ctag_len: int, head_len: int, body_len: int) -> Any:
     key = (deliver_len, ctag_len, head_len, body_len)
     dt = _layouts.get(key)
@@ -68,17 +86,7 @@ def decode_run(buf: bytes, at: int, channel: int, deliver_len: int, ctag_len: in
     head = buf[at - size : at - size + 7]  # deliver frame header of the message just handled
     if not (buf.startswith(head, at) and buf.startswith(head, at + (MIN_RUN - 1) * size)):
         return None
-    lo, step = MIN_RUN, 1
-    while lo + step <= k and buf.startswith(head, at + (lo + step - 1) * size):
-        lo += step
-        step *= 2
-    hi = min(k, lo + step - 1)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if buf.startswith(head, at + (mid - 1) * size):
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = run_length(buf, head, at, size, k, MIN_RUN)
     recs = np.frombuffer(buf, _layout(deliver_len, ctag_len, head_len, body_len), lo, at)
     first = recs[0]
     ok = ((recs["ftype"] == 1) & (recs["ch"] == channel)

@@ -23,7 +23,7 @@ from pamqp import commands as C
 from pamqp import frame
 from pamqp.exceptions import UnmarshalingException
 
-from bench import wire
+from bench import batch, wire
 
 
 def _rechannel(raw: bytes, channel: int) -> bytes:
@@ -270,18 +270,7 @@ class SinkConnection(asyncio.Protocol):
             return 0
         # Gallop (1, 2, 4, …) then bisect for the run's length: publishers interleave their
         # channels' batches on one connection, so the run usually ends before the buffer does.
-        lo, step = 1, 1
-        while lo + step <= k and buf.startswith(pub, at + (lo + step - 1) * size):
-            lo += step
-            step *= 2
-        hi = min(k, lo + step - 1)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if buf.startswith(pub, at + (mid - 1) * size):
-                lo = mid
-            else:
-                hi = mid - 1
-        k = lo
+        k = batch.run_length(buf, pub, at, size, k)
         if size <= 512:
             region = buf[at : at + k * size]
             if k < 2 or (region.count(pub) != k or region.count(head) != k
