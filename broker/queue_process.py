@@ -123,14 +123,17 @@ class QueueProcess(Process):
     def _release(self, msg_ids: list[bytes]) -> None:
         """Confirms the backing queue made safe: owe them to their publishers' channels."""
         unconfirmed = self._unconfirmed
-        out = self._confirm_out
         for msg_id in msg_ids:
             for channel, seq in unconfirmed.pop(msg_id, ()):
-                lst = out.get(channel)
-                if lst is None:
-                    out[channel] = [seq]
-                else:
-                    lst.append(seq)
+                self._owe_confirm(channel, seq)
+
+    def _owe_confirm(self, channel: Any, seq: int) -> None:
+        """Release `seq` to `channel` at the end of this batch (one cast per channel)."""
+        out = self._confirm_out.get(channel)
+        if out is None:
+            self._confirm_out[channel] = [seq]
+        else:
+            out.append(seq)
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
@@ -142,11 +145,7 @@ class QueueProcess(Process):
                 self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
             else:
                 # transient message or non-durable queue: released on enqueue
-                out = self._confirm_out.get(channel)
-                if out is None:
-                    self._confirm_out[channel] = [seq]
-                else:
-                    out.append(seq)
+                self._owe_confirm(channel, seq)
         bq = self.bq
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)

@@ -287,8 +287,7 @@ class VHost:
         if name not in self.queues:
             return 0
         queue = self.get_queue(name, owner, method)
-        queue.call(queue.check_delete, if_unused, if_empty)
-        queue._drain_all()
+        queue.call(queue.check_delete, if_unused, if_empty)  # drains its mailbox first
         return self.delete_queue_now(queue)
 
     def delete_queue_now(self, queue: QueueProcess) -> int:
