@@ -17,7 +17,7 @@ from broker import errors
 from broker.channel_entities import queue_name
 from broker.consumers import Consumer
 from broker.message import Message
-from broker.protocol.framing import encode_content_raw
+from broker.protocol.framing import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
 
 B = commands.Basic
@@ -44,7 +44,8 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
 
 def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
     ch.writer.send(encode_content_raw(
-        ch.number, B.Return(code, text, message.exchange, message.routing_key),
+        ch.number, build_method(B.Return, reply_code=code, reply_text=text, exchange=message.exchange,
+                                routing_key=message.routing_key),
         message.wire_properties(),
         message.body, ch.frame_max))
 
@@ -130,7 +131,9 @@ def get(ch: Any, cmd: Any) -> None:
         ch.limiter.unacked += 1
     msg = fetched.message
     ch.writer.send(encode_content_raw(
-        ch.number, B.GetOk(tag, fetched.redelivered, msg.exchange, msg.routing_key, left),
+        ch.number, build_method(B.GetOk, delivery_tag=tag, redelivered=fetched.redelivered,
+                                 exchange=msg.exchange, routing_key=msg.routing_key,
+                                 message_count=left),
         msg.wire_properties(), msg.body, ch.frame_max))
 
 

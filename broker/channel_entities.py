@@ -11,6 +11,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
+from broker.protocol.framing import build_method
 
 E = commands.Exchange
 Q = commands.Queue
@@ -62,7 +63,8 @@ def queue_declare(ch: Any, cmd: Any) -> None:
     ch.last_queue = queue.name
     if not m.nowait:
         count = queue.call(queue.message_count)
-        ch.send_method(Q.DeclareOk(queue.name, count, queue.consumer_count()))
+        ch.send_method(build_method(Q.DeclareOk, queue=queue.name, message_count=count,
+                                    consumer_count=queue.consumer_count()))
 
 
 def queue_name(ch: Any, name: str, method: Any = None) -> str:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import struct
 from typing import Any, NamedTuple
 
@@ -413,6 +414,27 @@ def _encode_args(method: Any) -> bytes:
     if bits >= 0:
         out.append(bytes((bits,)))
     return b"".join(out)
+
+
+_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def build_method(cls: type, **fields: Any) -> Any:
+    """A pamqp command instance of `cls` with `fields`, others at their defaults, without
+    pamqp's validate(): pamqp's name pattern refuses names RabbitMQ accepts (any UTF-8 up to
+    255 bytes: 'café', 'orders*', 'q?', a tab), and `Queue.DeclareOk`, `Basic.GetOk` and
+    `Basic.Return` echo such names back (issue 8). Unknown field names raise TypeError."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        params = inspect.signature(cls.__init__).parameters
+        defaults = _DEFAULTS[cls] = tuple(
+            (name, params[name].default) for name in cls.__slots__ if name in params)
+    method = cls.__new__(cls)
+    for name, default in defaults:
+        setattr(method, name, fields.pop(name, default))
+    if fields:
+        raise TypeError(f"{cls.__name__} has no field(s) {sorted(fields)}")
+    return method
 
 
 def encode_method(channel: int, method: Any) -> bytes:
