@@ -33,6 +33,8 @@ OPEN, CLOSING, CLOSED = "open", "closing", "closed"
 CMD = "cmd"  # ("cmd", Command)
 CONFIRM = "confirm"  # ("confirm", queue, [msg_seq_no])
 REJECT = "reject"  # ("reject", queue, [msg_seq_no])
+FAIL = "fail"  # ("fail", soft error) the reader's assembler refused a frame on this channel
+SHUTDOWN = "shutdown"  # ("shutdown",) the connection is closing: clean up after the mailbox
 
 
 class TxState:
@@ -69,6 +71,9 @@ class ChannelProcess(Process):
         self._poke_pending = False  # a resume callback is registered with the writer
         self.opened = False  # channel.open-ok sent
         self.last_queue: str | None = None  # last queue declared here ("" in queue.bind etc.)
+        self.shutting_down = False  # the connection is closing: no more deliveries
+        self._holding = False  # a method handler runs: notifications wait for its reply
+        self._held: list[bytes] = []  # frames (basic.cancel) held back until the reply is out
 
     # -- mailbox ----------------------------------------------------------------------------
     def handle(self, msg: tuple) -> None:
@@ -89,6 +94,15 @@ class ChannelProcess(Process):
         elif kind == REJECT:
             if self.confirm is not None:
                 self.confirm.reject(msg[1], msg[2])
+        elif kind == FAIL:
+            if self.state == OPEN:
+                self.close_with_error(msg[1])
+        elif kind == SHUTDOWN:
+            try:
+                self.cleanup()
+            finally:
+                self.state = CLOSED
+                self.conn.channel_closed(self)
 
     def after_batch(self) -> None:
         confirm = self.confirm
@@ -102,8 +116,12 @@ class ChannelProcess(Process):
                     send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
 
     def _dispatch(self, cmd: Any) -> None:
+        """Run the method's handler. Notifications it causes on this channel (basic.cancel
+        when queue.delete removes our own consumer) go out after its reply, as in RabbitMQ
+        where the queue's cancel reaches the channel process after it has replied."""
         method = cmd.method
         handler = HANDLERS.get(method.__class__)
+        self._holding = True
         try:
             if handler is None:
                 raise errors.amqp_error(
@@ -113,19 +131,34 @@ class ChannelProcess(Process):
         except errors.SoftError as exc:
             self.close_with_error(exc)
         except errors.HardError as exc:
+            self.state = CLOSED  # nothing more runs on this channel; shutdown cleans up
             self.conn.connection_error(exc)
+        finally:
+            self._holding = False
+            if self._held:
+                held, self._held = self._held, []
+                if self.state == OPEN:
+                    for frame in held:
+                        self.writer.send(frame)
+
+    def crashed(self, exc: BaseException) -> None:
+        """An unexpected exception in a handler: the connection closes with 541 (RabbitMQ
+        closes the connection when a channel process dies of a non-AMQP error)."""
+        self.state = CLOSED
+        self.conn.crashed(exc)
 
     def _while_closing(self, cmd: Any) -> None:
-        """After we sent channel.close only close/close-ok matter (AMQP 0-9-1 §1.5.2.5)."""
+        """After we sent channel.close only close/close-ok matter (AMQP 0-9-1 §1.5.2.5).
+        A client's channel.close that crossed ours is answered with close-ok and we keep
+        waiting for the close-ok to ours (RabbitMQ rabbit_reader: closing channels)."""
+        if self.state != CLOSING:
+            return
         method = cmd.method
         if isinstance(method, commands.Channel.CloseOk):
             self.state = CLOSED
             self.conn.channel_closed(self)
         elif isinstance(method, commands.Channel.Close):
-            # both sides closed at once: answer and finish
             self.send_method(commands.Channel.CloseOk())
-            self.state = CLOSED
-            self.conn.channel_closed(self)
 
     # -- output helpers ---------------------------------------------------------------------
     def send_method(self, method: Any) -> None:
@@ -161,12 +194,13 @@ class ChannelProcess(Process):
                 queue.call(queue.channel_down, self, sorted(tags))
         self.confirm = None
 
-    def terminate(self) -> None:
-        """The connection is gone: clean up and stop the process."""
-        if self.state != CLOSED:
-            self.cleanup()
-            self.state = CLOSED
-        self.stop_process()
+    def shutdown(self) -> None:
+        """The connection is closing or gone: handle what is already in the mailbox (publishes
+        the client sent before closing are routed), then requeue unacked deliveries, drop
+        consumers and report `channel_closed` (RabbitMQ rabbit_channel:shutdown)."""
+        if not self.shutting_down:
+            self.shutting_down = True
+            self.cast((SHUTDOWN,))
 
     # -- façade for the reader --------------------------------------------------------------
     def spend_reader_credit(self) -> bool:
@@ -177,7 +211,7 @@ class ChannelProcess(Process):
     def can_deliver(self, no_ack: bool) -> bool:
         """May a queue send this channel one more delivery now? (limiter, channel state,
         socket backpressure)."""
-        if self.state != OPEN:
+        if self.state != OPEN or self.shutting_down:
             return False
         if self.writer.paused:
             if not self._poke_pending:
@@ -214,8 +248,13 @@ class ChannelProcess(Process):
         if self.consumers.pop(tag, None) is None or self.state != OPEN:
             return
         self.credit.peer_down(queue)
-        if self.conn.capabilities.get("consumer_cancel_notify"):
-            self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
+        if self.conn.capabilities.get("consumer_cancel_notify") and not self.shutting_down:
+            frame = encode_method(self.number, commands.Basic.Cancel(consumer_tag=tag,
+                                                                     nowait=True))
+            if self._holding:
+                self._held.append(frame)
+            else:
+                self.writer.send(frame)
 
     def poke_queues(self) -> None:
         """Ask every queue we consume from to try delivering again (capacity came back)."""

@@ -6,6 +6,9 @@ one wake-up per batch, not per message. A process never runs another process's h
 processes share one event loop thread, the callee first drains everything already in its
 mailbox (so order is kept) and then answers, without a round trip through the loop.
 Must never await, block, or grow without bound (senders are limited by credit_flow).
+It is the boundary for unexpected exceptions: one raised while handling a message goes to the
+process's `crashed(exc)` (which logs it and closes what the process belongs to) and the
+mailbox keeps draining; it never reaches the event loop.
 """
 
 from __future__ import annotations
@@ -62,22 +65,34 @@ class Process:
         handle = self.handle
         n = 0
         while mailbox and n < BATCH:
-            handle(mailbox.popleft())
+            try:  # free in CPython 3.11 unless raised
+                handle(mailbox.popleft())
+            except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6)
+                self.crashed(exc)
             n += 1
             if self._suspended or self._dead:
                 return
+        try:
+            self.after_batch()
+        except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6)
+            self.crashed(exc)
         if mailbox:
-            self.after_batch()
-            self._scheduled = True
-            self._loop.call_soon(self._drain)  # yield: one busy process can't starve others
-        else:
-            self.after_batch()
+            if not self._scheduled and not self._dead and not self._suspended:
+                self._scheduled = True
+                self._loop.call_soon(self._drain)  # yield: one busy process can't starve others
+            return
+        try:
             self.on_mailbox_empty()
+        except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6)
+            self.crashed(exc)
 
     def _drain_all(self) -> None:
         mailbox = self._mailbox
         while mailbox and not self._suspended and not self._dead:
-            self.handle(mailbox.popleft())
+            try:
+                self.handle(mailbox.popleft())
+            except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6)
+                self.crashed(exc)
 
     def suspend(self) -> None:
         self._suspended = True
@@ -108,3 +123,9 @@ class Process:
     def on_mailbox_empty(self) -> None:
         """Runs when the mailbox has been drained completely."""
         return None
+
+    def crashed(self, exc: BaseException) -> None:
+        """An unexpected exception escaped `handle` (or a hook): log the traceback. Processes
+        override this to close what they belong to (a channel closes its connection with
+        541 INTERNAL_ERROR)."""
+        log.error("unexpected error in %r", self, exc_info=exc)

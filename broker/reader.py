@@ -16,9 +16,11 @@ import time
 from typing import Any
 
 from pamqp import commands
+from pamqp.base import Frame
 
 from broker import errors
-from broker.channel import CMD, OPEN, ChannelProcess
+from broker.channel import CLOSING as CLOSING_CHANNEL
+from broker.channel import CMD, FAIL, OPEN, ChannelProcess
 from broker.protocol.assembler import Command, CommandAssembler
 from broker.protocol.framing import (
     HEARTBEAT,
@@ -38,11 +40,24 @@ log = logging.getLogger("broker.connection")
 C = commands.Connection
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for connection.close-ok before dropping the socket
 
-AWAIT_HEADER, HANDSHAKE, RUNNING, CLOSING, CLOSED = range(5)
+# CLOSING: we sent connection.close and wait for close-ok. DRAINING: the client sent
+# connection.close; its channels finish what they had received, then close-ok is sent.
+AWAIT_HEADER, HANDSHAKE, RUNNING, CLOSING, DRAINING, CLOSED = range(6)
 
 
 class Reader(asyncio.Protocol):
-    """One client connection. Created by the server for each accepted socket."""
+    """One client connection. Created by the server for each accepted socket.
+
+    Closing never drops what the client already sent (RabbitMQ `rabbit_reader`): on
+    `connection.close` from the client, on a server-side close (hard error, shutdown) and
+    when the socket drops, every channel is asked to shut down *after* the commands already
+    in its mailbox (`ChannelProcess.shutdown`), so every complete publish the reader has read
+    is routed. Frames after the client's `connection.close` are ignored (AMQP 0-9-1
+    §1.4.2.1 close); `close-ok` is sent once every channel has finished. When the peer drops
+    the TCP connection, whatever the reader has read is processed (an incomplete command is
+    discarded); bytes still unread in the kernel's buffer while credit flow paused reading
+    are read once credit comes back, up to the end-of-file.
+    """
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker  # the Broker: config, vhosts, users, connection registry
@@ -70,6 +85,8 @@ class Reader(asyncio.Protocol):
         self.heartbeat = 0  # negotiated heartbeat interval (s), 0 = off
         self._timer: asyncio.TimerHandle | None = None  # heartbeat / handshake timer
         self._close_timer: asyncio.TimerHandle | None = None  # waits for close-ok
+        self._socket_gone = False  # connection_lost ran: finish once channels are done
+        self._finished = False  # vhost and broker were told the connection is gone
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
@@ -112,6 +129,8 @@ class Reader(asyncio.Protocol):
                 self.decoder = FrameDecoder(self.frame_max)  # framing may be lost: start afresh
         except errors.SoftError as exc:  # pragma: no cover - the assembler path handles these
             self.connection_error(exc)
+        except Exception as exc:  # noqa: BLE001 - the connection's boundary: 541, log, go on
+            self.crashed(exc)
 
     def pause_writing(self) -> None:
         if self.writer is not None:
@@ -122,18 +141,17 @@ class Reader(asyncio.Protocol):
             self.writer.set_paused(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The socket is gone: channels still finish what they had received (their output
+        is dropped), then exclusive queues go and the broker forgets the connection."""
         self.state = CLOSED
+        self._socket_gone = True
         for timer in (self._timer, self._close_timer):
             if timer is not None:
                 timer.cancel()
         if self.writer is not None:
             self.writer.closed = True
-        for ch in list(self.channels.values()):
-            ch.terminate()
-        self.channels.clear()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-        self.broker.connection_gone(self)
+        self._shutdown_channels()
+        self._maybe_finish()
 
     # -- protocol header --------------------------------------------------------------------
     def _protocol_header(self, data: bytes) -> bytes:
@@ -175,6 +193,8 @@ class Reader(asyncio.Protocol):
                     self._send0(C.CloseOk())
                 self._drop()
             return
+        if self.state == DRAINING:  # the client closed: nothing it sends after counts
+            return
         if channel == 0:
             self._channel0(frame)
             return
@@ -185,9 +205,14 @@ class Reader(asyncio.Protocol):
             self._open_channel(channel, frame)
             return
         if channel in self._discarding or ch.state != OPEN:
-            # the channel is closing: only close / close-ok matter (§1.5.2.5)
-            if isinstance(frame, (commands.Channel.Close, commands.Channel.CloseOk)):
-                self._forget_channel(channel)
+            # the channel is closing: only close / close-ok matter (§1.5.2.5); the number
+            # stays taken until the channel process has finished (a close that crossed ours
+            # is answered, and the close-ok that follows still finds the channel)
+            if isinstance(frame, commands.Channel.CloseOk):
+                if ch.state == CLOSING_CHANNEL:  # the close-ok to our close: number free now
+                    self._forget_channel(channel)
+                ch.cast((CMD, Command(frame, None, None)))
+            elif isinstance(frame, commands.Channel.Close):
                 ch.cast((CMD, Command(frame, None, None)))
             return
         try:
@@ -195,27 +220,27 @@ class Reader(asyncio.Protocol):
         except errors.SoftError as exc:
             self._assemblers[channel].reset()
             self._discarding.add(channel)
-            ch.close_with_error(exc)
+            ch.cast((FAIL, exc))  # after the commands it already has, in order
             return
         if cmd is None:
             return
         ch.cast((CMD, cmd))
-        cls = cmd.method.__class__
-        if cls is commands.Basic.Publish:
+        if cmd.method.__class__ is commands.Basic.Publish:
             if ch.spend_reader_credit():
                 self._blocked_on.add(ch)
                 if not self._paused and self.transport is not None:
                     self._paused = True
                     self.transport.pause_reading()
-        elif cls is commands.Channel.Close:
-            # the number is free as soon as the client closed it; the process finishes the
-            # close (requeue, close-ok) before a reopened channel runs (FIFO scheduling)
-            self._forget_channel(channel)
 
     def _open_channel(self, channel: int, frame: Any) -> None:
+        """The first frame on a channel number that is not open. RabbitMQ (rabbit_reader
+        process_frame) makes the channel, then its command assembler refuses a content
+        frame with 505 and the channel refuses any method but channel.open with 504."""
+        if not isinstance(frame, Frame):  # a content header or body
+            raise errors.amqp_error(errors.UnexpectedFrame,
+                                    "expected method frame, got non method frame instead")
         if not isinstance(frame, commands.Channel.Open):
-            raise errors.amqp_error(errors.ChannelError, "expected 'channel.open'",
-                                    frame if hasattr(frame, "index") else None)
+            raise errors.amqp_error(errors.ChannelError, "expected 'channel.open'", frame)
         # RabbitMQ limits the number of open channels, not the channel number
         if self.channel_max and len(self.channels) >= self.channel_max:
             raise errors.amqp_error(
@@ -245,12 +270,16 @@ class Reader(asyncio.Protocol):
                 self._opened()
             return
         if isinstance(frame, C.Close):
-            self._send0(C.CloseOk())
-            self.writer.flush()
-            self._drop()
+            # rabbit_reader: every channel shuts down after what it already received;
+            # close-ok once the last one has finished (_maybe_finish)
+            self.state = DRAINING
+            self._shutdown_channels()
+            self._maybe_finish()
         elif isinstance(frame, C.CloseOk):
             self._drop()
-        elif isinstance(frame, (C.Blocked, C.Unblocked, C.UpdateSecret)):
+        elif isinstance(frame, C.UpdateSecret):
+            self._update_secret(frame)
+        elif isinstance(frame, (C.Blocked, C.Unblocked)):
             return
         else:
             raise errors.amqp_error(
@@ -273,6 +302,14 @@ class Reader(asyncio.Protocol):
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
+    def _update_secret(self, frame: Any) -> None:
+        """connection.update-secret (RabbitMQ 3.8+, rabbitmq.com/access-control.html): with
+        the internal auth backend, whose credentials never expire, RabbitMQ keeps the user as
+        it is and answers update-secret-ok (rabbit_access_control:update_state); so do we."""
+        log.info("connection %s of user '%s' updated secret, reason: %s",
+                 self.peer, self.username, frame.reason)
+        self._send0(C.UpdateSecretOk())
+
     # -- channels' façade -------------------------------------------------------------------
     def grant_credit(self, ch: ChannelProcess, n: int) -> None:
         """A channel handled `n` publishes: give credit back, maybe resume reading."""
@@ -289,10 +326,43 @@ class Reader(asyncio.Protocol):
             self.transport.resume_reading()
 
     def channel_closed(self, ch: ChannelProcess) -> None:
-        """The channel finished closing: free its number (if the reader has not already)."""
+        """The channel finished closing (close-ok exchanged, or shut down with the
+        connection): free its number; finish the connection's close if it was the last."""
         if self.channels.get(ch.number) is ch:
             self._forget_channel(ch.number)
         ch.stop_process()
+        self._maybe_finish()
+
+    def _shutdown_channels(self) -> None:
+        """Ask every channel to finish its mailbox and clean up (RabbitMQ
+        rabbit_channel:shutdown); partly assembled commands are dropped."""
+        for ch in list(self.channels.values()):
+            ch.shutdown()
+        self._assemblers.clear()
+        self._blocked_on.clear()
+
+    def _maybe_finish(self) -> None:
+        """Once no channel is left: after the client's connection.close send close-ok and
+        close the socket; after the socket is gone, delete exclusive queues and tell the
+        broker."""
+        if self.channels:
+            return
+        if self.state == DRAINING:
+            self._send0(C.CloseOk())
+            self._drop()
+        if self._socket_gone and not self._finished:
+            self._finished = True
+            if self.vhost is not None:
+                self.vhost.connection_closed(self)
+            self.broker.connection_gone(self)
+
+    def crashed(self, exc: BaseException) -> None:
+        """An unexpected exception in this connection or one of its channels: log the
+        traceback and close the connection with 541 INTERNAL_ERROR, as RabbitMQ does for a
+        non-AMQP exit (rabbit_binary_generator:map_exception); other connections go on."""
+        log.error("unexpected error on connection %s", self.peer, exc_info=exc)
+        self.connection_error(errors.amqp_error(
+            errors.InternalError, "unexpected error in the broker (see its log)"))
 
     def connection_error(self, exc: Exception) -> None:
         """Hard error: connection.close with the error, then wait for close-ok."""
@@ -307,18 +377,16 @@ class Reader(asyncio.Protocol):
         self.close(code, text, class_id, method_id)
 
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
-        """Send connection.close (e.g. 320 at shutdown); the socket is dropped on close-ok or
-        after CLOSE_OK_TIMEOUT seconds."""
-        if self.state in (CLOSING, CLOSED):
+        """Send connection.close (e.g. 320 at shutdown); channels finish what they had
+        received; the socket is dropped on close-ok or after CLOSE_OK_TIMEOUT seconds."""
+        if self.state in (CLOSING, DRAINING, CLOSED):
             return
         if self.state == AWAIT_HEADER:
             self._drop()
             return
         self._send0(C.Close(code, text, class_id, method_id))
         self.state = CLOSING
-        for ch in list(self.channels.values()):
-            ch.terminate()
-        self.channels.clear()
+        self._shutdown_channels()
         if self._paused:
             self._paused = False
             self.transport.resume_reading()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pika
 import pytest
+from helpers import N_BEFORE
 
 
 @pytest.fixture
@@ -60,3 +61,18 @@ def pub(connection):
     ch = connection.channel()
     ch.confirm_delivery()
     return ch
+
+
+@pytest.fixture
+def bystander(connect, unique):
+    """A connection opened before the bad one, with N_BEFORE confirmed messages queued."""
+    conn = connect()
+    ch = conn.channel()
+    q = unique("bystander")
+    ch.queue_declare(q, auto_delete=False)
+    ch.confirm_delivery()
+    for i in range(N_BEFORE):
+        ch.basic_publish("", q, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    yield conn, ch, q
+    if ch.is_open:
+        ch.queue_delete(q)

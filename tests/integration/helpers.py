@@ -16,6 +16,7 @@ import pytest
 from tests.polling import wait_for  # noqa: E402,F401  (re-exported)
 
 RABBIT_TIMEOUT = 5.0
+N_BEFORE = 5  # confirmed messages the `bystander` fixture queues before bad input
 
 
 
@@ -100,3 +101,15 @@ class Recorder:
     @property
     def bodies(self) -> list[bytes]:
         return [b for _t, b, _r in self.got]
+
+
+def check_survivors(bystander, connect) -> None:
+    """After bad input elsewhere: the `bystander` fixture's connection, channel and its
+    N_BEFORE confirmed messages are intact, and a new connection works."""
+    conn, ch, q = bystander
+    assert conn.is_open and ch.is_open
+    assert message_count(ch, q) == N_BEFORE
+    ch.basic_publish("", q, b"after")
+    assert get_all(ch, q) == [f"m{i}".encode() for i in range(N_BEFORE)] + [b"after"]
+    fresh = connect().channel()
+    assert fresh.queue_declare("", exclusive=True).method.queue.startswith("amq.gen-")

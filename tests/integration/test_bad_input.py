@@ -20,39 +20,12 @@ import random
 import socket
 import struct
 
-import pika
 import pytest
-from helpers import get_all, message_count
+from helpers import check_survivors
 from pamqp import body, commands, frame, header
 from rawamqp import Closed, RawClient, raw_frame
 
 HARD_CODES = {320, 402, 501, 502, 503, 504, 505, 506, 530, 540, 541}
-N_BEFORE = 5
-
-
-@pytest.fixture
-def bystander(connect, unique):
-    """A connection opened before the bad one, with N_BEFORE confirmed messages queued."""
-    conn = connect()
-    ch = conn.channel()
-    q = unique("bystander")
-    ch.queue_declare(q, auto_delete=False)
-    ch.confirm_delivery()
-    for i in range(N_BEFORE):
-        ch.basic_publish("", q, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
-    yield conn, ch, q
-    if ch.is_open:
-        ch.queue_delete(q)
-
-
-def check_survivors(bystander, connect):
-    conn, ch, q = bystander
-    assert conn.is_open and ch.is_open
-    assert message_count(ch, q) == N_BEFORE
-    ch.basic_publish("", q, b"after")
-    assert get_all(ch, q) == [f"m{i}".encode() for i in range(N_BEFORE)] + [b"after"]
-    fresh = connect().channel()
-    assert fresh.queue_declare("", exclusive=True).method.queue.startswith("amq.gen-")
 
 
 def send_bad(broker, data: bytes):
