@@ -120,3 +120,19 @@ def test_malformed_headers_table_is_still_501(broker) -> None:
         close = c.read_until_connection_close()
         assert close.reply_code == 501
         assert close.reply_text.startswith("FRAME_ERROR")
+
+
+def test_non_utf8_user_id_is_a_406_not_a_crash(broker) -> None:
+    """user_id "g\\xe9t" (latin-1, not UTF-8) is carried, and never equals the
+    authenticated user: 406 as on RabbitMQ (rabbitmq.com/validated-user-id.html)."""
+    raw_props = struct.pack(">H", 0x0010) + b"\x03g\xe9t"
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.publish_raw_properties(1, raw_props, b"x", routing_key="q")
+        close = c.read_until_channel_close(1)
+        assert isinstance(close, commands.Channel.Close), close
+        assert close.reply_code == 406
+        assert close.reply_text.startswith("PRECONDITION_FAILED - user_id property set to 'g")
+        c.open_channel(2)  # the connection is fine
+        c.close()

@@ -17,7 +17,7 @@ from pamqp import commands as C
 from pamqp import decode as pdecode
 
 from broker import storage_codec
-from broker.errors import AMQPError, close_args
+from broker.errors import AMQPError, PreconditionFailed, amqp_error, close_args
 from broker.exchange.headers import HeadersRouting
 from broker.message import Message
 from broker.protocol.framing import ContentHeader, FrameDecoder, decode_properties
@@ -303,3 +303,12 @@ def test_random_properties_fallback_agrees_with_pamqp(prefix: bytes, data: bytes
         return
     if tolerant is not None:
         assert dict(tolerant) == dict(fast)
+
+
+def test_error_text_with_a_surrogate_escaped_value_is_valid_utf8() -> None:
+    """The 406 for a non-UTF-8 user_id quotes it; the reply text must still encode."""
+    user_id = decode_properties(struct.pack(">H", 0x0010) + b"\x03g\xe9t").user_id
+    exc = amqp_error(PreconditionFailed, f"user_id property set to '{user_id}'")
+    assert close_args(exc)[:2] == (406, "PRECONDITION_FAILED - user_id property set to 'g\ufffdt'")
+    long = amqp_error(PreconditionFailed, "\udce9" * 300)
+    assert len(close_args(long)[1].encode()) <= 255
