@@ -38,13 +38,16 @@ def amqp_error(cls: type[px.AMQPError], text: str, method: Any = None) -> px.AMQ
     """Make an exception of pamqp class `cls` (e.g. `NotFound`) ready to become a close method.
 
     The result has `reply_code` (int), `reply_text` ("NOT_FOUND - <text>", at most 255 bytes
-    as the shortstr field allows) and `class_id`/`method_id` of `method` (a pamqp command
+    as the shortstr field allows; surrogate-escaped bytes in `text` become U+FFFD) and `class_id`/`method_id` of `method` (a pamqp command
     instance or class, or None for 0/0).
     """
     exc = cls(text)
     exc.reply_code = cls.value  # type: ignore[attr-defined]
     full = f"{cls.name.replace('-', '_')} - {text}"  # type: ignore[attr-defined]
-    exc.reply_text = full.encode()[:255].decode("utf-8", "ignore")  # type: ignore[attr-defined]
+    # surrogateescape: a peer's non-UTF-8 shortstr decodes surrogate-escaped
+    # (broker/protocol/properties.py); its bytes show as U+FFFD, the text stays valid UTF-8
+    raw = full.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode()
+    exc.reply_text = raw[:255].decode("utf-8", "ignore")  # type: ignore[attr-defined]
     if method is not None and hasattr(method, "index"):
         index = method.index  # pamqp: class_id << 16 | method_id
         exc.class_id, exc.method_id = index >> 16, index & 0xFFFF  # type: ignore[attr-defined]

@@ -9,9 +9,10 @@ Format (all integers big-endian), version 1:
     Version:u8 (=1) | ExchangeLen:u8 | Exchange:utf8 | RoutingKeyLen:u8 | RoutingKey:utf8
     | PropsLen:u32 | Props | Body
 
-`Props` is the AMQP content-header property list exactly as on the wire (pamqp
-`Basic.Properties.marshal()`: a 16-bit property-flags word, then the present fields; AMQP
-0-9-1 §4.2.6.1), so field tables keep their types (bytes arrays, decimals, timestamps). The
+`Props` is the AMQP content-header property list exactly as on the wire (property-flags
+words, then the present fields; AMQP 0-9-1 §4.2.6.1): the bytes the publisher sent, so field
+tables keep their types (bytes arrays, decimals, timestamps) and values pamqp cannot represent
+survive; `decode` reads them with the content-header decoder (`framing.decode_properties`). The
 msg_id is not repeated: both the store record and the index entry already carry it, so
 `decode` takes it as an argument.
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import struct
 
+from broker.errors import FrameError
 from broker.message import Message, Properties
+from broker.protocol.framing import decode_properties
 
 VERSION = 1
 _U32 = struct.Struct(">I")
@@ -95,8 +98,12 @@ def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
     if pos + props_len > len(data) or props_len < 2:
         raise CodecError("truncated properties")
     props_end = pos + props_len
-    flags = int.from_bytes(data[pos : pos + 2], "big")
-    properties = Properties()
-    properties.unmarshal(flags, data[pos + 2 : props_end])
+    raw_properties = data[pos:props_end]
+    try:
+        # the content-header decoder, so a stored message decodes exactly as it did when
+        # published (a timestamp pamqp cannot represent included, see protocol/properties.py)
+        properties = decode_properties(raw_properties)
+    except FrameError as err:
+        raise CodecError(f"properties do not decode: {err}") from err
     return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id,
-                   raw_properties=bytes(data[pos:props_end]))
+                   raw_properties=raw_properties)

@@ -3,11 +3,15 @@
 Run: python bench/micro/codec.py   — prints µs per operation (best of 5 timeit repeats).
 Measures: decode of one basic.publish (method + header + 100-byte body), the Basic.Publish /
 Basic.Ack method decode with and without the hand-written fast path, pamqp's own unmarshal
-for comparison, and encode of one basic.deliver (fast path vs encode_content vs pamqp).
+for comparison, properties decode (typical, with a headers table, and with out-of-range
+timestamps that take the tolerant fallback) and encode of one basic.deliver (fast path vs
+encode_content vs pamqp).
 """
 
 from __future__ import annotations
 
+import datetime
+import struct
 import sys
 import timeit
 from pathlib import Path
@@ -33,6 +37,17 @@ PUBLISH_BYTES = (
 PUBLISH_ARGS = pframe.marshal(PUBLISH, 1)[11:-1]
 ACK_ARGS = pframe.marshal(ACK, 1)[11:-1]
 RAW_PROPS = PROPS.marshal()
+HEADERS_PROPS = C.Basic.Properties(
+    content_type="application/json",
+    headers={"x-trace": "abc123", "x-retries": 3, "x-when": datetime.datetime(2024, 5, 1)},
+    delivery_mode=2,
+    timestamp=datetime.datetime(2024, 5, 1),
+).marshal()
+# Go's zero time.Time as timestamp property and header: pamqp raises, the fallback decodes
+GO_ZERO = struct.pack(">Q", 2**64 - 62135596800)
+GO_ZERO_PROPS = HEADERS_PROPS[:-8] + GO_ZERO
+_GO_HDR = HEADERS_PROPS.index(b"T", 2)
+GO_ZERO_PROPS = GO_ZERO_PROPS[: _GO_HDR + 1] + GO_ZERO + GO_ZERO_PROPS[_GO_HDR + 9 :]
 DELIVER = C.Basic.Deliver(
     consumer_tag="amq.ctag-abc", delivery_tag=42, exchange="amq.direct", routing_key="bench.queue"
 )
@@ -75,6 +90,12 @@ CASES = {
     "Basic.Ack args, fast path": lambda: framing._decode_ack(ACK_ARGS),
     "Basic.Ack args, generic decoder": lambda: framing._decode_args(C.Basic.Ack, ACK_ARGS),
     "properties decode (content_type+delivery_mode)": lambda: framing.decode_properties(RAW_PROPS),
+    "properties decode (headers table + timestamp)": lambda: framing.decode_properties(
+        HEADERS_PROPS
+    ),
+    "properties decode (Go zero timestamps: pamqp fails, fallback)": lambda: (
+        framing.decode_properties(GO_ZERO_PROPS)
+    ),
     "encode_deliver (fast path)": lambda: framing.encode_deliver(
         1, "amq.ctag-abc", 42, False, "amq.direct", "bench.queue", RAW_PROPS, BODY, 131072
     ),

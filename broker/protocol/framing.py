@@ -22,6 +22,7 @@ from broker.errors import (
     UnexpectedFrame,
     amqp_error,
 )
+from broker.protocol.properties import decode_properties_tolerant
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ also starts 0-9-1 for the pre-errata header "AMQP 1 1 0 9" (rabbit_reader.erl).
@@ -240,8 +241,13 @@ _PROPERTY_SPECS = tuple(
 def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
     """Decode property flags + property list (AMQP 0-9-1 §4.2.6.1) into Basic.Properties.
 
-    Raises FrameError 501 when the list is truncated. (RabbitMQ decodes properties lazily and
-    would only fail later; we decode eagerly.)
+    Fast path: pamqp per field. When it raises, the tolerant decoder of
+    broker/protocol/properties.py decides: a value that is well-formed on the wire but that
+    pamqp cannot represent (a timestamp outside datetime's range, a non-UTF-8 shortstr or
+    table key) is carried as documented there, as RabbitMQ carries properties as received.
+    Raises FrameError 501 when the list is structurally malformed: truncated, trailing bytes,
+    an unknown field type tag, hostile nesting. (RabbitMQ decodes properties lazily and would
+    only fail later; we decode eagerly.)
     """
     props = Properties()  # pamqp's __init__ (0.3 µs) beats __new__ + 14 setattr (0.6 µs)
     if raw_properties == _EMPTY_FLAGS:
@@ -276,8 +282,12 @@ def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
             setattr(props, name, value)
         if pos != end:
             raise ValueError("trailing bytes")
-    except _DECODE_ERRORS as err:
-        raise amqp_error(FrameError, f"cannot decode {erl_binary(raw_properties)}") from err
+    except _DECODE_ERRORS:
+        # off the hot path: only headers pamqp cannot decode get here
+        try:
+            return decode_properties_tolerant(raw_properties)
+        except _DECODE_ERRORS as err:
+            raise amqp_error(FrameError, f"cannot decode {erl_binary(raw_properties)}") from err
     return props
 
 

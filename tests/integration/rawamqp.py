@@ -101,6 +101,20 @@ class RawClient:
                     return channel, value
             self._recv_more(deadline)
 
+    def read_frame_bytes(self, timeout: float | None = None) -> tuple[int, int, bytes]:
+        """Next frame undecoded, as (frame type, channel, payload): for content whose header
+        pamqp cannot decode (e.g. a timestamp outside datetime's range)."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while len(self.buf) < 7:
+            self._recv_more(deadline)
+        ftype, channel, size = struct.unpack(">BHI", self.buf[:7])
+        while len(self.buf) < 8 + size:
+            self._recv_more(deadline)
+        payload, end = self.buf[7 : 7 + size], self.buf[7 + size : 8 + size]
+        assert end == FRAME_END, end
+        self.buf = self.buf[8 + size :]
+        return ftype, channel, payload
+
     def expect(self, cls: type, channel: int | None = None, timeout: float | None = None) -> Any:
         """Read frames (skipping heartbeats) until one of type `cls`; anything else fails."""
         while True:
@@ -247,6 +261,62 @@ class RawClient:
         if body:
             data += frame.marshal(ContentBody(body), channel)
         self.send_bytes(data)
+
+    def publish_raw_properties(
+        self, channel: int, raw_properties: bytes, body: bytes, exchange: str = "",
+        routing_key: str = "", mandatory: bool = False,
+    ) -> None:
+        """basic.publish whose content header carries `raw_properties` (property flags +
+        property list) byte for byte, e.g. values pamqp cannot encode or decode."""
+        data = frame.marshal(
+            commands.Basic.Publish(
+                exchange=exchange, routing_key=routing_key, mandatory=mandatory
+            ),
+            channel,
+        )
+        fixed = struct.pack(">HHQ", 60, 0, len(body))
+        data += raw_frame(2, channel, fixed + raw_properties)
+        if body:
+            data += frame.marshal(ContentBody(body), channel)
+        self.send_bytes(data)
+
+    def read_method_bytes(self, timeout: float | None = None) -> Any:
+        """The next method frame (heartbeats skipped), read with read_frame_bytes so content
+        after it can be read undecoded too."""
+        while True:
+            ftype, channel, payload = self.read_frame_bytes(timeout)
+            if ftype != 8:
+                assert ftype == 1, (ftype, channel, payload)
+                return frame.unmarshal(raw_frame(ftype, channel, payload))[2]
+
+    def read_content_bytes(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        """(raw properties, body) of the content after a get-ok, deliver or return, with the
+        properties exactly as the broker sent them."""
+        ftype, _channel, payload = self.read_frame_bytes(timeout)
+        assert ftype == 2, (ftype, payload)
+        (size,) = struct.unpack_from(">Q", payload, 4)
+        body = b""
+        while len(body) < size:
+            ftype, _channel, chunk = self.read_frame_bytes(timeout)
+            assert ftype == 3, (ftype, chunk)
+            body += chunk
+        return payload[12:], body
+
+    def get_bytes(
+        self, channel: int, queue: str, timeout: float = 5.0
+    ) -> tuple[bytes, bytes] | None:
+        """basic.get (no_ack) polled until a message comes: its (raw properties, body), or
+        None when the queue is still empty at `timeout` (0: ask once)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send(commands.Basic.Get(queue=queue, no_ack=True), channel)
+            reply = self.read_method_bytes()
+            if isinstance(reply, commands.Basic.GetOk):
+                return self.read_content_bytes()
+            assert isinstance(reply, commands.Basic.GetEmpty), reply
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
 
     def close(self) -> None:
         """Client-initiated connection.close and wait for close-ok."""

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import struct
+
 import pika
+from pamqp import commands
 
 from broker.embedded import EmbeddedBroker
 
@@ -73,4 +76,41 @@ def test_deleted_durable_queue_stays_deleted(tmp_path):
         ch = c.channel()
         ch.queue_declare("gone", durable=True)
         assert ch.queue_declare("gone", passive=True).method.message_count == 0
+        c.close()
+
+
+def test_persistent_message_with_out_of_range_timestamps_survives_restart(tmp_path):
+    """Properties pamqp cannot decode (Go's zero time.Time as the timestamp property and
+    inside headers) are stored as received and read back after a restart, from the queue
+    index (small message) and from the message store (large one), byte for byte."""
+    from tests.integration.rawamqp import RawClient
+
+    go_zero = struct.pack(">Q", 2**64 - 62135596800)
+    headers = b"\x04when" + b"T" + go_zero + b"\x04kind" + b"S" + struct.pack(">I", 1) + b"a"
+    raw_props = (
+        struct.pack(">HI", 0x2000 | 0x1000 | 0x0040, len(headers))  # headers, delivery_mode,
+        + headers + b"\x02" + go_zero  # timestamp
+    )
+    bodies = [b"small", b"big" * 3000]  # embedded in the index; > 4096 B: message store
+    data = str(tmp_path)
+    with EmbeddedBroker(data_dir=data) as b, RawClient(b.host, b.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Queue.Declare(queue="tsq", durable=True), 1)
+        c.expect(commands.Queue.DeclareOk, 1)
+        c.send(commands.Confirm.Select(), 1)
+        c.expect(commands.Confirm.SelectOk, 1)
+        for body in bodies:
+            c.publish_raw_properties(1, raw_props, body, routing_key="tsq")
+        acked = 0
+        while acked < len(bodies):
+            ack = c.read_method_bytes()
+            assert isinstance(ack, commands.Basic.Ack), ack
+            acked = ack.delivery_tag if ack.multiple else acked + 1
+        c.close()
+    with EmbeddedBroker(data_dir=data) as b, RawClient(b.host, b.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        got = [c.get_bytes(1, "tsq", timeout=0) for _ in bodies]
+        assert got == [(raw_props, body) for body in bodies]
         c.close()
