@@ -91,6 +91,7 @@ class Channel:
         self.on_return: Callable[[int], None] | None = None
         self.on_deliver_run: Callable[[Any, int, int], None] | None = None
         self.error: AMQPError | None = None
+        self.closed = False  # closed by us (channel.close-ok received)
         self._waiter: tuple[tuple[type, ...], asyncio.Future[Any]] | None = None
 
     async def rpc(self, method: Frame, *replies: type, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
@@ -104,6 +105,13 @@ class Channel:
             return await asyncio.wait_for(fut, timeout)
         finally:
             self._waiter = None
+
+    async def close(self, within: float = 5.0) -> None:
+        """channel.close, await close-ok (bounded). Raises AMQPError / TimeoutError. After it,
+        ``closed`` is true and ``error`` stays None (a local close is not an error)."""
+        await self.rpc(commands.Channel.Close(200, "bye", 0, 0), commands.Channel.CloseOk,
+                       timeout=within)
+        self.closed = True
 
     def send(self, method: Frame) -> None:
         """Send a method without waiting for a reply."""
@@ -155,6 +163,7 @@ class Connection(asyncio.Protocol):
         self._tag = 0
         self._size = 0
         self._closing = False
+        self.close_ok = False  # the broker answered our connection.close
 
     @classmethod
     async def open(cls, uri: URI, name: str, within: float = 30.0) -> Connection:
@@ -197,16 +206,30 @@ class Connection(asyncio.Protocol):
         await ch.rpc(commands.Channel.Open(), commands.Channel.OpenOk)
         return ch
 
-    async def close(self, within: float = 5.0) -> None:
-        """connection.close, await close-ok (bounded), drop the socket."""
-        if self.closed.is_set() or self.transport is None:
-            return
-        self._closing = True
-        try:
-            await self.ch0.rpc(Connection_.Close(200, "bye", 0, 0), Connection_.CloseOk, timeout=within)
-        except (AMQPError, TimeoutError):
-            pass
-        self.transport.close()
+    async def close(self, within: float = 5.0) -> bool:
+        """connection.close (sent once, at once, behind what is already buffered), then await
+        the broker's close-ok for at most ``within`` s; the socket is closed on close-ok and
+        aborted on timeout. Safe to call again (e.g. after a cancelled call): it only waits.
+
+        Returns True when close-ok arrived, False otherwise (timeout, or the broker closed
+        the connection or the socket first).
+        """
+        if self.transport is None:
+            return False
+        if not self.closed.is_set():
+            self.send_close()
+            try:
+                await asyncio.wait_for(self.closed.wait(), within)
+            except TimeoutError:
+                self.transport.abort()
+        return self.close_ok
+
+    def send_close(self) -> None:
+        """Write connection.close now (once), behind everything already written; ``close()``
+        then awaits the close-ok."""
+        if not self._closing:
+            self._closing = True
+            self.write(frame.marshal(Connection_.Close(200, "bye", 0, 0), 0))
 
     def write(self, data: bytes | bytearray) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -356,6 +379,10 @@ class Connection(asyncio.Protocol):
                 self.blocked_seconds += time.monotonic() - self.blocked_since
             self.blocked = False
             self.unblocked.set()
+        elif isinstance(value, Connection_.CloseOk):
+            self.close_ok = True
+            if self.transport is not None:
+                self.transport.close()
         elif isinstance(value, Connection_.Close):
             self.error = AMQPError(value.reply_code, value.reply_text)
             self.write(frame.marshal(Connection_.CloseOk(), 0))

@@ -1,7 +1,9 @@
 # bench/worker.py — one worker OS process: its producer and consumer connections.
 #
 # Owns: the process's event loop (uvloop when installed), its connections, Publishers and
-# Consumers, and the pipe protocol with the coordinator:
+# Consumers, closing each producer connection right after its last publish (as PerfTest
+# does: no linger, so a broker that loses what arrived just before connection.close shows
+# up as missing messages), and the pipe protocol with the coordinator:
 #   worker -> coordinator: ("ready",) ("stats", dict) ("producers_done", dict) ("error", str)
 #                          ("final", dict)
 #   coordinator -> worker: ("start",) ("start_consumers",) ("stop_producers",) ("stop",)
@@ -24,6 +26,9 @@ from bench.publisher import Publisher
 from bench.topology import ConsumerConn, ProducerConn
 
 REPORT_EVERY = 0.2  # s between ("stats", …) messages
+CLOSE_TIMEOUT = 30.0  # s a finished producer waits for close-ok (the broker may first have a
+# full socket buffer of publishes to read); a timeout is reported as an error
+STOP_WAIT = 5.0  # s "stop" waits for producer closes still under way (< coordinator's 10 s)
 
 
 class Worker:
@@ -38,6 +43,9 @@ class Worker:
         self.name = name
         self.conns: list[Connection] = []
         self.publishers: list[Publisher] = []
+        self.producer_conns: list[tuple[Connection, list[Publisher]]] = []  # publishers by conn
+        self.closing: list[asyncio.Task[None]] = []  # finish_producer tasks
+        self.closed_conns: set[Connection] = set()  # closed by us: their errors are not errors
         self.consumers: list[Consumer] = []
         self.tally = Tally()
         self.control: asyncio.Queue[tuple[str, ...]] = asyncio.Queue()
@@ -63,10 +71,13 @@ class Worker:
         for spec in self.producer_specs:
             conn = await Connection.open(uri, f"bench-{self.name}-producer-{spec.index}")
             self.conns.append(conn)
+            pubs = []
             for pid, ex, rk in spec.channels:
                 pub = Publisher(await conn.channel(), pid, ex, rk, self.sc)
                 await pub.setup()
-                self.publishers.append(pub)
+                pubs.append(pub)
+            self.publishers.extend(pubs)
+            self.producer_conns.append((conn, pubs))
         for cspec in self.consumer_specs:
             conn = await Connection.open(uri, f"bench-{self.name}-consumer-{cspec.index}")
             self.conns.append(conn)
@@ -133,14 +144,16 @@ class Worker:
             await asyncio.sleep(REPORT_EVERY)
             self.send("stats", self.stats())
             channels = [p.ch for p in self.publishers] + [c.ch for c in self.consumers]
-            for err in [c.error for c in self.conns] + [ch.error for ch in channels]:
+            conns = [c for c in self.conns if c not in self.closed_conns]
+            channels = [ch for ch in channels if not ch.closed and ch.conn in conns]
+            for err in [c.error for c in conns] + [ch.error for ch in channels]:
                 if err is not None and not self.error_sent:
                     self.error_sent = True
                     self.send("error", f"{self.name}: {err}")
 
     async def run_publishers(self) -> None:
         try:
-            await asyncio.gather(*(p.run() for p in self.publishers))
+            await asyncio.gather(*(self.run_producer(c, pubs) for c, pubs in self.producer_conns))
         except AMQPError as exc:
             if not self.error_sent:
                 self.error_sent = True
@@ -148,6 +161,38 @@ class Worker:
             return
         self.send("stats", self.stats())
         self.send("producers_done", self.published_by_producer())
+
+    async def run_producer(self, conn: Connection, pubs: list[Publisher]) -> None:
+        """Run one producer connection's publishers (until -C, -z / stop_producers; with
+        confirms they then wait for outstanding confirms up to --confirm-timeout), then start
+        closing it at once, without waiting for the other producers."""
+        await asyncio.gather(*(p.run() for p in pubs))
+        shared = any(c.ch.conn is conn for c in self.consumers)
+        if not shared:
+            self.closed_conns.add(conn)
+            conn.send_close()  # now, in the same loop step as the last publish's write
+        self.closing.append(asyncio.create_task(self.finish_producer(conn, pubs, shared)))
+
+    async def finish_producer(self, conn: Connection, pubs: list[Publisher],
+                              shared: bool) -> None:
+        """Await the close-ok of a finished producer's connection.close; when the connection
+        also carries consumers (``shared``: they must keep consuming), channel.close on the
+        producer's channels only. No close-ok within CLOSE_TIMEOUT is reported as an error."""
+        if shared:
+            for p in pubs:
+                try:
+                    await p.ch.close(CLOSE_TIMEOUT)
+                except (AMQPError, TimeoutError) as exc:
+                    self._error(f"closing producer channel {p.ch.id}: {exc!r}")
+            return
+        if not await conn.close(CLOSE_TIMEOUT):
+            why = conn.error or f"no close-ok within {CLOSE_TIMEOUT} s"
+            self._error(f"closing producer connection: {why}")
+
+    def _error(self, text: str) -> None:
+        if not self.error_sent:
+            self.error_sent = True
+            self.send("error", f"{self.name}: {text}")
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,6 +231,13 @@ class Worker:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(reporter, *self.tasks, return_exceptions=True)
+        if self.closing:  # producers' closes still under way: let them finish (bounded)
+            _, pending = await asyncio.wait(self.closing, timeout=STOP_WAIT)
+            if pending:
+                self._error(f"{len(pending)} producer close(s) unanswered at stop")
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*self.closing, return_exceptions=True)
         final = self.final()
         await self.close()
         self.send("final", final)

@@ -205,3 +205,101 @@ def test_consumer_cancelled_by_the_broker_is_reported(broker: Any) -> None:
     assert time.monotonic() - started < 20
     assert deleted and doc["ok"] is False
     assert any("cancelled" in e for e in doc["errors"]), doc["errors"]
+
+
+# A producer closes its connection right after its last publish (issue 8 item 6). ----------
+
+BURST = 50_000  # 16 B publishes, no confirms: the producer runs far ahead of the broker
+
+
+@pytest.mark.parametrize("auto_ack", [True, False], ids=["auto-ack", "manual-ack"])
+def test_messages_published_just_before_connection_close_all_arrive(
+        broker: Any, monkeypatch: pytest.MonkeyPatch, auto_ack: bool) -> None:
+    """The producer sends connection.close right behind a burst the broker is still working
+    through (credit flow engaged); every message must still be consumed exactly once."""
+    blockings = _count_credit_flow_blockings(broker, monkeypatch)
+    manual = {} if auto_ack else {"prefetch": 500, "multi_ack_every": 50}
+    doc = coordinator.run(tiny("s1", broker.url, pmessages=BURST, auto_ack=auto_ack,
+                               drain_timeout=2.0, **manual))
+    assert doc["errors"] == []
+    assert doc["totals"]["published"] == BURST
+    if blockings is not None:
+        assert blockings[0] > 0, "credit flow never blocked: the test did not load the broker"
+    v = doc["verification"]
+    assert (v["status"], v["expected"], v["lost"], v["duplicated"]) == ("ok", BURST, 0, 0), v
+
+
+def _count_credit_flow_blockings(broker: Any, monkeypatch: pytest.MonkeyPatch) -> list[int] | None:
+    """Count the in-process broker's credit-flow blockings (sender out of credit); None for
+    an external broker (BROKER_TEST_URI), which cannot be observed."""
+    if not hasattr(broker, "broker"):
+        return None
+    from broker.credit_flow import CreditFlow
+
+    count = [0]
+    send = CreditFlow.send
+
+    def counting_send(self: CreditFlow, peer: Any) -> bool:
+        blocked = send(self, peer)
+        count[0] += blocked
+        return blocked
+
+    monkeypatch.setattr(CreditFlow, "send", counting_send)
+    return count
+
+
+def test_loss_of_the_last_message_before_close_is_reported(sink: Any) -> None:
+    uri, _ = sink("--fault", "drop", "--fault-at", "2000")  # the producer's last publish
+    doc = coordinator.run(tiny("s1", uri, pmessages=2000, drain_timeout=1.0))
+    v = doc["verification"]
+    assert (v["status"], v["expected"], v["consumed"], v["lost"], v["duplicated"]) == (
+        "failed", 2000, 1999, 1, 0), v
+    assert "1 lost" in v["reason"] and doc["ok"] is False and doc["errors"] == []
+
+
+def test_producer_sharing_a_connection_with_a_consumer_closes_only_its_channel(
+        sink: Any) -> None:
+    import asyncio
+    import multiprocessing
+
+    from bench.amqp import URI, Connection
+    from bench.consumer import Consumer
+    from bench.publisher import Publisher
+    from bench.worker import Worker
+
+    uri, _ = sink()
+    sc = tiny("s1", uri, pmessages=100)
+    here, there = multiprocessing.Pipe()
+
+    async def scenario() -> None:
+        worker = Worker(sc, [], [], there, "t")
+        shared = await Connection.open(URI.parse(uri), "shared")
+        alone = await Connection.open(URI.parse(uri), "alone")
+        cons = Consumer(await shared.channel(), "q", worker.tally, auto_ack=True, prefetch=0,
+                        ack_every=0)
+        all_in = asyncio.Event()
+
+        def on_deliver(*args: int) -> None:
+            cons.on_deliver(*args)
+            if worker.tally.consumed == 200:
+                all_in.set()
+
+        cons.ch.on_deliver, cons.ch.on_deliver_run = on_deliver, None  # one at a time
+        await cons.consume()
+        worker.consumers.append(cons)
+        pubs = [Publisher(await c.channel(), i, "", "q", sc) for i, c in enumerate((shared, alone))]
+        await asyncio.gather(*(worker.run_producer(c, [p]) for c, p in zip((shared, alone), pubs,
+                                                                            strict=True)))
+        await asyncio.wait_for(asyncio.gather(*worker.closing), 5)
+        assert pubs[0].ch.closed and not shared.closed.is_set()  # the consumer keeps its conn
+        assert alone.closed.is_set() and alone.close_ok and alone.error is None
+        await asyncio.wait_for(all_in.wait(), 5)
+        assert worker.tally.per_producer == {0: [100, 4950], 1: [100, 4950]}
+        assert not here.poll()  # no error reported to the coordinator
+        await shared.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        here.close()
+        there.close()
