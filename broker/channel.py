@@ -17,13 +17,13 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
-from broker.confirms import ConfirmTracker
+from broker.confirms import ConfirmTracker, LiteRef
 from broker.credit_flow import CreditFlow
 from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
 from broker.protocol.framing import encode_deliver, encode_method
-from broker.queue_process import REQUEUE, RUN
+from broker.queue_process import ACK, REQUEUE, RUN
 
 log = logging.getLogger("broker.channel")
 
@@ -178,13 +178,21 @@ class ChannelProcess(Process):
         if self.state == CLOSED and not self.unacked and not self.consumers:
             return
         by_queue: dict[Any, list[int]] = {}
-        for queue, ack_tag, _ctag in self.unacked.values():
-            by_queue.setdefault(queue, []).append(ack_tag)
+        lite: list[LiteRef] = []  # ack-lite deliveries cannot be requeued: their publishers
+        # get basic.nack (ARCHITECTURE §6)
+        entries = list(self.unacked.values())
         if self.tx is not None:
-            for _kind, entries in self.tx.settles:
-                for queue, ack_tag, _ctag in entries.values():
-                    by_queue.setdefault(queue, []).append(ack_tag)
+            for _kind, settled in self.tx.settles:
+                entries.extend(settled.values())
             self.tx = None
+        for queue, ack_tag, _ctag in entries:
+            if ack_tag.__class__ is LiteRef:
+                lite.append(ack_tag)
+                by_queue.setdefault(queue, [])
+            else:
+                by_queue.setdefault(queue, []).append(ack_tag)
+        if lite:
+            _cast_lite(REJECT, lite)
         for queue in self.consumers.values():
             by_queue.setdefault(queue, [])
         self.unacked.clear()
@@ -292,14 +300,28 @@ class ChannelProcess(Process):
         """Send ACK/REQUEUE/DISCARD for `entries` to their queues, free prefetch capacity."""
         if not entries:
             return
-        by_queue: dict[Any, list[tuple[int, str | None]]] = {}
+        by_queue: dict[Any, list[tuple[int | None, str | None]]] = {}
+        lite: list[LiteRef] | None = None
         counted = 0
         for queue, ack_tag, ctag in entries.values():
+            if ack_tag.__class__ is LiteRef:  # ack-lite: the confirm goes straight to the
+                if lite is None:              # publisher; the queue only frees prefetch
+                    lite = []
+                lite.append(ack_tag)
+                ack_tag = None
             lst = by_queue.get(queue)
             if lst is None:
                 lst = by_queue[queue] = []
             lst.append((ack_tag, ctag))
             counted += 1
+        if lite is not None:
+            if kind == REQUEUE:
+                self.unacked.update(entries)  # kept: they are nacked when the channel closes
+                self.unacked = dict(sorted(self.unacked.items()))
+                raise errors.amqp_error(
+                    errors.NotImplemented_,
+                    "requeue of a message in an 'ack-lite' confirm mode queue", None)
+            _cast_lite(CONFIRM if kind == ACK else REJECT, lite)
         limiter = self.limiter
         was_blocked = limiter.prefetch_count and limiter.unacked >= limiter.prefetch_count
         limiter.unacked -= counted
@@ -309,6 +331,16 @@ class ChannelProcess(Process):
             queue.cast((kind, self, lst))
         if was_blocked:
             self.poke_queues()
+
+
+def _cast_lite(kind: str, refs: list[LiteRef]) -> None:
+    """Release (CONFIRM) or nack (REJECT) ack-lite confirms at their publishers' channels,
+    one cast per (channel, queue)."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for ref in refs:
+        groups.setdefault((ref.channel, ref.queue), []).append(ref.seq)
+    for (channel, queue), seqs in groups.items():
+        channel.cast((kind, queue, seqs))
 
 
 from broker.channel_basic import BASIC_HANDLERS  # noqa: E402  (handlers import this module)

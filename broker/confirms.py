@@ -3,13 +3,19 @@
 Owns: which `msg_seq_no`s still wait for which queues, and turning released/rejected seq nos
 into basic.ack/basic.nack frames batched with `multiple` (ARCHITECTURE §6). Pure: the channel
 calls it when it routes a publish and when queues release or reject messages; time is not
-involved. Confirm *modes* (when a queue releases) live in the queue process; this tracker only
-counts releases. Source: rabbitmq.com/confirms.html ("Publisher Confirms").
+involved; this tracker only counts releases. Source: rabbitmq.com/confirms.html
+("Publisher Confirms").
+
+The confirm *modes* are strategies the queue process holds, one per queue (`queue_confirms`):
+`PersistConfirms` (RabbitMQ), `AckConfirms` (the paper §3.1), `AckLiteConfirms` (§3.2). The
+queue calls them at publish, delivery, ack, requeue, discard, purge and deletion and never
+tests a mode's name; they release or nack through two callbacks the queue batches per channel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, NamedTuple
 
 CONFIRM_MODES = ("persist", "ack", "ack-lite")
 
@@ -89,3 +95,157 @@ class ConfirmTracker:
     @property
     def unconfirmed(self) -> int:
         return len(self._pending)
+
+
+# --- confirm modes: when a queue releases a publisher's confirm (ARCHITECTURE §6) ----------
+
+Owe = Callable[[Any, int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
+
+
+class LiteRef(NamedTuple):
+    """What an `ack-lite` consumer's channel holds instead of an ack tag: the publisher's
+    channel, its msg_seq_no and the queue (the tracker's key), so the consumer's ack releases
+    the confirm straight to the publisher (a cast), bypassing the queue (the paper §3.2)."""
+
+    channel: Any
+    seq: int
+    queue: Any
+
+
+class PersistConfirms:
+    """`persist` (RabbitMQ's rule): a transient message, or any message in a queue that does
+    not persist, is released on enqueue; a persistent message in a durable queue once the
+    backing queue has written and fsynced it, or once consumers acked it if that comes first
+    (the backing queue reports both through `drain_confirmed`). A deleted queue releases what
+    it still owed (rabbit_confirms:remove_queue). rabbitmq.com/confirms.html."""
+
+    tracks_deliveries = False  # the queue need not call on_deliver/on_ack/on_requeue/...
+
+    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+        self._bq = bq  # the queue's backing queue (drain_confirmed)
+        self._owe = owe  # release (channel, seq) at the end of the queue's batch
+        self._persists = persists  # durable queue on a backing queue that confirms on disk
+        # msg_id -> [(channel, msg_seq_no)] waiting for the backing queue's fsync
+        self._unconfirmed: dict[bytes, list[tuple[Any, int]]] = {}
+
+    def on_publish(self, channel: Any, message: Any, seq: int, props: Any) -> None:
+        """A publish that owes `channel` a confirm for `seq` was enqueued here."""
+        if self._persists and message.persistent:
+            props.needs_confirming = True
+            self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
+        else:
+            self._owe(channel, seq)
+
+    def poll(self) -> None:
+        """After each batch: release what the backing queue made safe."""
+        if self._unconfirmed:
+            unconfirmed = self._unconfirmed
+            for msg_id in self._bq.drain_confirmed():
+                for channel, seq in unconfirmed.pop(msg_id, ()):
+                    self._owe(channel, seq)
+
+    def on_purge(self) -> None:
+        """Purged messages keep the rule above (RabbitMQ confirms them once written)."""
+
+    def on_delete(self) -> None:
+        for refs in self._unconfirmed.values():
+            for channel, seq in refs:
+                self._owe(channel, seq)
+        self._unconfirmed.clear()
+
+
+class AckConfirms:
+    """`ack` (the paper §3.1): released when a consumer acked the message (auto-ack: when it
+    is delivered); nacked when it leaves the queue any other way (reject/nack without requeue,
+    purge, deletion; later TTL expiry and max-length drop); a requeue keeps it pending. The
+    message is not written before delivery (`MessageProps.skip_persist`). Full pending-ack
+    bookkeeping stays, so reject, nack, requeue and recover work as usual."""
+
+    tracks_deliveries = True
+
+    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+        self._bq = bq
+        self._owe = owe
+        self._nack = nack
+        self._ready: dict[bytes, tuple[Any, int]] = {}  # msg_id -> (channel, seq), queued
+        self._pending: dict[int, tuple[bytes, Any, int]] = {}  # ack_tag -> (msg_id, ch, seq)
+
+    def on_publish(self, channel: Any, message: Any, seq: int, props: Any) -> None:
+        props.skip_persist = True
+        self._ready[message.msg_id] = (channel, seq)
+
+    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None) -> Any:
+        """A message was handed to a consumer under `ack_tag` (None: auto-ack). Returns the
+        ack tag the consumer's channel keeps."""
+        ref = self._ready.pop(msg_id, None)
+        if ref is not None:
+            if ack_tag is None:
+                self._owe(*ref)
+            else:
+                self._pending[ack_tag] = (msg_id, *ref)
+        return ack_tag
+
+    def on_ack(self, ack_tags: list[int]) -> None:
+        pending = self._pending
+        if pending:
+            for tag in ack_tags:
+                entry = pending.pop(tag, None)
+                if entry is not None:
+                    self._owe(entry[1], entry[2])
+
+    def on_discard(self, ack_tags: list[int]) -> None:
+        pending = self._pending
+        for tag in ack_tags:
+            entry = pending.pop(tag, None)
+            if entry is not None:
+                self._nack(entry[1], entry[2])
+
+    def on_requeue(self, ack_tags: list[int]) -> None:
+        pending = self._pending
+        for tag in ack_tags:
+            entry = pending.pop(tag, None)
+            if entry is not None:
+                self._ready[entry[0]] = (entry[1], entry[2])
+
+    def poll(self) -> None:
+        """Nothing waits for the disk in this mode."""
+
+    def on_purge(self) -> None:
+        for channel, seq in self._ready.values():
+            self._nack(channel, seq)
+        self._ready.clear()
+
+    def on_delete(self) -> None:
+        self.on_purge()
+        for _msg_id, channel, seq in self._pending.values():
+            self._nack(channel, seq)
+        self._pending.clear()
+
+
+class AckLiteConfirms(AckConfirms):
+    """`ack-lite` (the paper §3.2): as `ack`, but the queue keeps no pending-ack record for a
+    message that owes a confirm: the consumer's channel holds a `LiteRef` and its ack releases
+    the confirm straight to the publisher's channel. So such a message cannot be requeued: a
+    consumer's reject/nack without requeue or its channel's loss nacks the publisher, and
+    requeue=true is refused with 540 NOT_IMPLEMENTED (ARCHITECTURE §6)."""
+
+    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None) -> Any:
+        ref = self._ready.pop(msg_id, None)
+        if ref is None:
+            return ack_tag
+        if ack_tag is None:
+            self._owe(*ref)
+            return None
+        self._bq.ack([ack_tag])  # forget the backing queue's pending record at once
+        return LiteRef(ref[0], ref[1], queue)
+
+
+QUEUE_MODES: dict[str, type] = {
+    "persist": PersistConfirms, "ack": AckConfirms, "ack-lite": AckLiteConfirms,
+}
+
+
+def queue_confirms(mode: str, bq: Any, owe: Owe, nack: Owe,
+                   persists: bool) -> PersistConfirms | AckConfirms:
+    """The queue-side strategy for confirm mode `mode` (one of CONFIRM_MODES)."""
+    return QUEUE_MODES[mode](bq, owe, nack, persists)

@@ -17,6 +17,7 @@ from typing import Any
 
 from broker import errors
 from broker.backing_queue.base import BackingQueue, MessageProps
+from broker.confirms import queue_confirms
 from broker.consumers import Consumer, ConsumerSet
 from broker.credit_flow import CreditFlow
 from broker.mailbox import Process
@@ -52,6 +53,7 @@ class QueueProcess(Process):
         bq_factory: Callable[..., BackingQueue],
         credit_initial: int = 400,
         credit_more_after: int = 200,
+        confirm_on: str = "persist",
     ) -> None:
         super().__init__(loop)
         self.vhost = vhost  # VHost that holds this queue (for auto-delete)
@@ -66,10 +68,13 @@ class QueueProcess(Process):
         self.consumers = ConsumerSet()  # basic.consume subscriptions
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
         self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
-        # msg_id -> [(channel, msg_seq_no)] of persistent messages whose confirm waits for the
-        # backing queue's fsync (persist mode, durable queue, ARCHITECTURE §6)
-        self._unconfirmed: dict[bytes, list[tuple[Any, int]]] = {}
+        self._nack_out: dict[Any, list[int]] = {}  # channel -> seq nos rejected this batch
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
+        # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6)
+        self.confirm_mode = arguments.get("x-confirm-on") or confirm_on
+        self.confirms = queue_confirms(self.confirm_mode, self.bq, self._owe_confirm,
+                                       self._owe_nack, self._persists)
+        self._tracks = self.confirms.tracks_deliveries  # the mode follows every delivery
         self._had_consumers = False  # auto-delete only after a first consumer came and went
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
         self.deleted = False  # set once deleted; later casts are ignored
@@ -80,23 +85,35 @@ class QueueProcess(Process):
         if kind == PUBLISH:
             self._publish(msg[1], msg[2], msg[3])
         elif kind == ACK:
-            self.bq.ack(self._settle(msg[1], msg[2]))
+            tags = self._settle(msg[1], msg[2])
+            if self._tracks:
+                self.confirms.on_ack(tags)
+            self.bq.ack(tags)
         elif kind == REQUEUE:
-            self.bq.requeue(self._settle(msg[1], msg[2]))
+            tags = self._settle(msg[1], msg[2])
+            if self._tracks:
+                self.confirms.on_requeue(tags)
+            self.bq.requeue(tags)
         elif kind == DISCARD:
             # no dead-lettering yet: a message rejected without requeue is dropped
-            self.bq.discard_pending(self._settle(msg[1], msg[2]))
+            tags = self._settle(msg[1], msg[2])
+            if self._tracks:
+                self.confirms.on_discard(tags)
+            self.bq.discard_pending(tags)
         # BQ_CONFIRMED only wakes us: after_batch drains the backing queue's confirms
 
     def after_batch(self) -> None:
         if not self.deleted:
             self._run_deliveries()
-        if self._unconfirmed:
-            self._release(self.bq.drain_confirmed())
+        self.confirms.poll()
         if self._confirm_out:
             out, self._confirm_out = self._confirm_out, {}
             for channel, seqs in out.items():
                 channel.cast(("confirm", self, seqs))
+        if self._nack_out:
+            out, self._nack_out = self._nack_out, {}
+            for channel, seqs in out.items():
+                channel.cast(("reject", self, seqs))
 
     def on_mailbox_empty(self) -> None:
         """RabbitMQ syncs the index when the queue's mailbox empties while confirms are
@@ -120,12 +137,13 @@ class QueueProcess(Process):
         """Called by the backing queue, possibly from its fsync worker thread."""
         self._loop.call_soon_threadsafe(self.cast, (BQ_CONFIRMED,))
 
-    def _release(self, msg_ids: list[bytes]) -> None:
-        """Confirms the backing queue made safe: owe them to their publishers' channels."""
-        unconfirmed = self._unconfirmed
-        for msg_id in msg_ids:
-            for channel, seq in unconfirmed.pop(msg_id, ()):
-                self._owe_confirm(channel, seq)
+    def _owe_nack(self, channel: Any, seq: int) -> None:
+        """Nack `seq` to `channel` at the end of this batch (confirm modes ack, ack-lite)."""
+        out = self._nack_out.get(channel)
+        if out is None:
+            self._nack_out[channel] = [seq]
+        else:
+            out.append(seq)
 
     def _owe_confirm(self, channel: Any, seq: int) -> None:
         """Release `seq` to `channel` at the end of this batch (one cast per channel)."""
@@ -139,23 +157,19 @@ class QueueProcess(Process):
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
         props = MessageProps()
         if seq is not None:
-            if self._persists and message.persistent:
-                # persist mode: released once written and fsynced, or once acked (§6)
-                props.needs_confirming = True
-                self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
-            else:
-                # transient message or non-durable queue: released on enqueue
-                self._owe_confirm(channel, seq)
+            self.confirms.on_publish(channel, message, seq, props)
         bq = self.bq
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)
             if consumer is not None:
                 if consumer.no_ack:
-                    consumer.channel.deliver(self, consumer, message, False, None)
+                    tag = None
                 else:
                     tag = bq.publish_delivered(message, props)
                     consumer.unacked += 1
-                    consumer.channel.deliver(self, consumer, message, False, tag)
+                if self._tracks:
+                    tag = self.confirms.on_deliver(self, message.msg_id, tag)
+                consumer.channel.deliver(self, consumer, message, False, tag)
                 self._credit_back(channel)
                 return
         bq.publish(message, props)
@@ -179,10 +193,12 @@ class QueueProcess(Process):
             fetched = bq.fetch(not consumer.no_ack)
             if fetched is None:  # pragma: no cover - is_empty said otherwise
                 return
+            tag = fetched.ack_tag
             if not consumer.no_ack:
                 consumer.unacked += 1
-            consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered,
-                                     fetched.ack_tag)
+            if self._tracks:
+                tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag)
+            consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered, tag)
 
     def _settle(self, channel: Any, entries: list[tuple[int, str | None]]) -> list[int]:
         """Ack tags of `entries` [(ack_tag, consumer_tag or None for basic.get)], giving each
@@ -190,7 +206,8 @@ class QueueProcess(Process):
         tags = []
         consumers = self.consumers
         for tag, ctag in entries:
-            tags.append(tag)
+            if tag is not None:  # None: an ack-lite delivery the channel settled itself
+                tags.append(tag)
             if ctag is not None:
                 consumer = consumers.get(channel, ctag)
                 if consumer is not None and consumer.unacked > 0:
@@ -222,6 +239,8 @@ class QueueProcess(Process):
         self.credit.peer_down(channel)
         self._confirm_out.pop(channel, None)
         if unacked:
+            if self._tracks:
+                self.confirms.on_requeue(unacked)
             self.bq.requeue(unacked)
         if not self._maybe_auto_delete():
             self.cast((RUN,))
@@ -231,11 +250,18 @@ class QueueProcess(Process):
         fetched = self.bq.fetch(not no_ack)
         if fetched is None:
             return None
+        if self._tracks:
+            fetched.ack_tag = self.confirms.on_deliver(self, fetched.message.msg_id,
+                                                       fetched.ack_tag)
         return fetched, self.bq.len()
 
     def purge(self) -> int:
-        """queue.purge: drop ready messages (not unacked ones); returns the count."""
-        return self.bq.purge()
+        """queue.purge: drop ready messages (not unacked ones); returns the count. In the
+        ack modes their publishers get basic.nack."""
+        count = self.bq.purge()
+        self.confirms.on_purge()
+        self.after_batch()
+        return count
 
     def message_count(self) -> int:
         return self.bq.len()
@@ -256,8 +282,9 @@ class QueueProcess(Process):
         or close the backing queue. Returns the ready message count it had."""
         self.deleted = True
         self._drain_all()  # publishes already cast here still owe their confirms
-        # a deleted queue releases what it still owed (RabbitMQ: rabbit_confirms:remove_queue)
-        self._release(list(self._unconfirmed))
+        # a deleted queue releases (persist: rabbit_confirms:remove_queue) or nacks (ack
+        # modes) what it still owed
+        self.confirms.on_delete()
         self.after_batch()
         count = self.bq.len()
         for consumer in self.consumers:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker import errors
+from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, QueueDef
 from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
@@ -247,7 +248,8 @@ class VHost:
             exclusive_owner=owner if exclusive else None, arguments=arguments,
             bq_factory=self._bq_factory,
             credit_initial=self._config.credit_flow_initial,
-            credit_more_after=self._config.credit_flow_more_after)
+            credit_more_after=self._config.credit_flow_more_after,
+            confirm_on=self._config.confirm_on)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
         if durable and not exclusive and self.definitions is not None and not recovering:
             self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
@@ -374,6 +376,13 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             continue
         raise errors.amqp_error(
             errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
+    mode = arguments.get("x-confirm-on")
+    if mode is not None and mode not in CONFIRM_MODES:
+        # our extension (ARCHITECTURE §6), checked like RabbitMQ checks x-queue-mode
+        raise errors.amqp_error(
+            errors.PreconditionFailed,
+            f"invalid arg 'x-confirm-on' for {what}: {{unsupported_confirm_mode,"
+            f"{_describe(mode)}}}; expected one of {', '.join(CONFIRM_MODES)}", method)
 
 
 def _kind(value: Any) -> str:

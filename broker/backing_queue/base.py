@@ -35,10 +35,16 @@ class MessageProps:
     needs_confirming: the publisher waits for a confirm that depends on this queue (persistent
       message, durable queue, `persist` mode): the backing queue reports the msg_id through
       `drain_confirmed` once it is safely written (fsynced).
+    skip_persist: treat a persistent message as transient (confirm modes `ack`, `ack-lite`:
+      the publisher resends what was never confirmed, so nothing is written before delivery;
+      under memory pressure it pages to the transient store).
     """
 
     expiry: int | None = None
     needs_confirming: bool = False
+    # confirm modes `ack`/`ack-lite` (ARCHITECTURE §6): a persistent message whose confirm
+    # waits for a consumer is kept like a transient one (never written before delivery)
+    skip_persist: bool = False
 
 
 @dataclass(slots=True)

@@ -141,7 +141,7 @@ class VariableQueue(VqDisk):
         self._next_seq_id += 1
         size = storage_codec.encoded_size(message)
         persist_to = QUEUE_INDEX if size < self.embed_below else MSG_STORE
-        is_persistent = self.durable and message.persistent
+        is_persistent = self.durable and message.persistent and not props.skip_persist
         ms = MsgStatus(
             seq_id, message.msg_id, message, is_persistent, delivered, persist_to,
             len(message.body), props,
