@@ -706,6 +706,100 @@ def test_update_secret_is_answered(broker):
     assert isinstance(run(main()), spec.Connection.UpdateSecretOk)
 
 
+def test_exclusive_consumer_and_inequivalent_redeclare(broker, unique):
+    """consume(exclusive=True) then a second consumer: 403 ACCESS_REFUSED; redeclaring a queue
+    with another `durable`: 406 PRECONDITION_FAILED with RabbitMQ's inequivalent-arg text."""
+    q_name = unique("q")
+
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            q = await ch.declare_queue(q_name, exclusive=True)
+            await q.consume(ignore, exclusive=True)
+            other = await conn.channel()
+            oq = await other.get_queue(q_name, ensure=False)
+            with pytest.raises(aiormq.exceptions.ChannelAccessRefused) as refused:
+                await oq.consume(ignore)
+            await other.reopen()
+            plain = unique("plain")
+            await other.declare_queue(plain, auto_delete=True)
+            with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed) as inequivalent:
+                await other.declare_queue(plain, auto_delete=True, durable=True)
+            return refused.value.args, plain, inequivalent.value.args
+
+    refused, plain, inequivalent = run(main())
+    assert refused == (f"ACCESS_REFUSED - queue '{q_name}' in vhost '/' in exclusive use",)
+    assert inequivalent == (
+        f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{plain}' in vhost '/': "
+        "received 'true' but current is 'false'",)
+
+
+@pytest.mark.xfail(
+    not EXTERNAL, strict=True,
+    reason="redeclaring an exclusive queue with durable=True is 406 inequivalent arg "
+           "'durable' here; RabbitMQ forces exclusive queues non-durable, so it is equivalent")
+def test_exclusive_queue_redeclared_durable_is_equivalent(broker, unique):
+    """RabbitMQ (rabbit_channel: durable andalso not exclusive) never makes an exclusive
+    queue durable, so redeclaring it with durable=True matches the existing queue."""
+    q_name = unique("q")
+
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            await ch.declare_queue(q_name, exclusive=True)
+            again = await ch.declare_queue(q_name, exclusive=True, durable=True)
+            return again.name
+
+    assert run(main()) == q_name
+
+
+@pytest.mark.xfail(
+    not EXTERNAL, strict=True,
+    reason="message TTL is not implemented: the expiration property and x-message-ttl are "
+           "accepted and ignored, the message stays in the queue")
+@pytest.mark.parametrize("how", ["expiration", "x-message-ttl"])
+def test_ttl_zero_expires_at_once_without_a_consumer(broker, how):
+    """Message(expiration=0) (the string "0") or a queue with x-message-ttl=0: with no
+    consumer waiting the message expires at once; basic.get sees only the later one."""
+    args = {"x-message-ttl": 0} if how == "x-message-ttl" else None
+    expiration = 0 if how == "expiration" else None
+
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel(publisher_confirms=True)
+            q = await ch.declare_queue(exclusive=True, arguments=args)
+            await ch.default_exchange.publish(
+                aio_pika.Message(b"gone", expiration=expiration), q.name)
+            if args:  # a queue TTL of 0 drops everything; check the queue is empty instead
+                return await q.get(no_ack=True, fail=False)
+            await ch.default_exchange.publish(aio_pika.Message(b"kept"), q.name)
+            return (await q.get(no_ack=True)).body
+
+    assert run(main()) == (None if how == "x-message-ttl" else b"kept")
+
+
+@pytest.mark.xfail(
+    not EXTERNAL, strict=True,
+    reason="priority queues are not implemented: x-max-priority is accepted and ignored, "
+           "messages come out in FIFO order")
+def test_priority_queue_delivers_highest_priority_first(broker):
+    """On an x-max-priority queue basic.get takes the highest priority first."""
+
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel(publisher_confirms=True)
+            q = await ch.declare_queue(exclusive=True, arguments={"x-max-priority": 10})
+            for p in (1, 9, 5):
+                await ch.default_exchange.publish(
+                    aio_pika.Message(f"p{p}".encode(), priority=p), q.name)
+            bodies = []
+            while (msg := await q.get(no_ack=True, fail=False)) is not None:
+                bodies.append(msg.body)
+            return bodies
+
+    assert run(main()) == [b"p9", b"p5", b"p1"]
+
+
 # --- messages: properties, sizes --------------------------------------------------------------
 
 HEADERS = {
