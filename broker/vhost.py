@@ -238,6 +238,7 @@ class VHost:
         if passive:
             return self.get_queue(name, owner, method)
         _validate_queue_args(arguments, self._q(name), method)
+        durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
         existing = self.queues.get(name)
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked

@@ -434,10 +434,6 @@ def test_queue_delete_on_the_consumers_own_channel(broker):
     assert name
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="known bug: queue.delete on the consumer's own channel sends basic.cancel before "
-           "queue.delete-ok (RabbitMQ: delete-ok first, basic.cancel after)")
 def test_queue_delete_on_own_channel_wire_order(broker):
     """The same on the wire (what aio-pika's queue.delete() does): RabbitMQ 3.10.8 sends
     queue.delete-ok, then basic.cancel; with a declare pipelined behind the delete even
@@ -690,9 +686,6 @@ def test_messages_survive_close_right_after_publish(broker, unique):
     assert run(main()) == 200
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="known bug: connection.update-secret is never answered (no update-secret-ok)")
 def test_update_secret_is_answered(broker):
     """connection.update-secret with the same password: RabbitMQ answers update-secret-ok."""
 
@@ -734,10 +727,6 @@ def test_exclusive_consumer_and_inequivalent_redeclare(broker, unique):
         "received 'true' but current is 'false'",)
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="redeclaring an exclusive queue with durable=True is 406 inequivalent arg "
-           "'durable' here; RabbitMQ forces exclusive queues non-durable, so it is equivalent")
 def test_exclusive_queue_redeclared_durable_is_equivalent(broker, unique):
     """RabbitMQ (rabbit_channel: durable andalso not exclusive) never makes an exclusive
     queue durable, so redeclaring it with durable=True matches the existing queue."""
