@@ -22,7 +22,7 @@ from broker.errors import (
     UnexpectedFrame,
     amqp_error,
 )
-from broker.protocol.properties import decode_properties_tolerant
+from broker.protocol.properties import decode_properties_tolerant, read_property_flags
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ also starts 0-9-1 for the pre-errata header "AMQP 1 1 0 9" (rabbit_reader.erl).
@@ -253,16 +253,7 @@ def decode_properties(raw_properties: bytes) -> commands.Basic.Properties:
     if raw_properties == _EMPTY_FLAGS:
         return props
     try:
-        flags = 0
-        pos = 0
-        word = 0
-        while True:
-            partial = _U16.unpack_from(raw_properties, pos)[0]
-            pos += 2
-            flags |= partial << (16 * word)
-            word += 1
-            if not partial & 1:
-                break
+        flags, pos = read_property_flags(raw_properties)
         end = len(raw_properties)
         for name, amqp_type, flag in _PROPERTY_SPECS:
             if not flags & flag:

@@ -170,6 +170,24 @@ def decode_array(data: bytes, pos: int, end: int) -> tuple[list, int]:
     return array, stop
 
 
+def read_property_flags(raw: bytes) -> tuple[int, int]:
+    """The property flags (16-bit words, bit 0 set = another word follows; AMQP 0-9-1
+    §4.2.6.1) as one int, and the offset of the property list. Raises ValueError when the
+    flags are truncated."""
+    flags = 0
+    pos = 0
+    word = 0
+    end = len(raw)
+    while True:
+        _need(pos + 2, end)
+        partial = _U16.unpack_from(raw, pos)[0]
+        pos += 2
+        flags |= partial << (16 * word)
+        word += 1
+        if not partial & 1:
+            return flags, pos
+
+
 def decode_properties_tolerant(raw: bytes) -> Properties:
     """Property flags + property list -> Basic.Properties, never raising on a value that is
     well-formed on the wire (see the module docstring for the values chosen).
@@ -178,17 +196,7 @@ def decode_properties_tolerant(raw: bytes) -> Properties:
     truncated, bytes are left over, or a field table holds an unknown type tag.
     """
     end = len(raw)
-    flags = 0
-    pos = 0
-    word = 0
-    while True:  # property flags: 16-bit words, bit 0 set = another word follows
-        _need(pos + 2, end)
-        partial = _U16.unpack_from(raw, pos)[0]
-        pos += 2
-        flags |= partial << (16 * word)
-        word += 1
-        if not partial & 1:
-            break
+    flags, pos = read_property_flags(raw)
     props = Properties()
     for name, amqp_type, flag in _PROPERTY_SPECS:
         if not flags & flag:

@@ -48,6 +48,7 @@ def _publish_frames(q: str, n: int, channel: int = 1) -> bytes:
 
 
 def test_pika_connection_close_right_after_publishing(connect, channel, queue):
+    """pika closes every channel (and waits for close-ok) before connection.close."""
     conn = connect()
     ch = conn.channel()
     for i in range(N):
@@ -70,8 +71,11 @@ def test_aio_pika_connection_close_right_after_publishing(broker, channel, queue
     async def main() -> None:
         conn = await aio_pika.connect(broker.url)
         ch = await conn.channel(publisher_confirms=False)
-        for i in range(N):
-            await ch.default_exchange.publish(aio_pika.Message(str(i).encode()), queue)
+        exchange = ch.default_exchange
+        # all publishes queued in aiormq's writer at once, then connection.close (aiormq
+        # sends it without closing channels first)
+        await asyncio.gather(*(exchange.publish(aio_pika.Message(str(i).encode()), queue)
+                               for i in range(N)))
         await conn.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))

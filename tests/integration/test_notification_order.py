@@ -23,14 +23,19 @@ def _consume(c: RawClient, channel: int, queue: str, tag: str) -> None:
     c.expect(B.ConsumeOk, channel)
 
 
+def _declare_and_consume(c: RawClient, queue: str, tag: str, caps: dict | None = CAPS) -> None:
+    """Handshake, open channel 1, declare `queue` and consume it there as `tag`."""
+    c.handshake(capabilities=caps)
+    c.open_channel(1)
+    c.send(Q.Declare(queue=queue), 1)
+    c.expect(Q.DeclareOk, 1)
+    _consume(c, 1, queue, tag)
+
+
 def test_queue_delete_ok_precedes_cancel_on_the_consuming_channel(broker, unique):
     q = unique("del")
     with RawClient(broker.host, broker.port) as c:
-        c.handshake(capabilities=CAPS)
-        c.open_channel(1)
-        c.send(Q.Declare(queue=q), 1)
-        c.expect(Q.DeclareOk, 1)
-        _consume(c, 1, q, "ctag-1")
+        _declare_and_consume(c, q, "ctag-1")
         c.send(Q.Delete(queue=q), 1)
         first = c.expect((Q.DeleteOk, B.Cancel), 1)
         second = c.expect((Q.DeleteOk, B.Cancel), 1)
@@ -63,11 +68,7 @@ def test_queue_delete_from_another_channel_cancels_the_consumer(broker, unique):
 def test_cancel_is_not_sent_to_a_client_without_the_capability(broker, unique):
     q = unique("del3")
     with RawClient(broker.host, broker.port) as c:
-        c.handshake()  # no consumer_cancel_notify
-        c.open_channel(1)
-        c.send(Q.Declare(queue=q), 1)
-        c.expect(Q.DeclareOk, 1)
-        _consume(c, 1, q, "ctag-x")
+        _declare_and_consume(c, q, "ctag-x", caps=None)  # no consumer_cancel_notify
         c.send(Q.Delete(queue=q), 1)
         c.expect(Q.DeleteOk, 1)
         c.send(commands.Basic.Qos(prefetch_count=1), 1)
@@ -101,11 +102,7 @@ def test_purge_and_failed_delete_send_no_cancel(broker, unique, if_empty):
     """queue.purge and a queue.delete refused with 406 cancel nobody."""
     q = unique("purge")
     with RawClient(broker.host, broker.port) as c:
-        c.handshake(capabilities=CAPS)
-        c.open_channel(1)
-        c.send(Q.Declare(queue=q), 1)
-        c.expect(Q.DeclareOk, 1)
-        _consume(c, 1, q, "ctag-p")
+        _declare_and_consume(c, q, "ctag-p")
         c.send(Q.Purge(queue=q), 1)
         c.expect(Q.PurgeOk, 1)
         c.open_channel(2)
