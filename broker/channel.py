@@ -17,7 +17,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
-from broker.confirms import ConfirmTracker, LiteRef
+from broker.confirms import QUEUE_GONE, ConfirmTracker, LiteRef
 from broker.credit_flow import CreditFlow
 from broker.limiter import Limiter
 from broker.mailbox import Process
@@ -94,6 +94,8 @@ class ChannelProcess(Process):
         elif kind == REJECT:
             if self.confirm is not None:
                 self.confirm.reject(msg[1], msg[2])
+        elif kind == QUEUE_GONE:
+            self._queue_gone(msg[1])
         elif kind == FAIL:
             if self.state == OPEN:
                 self.close_with_error(msg[1])
@@ -140,6 +142,18 @@ class ChannelProcess(Process):
                 if self.state == OPEN:
                     for frame in held:
                         self.writer.send(frame)
+
+    def _queue_gone(self, queue: Any) -> None:
+        """An ack-lite queue was deleted: nack the confirms our unacked deliveries from it
+        still carry (as the ack mode's queue nacks its pending ones); a later ack of those
+        deliveries is accepted and does nothing."""
+        refs = []
+        for tag, (q, ack_tag, ctag) in self.unacked.items():
+            if q is queue and ack_tag.__class__ is LiteRef:
+                refs.append(ack_tag)
+                self.unacked[tag] = (q, None, ctag)
+        if refs:
+            _cast_lite(REJECT, refs)
 
     def crashed(self, exc: BaseException) -> None:
         """An unexpected exception in a handler: the connection closes with 541 (RabbitMQ
@@ -189,7 +203,7 @@ class ChannelProcess(Process):
             if ack_tag.__class__ is LiteRef:
                 lite.append(ack_tag)
                 by_queue.setdefault(queue, [])
-            else:
+            elif ack_tag is not None:  # None: a delivery of a deleted ack-lite queue
                 by_queue.setdefault(queue, []).append(ack_tag)
         if lite:
             _cast_lite(REJECT, lite)

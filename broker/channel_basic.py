@@ -119,7 +119,7 @@ def get(ch: Any, cmd: Any) -> None:
     """basic.get (§1.8.3.10): get-ok with message_count left, or get-empty."""
     m = cmd.method
     queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
-    result = queue.call(queue.basic_get, m.no_ack)
+    result = queue.call(queue.basic_get, ch, m.no_ack)
     if result is None:
         ch.send_method(B.GetEmpty())
         return

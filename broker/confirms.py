@@ -99,6 +99,7 @@ class ConfirmTracker:
 
 # --- confirm modes: when a queue releases a publisher's confirm (ARCHITECTURE §6) ----------
 
+QUEUE_GONE = "queue_gone"  # channel mailbox: (QUEUE_GONE, queue) nack its ack-lite refs
 Owe = Callable[[Any, int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
 
 
@@ -174,9 +175,9 @@ class AckConfirms:
         props.skip_persist = True
         self._ready[message.msg_id] = (channel, seq)
 
-    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None) -> Any:
-        """A message was handed to a consumer under `ack_tag` (None: auto-ack). Returns the
-        ack tag the consumer's channel keeps."""
+    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None, channel: Any) -> Any:
+        """A message was handed to the consumer on `channel` under `ack_tag` (None:
+        auto-ack). Returns the ack tag the consumer's channel keeps."""
         ref = self._ready.pop(msg_id, None)
         if ref is not None:
             if ack_tag is None:
@@ -229,7 +230,14 @@ class AckLiteConfirms(AckConfirms):
     consumer's reject/nack without requeue or its channel's loss nacks the publisher, and
     requeue=true is refused with 540 NOT_IMPLEMENTED (ARCHITECTURE §6)."""
 
-    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None) -> Any:
+    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+        super().__init__(bq, owe, nack, persists)
+        # consumer channels that hold LiteRefs of this queue (per channel, not per delivery):
+        # told when the queue is deleted so they nack them (CONSUMER_QUEUE_GONE)
+        self._lite_channels: set[Any] = set()
+        self._queue: Any = None  # the queue process (the LiteRefs' key), set at delivery
+
+    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None, channel: Any) -> Any:
         ref = self._ready.pop(msg_id, None)
         if ref is None:
             return ack_tag
@@ -237,7 +245,17 @@ class AckLiteConfirms(AckConfirms):
             self._owe(*ref)
             return None
         self._bq.ack([ack_tag])  # forget the backing queue's pending record at once
+        self._lite_channels.add(channel)
+        self._queue = queue
         return LiteRef(ref[0], ref[1], queue)
+
+    def on_delete(self) -> None:
+        """Ready messages are nacked here; unacked deliveries by their consumers' channels,
+        which the queue tells it is gone (a later ack of theirs is then harmless)."""
+        super().on_delete()
+        for channel in self._lite_channels:
+            channel.cast((QUEUE_GONE, self._queue))
+        self._lite_channels.clear()
 
 
 QUEUE_MODES: dict[str, type] = {

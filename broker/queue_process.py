@@ -106,6 +106,10 @@ class QueueProcess(Process):
         if not self.deleted:
             self._run_deliveries()
         self.confirms.poll()
+        self._flush_confirms()
+
+    def _flush_confirms(self) -> None:
+        """Cast the confirms and nacks owed so far, one message per publisher channel."""
         if self._confirm_out:
             out, self._confirm_out = self._confirm_out, {}
             for channel, seqs in out.items():
@@ -168,7 +172,7 @@ class QueueProcess(Process):
                     tag = bq.publish_delivered(message, props)
                     consumer.unacked += 1
                 if self._tracks:
-                    tag = self.confirms.on_deliver(self, message.msg_id, tag)
+                    tag = self.confirms.on_deliver(self, message.msg_id, tag, consumer.channel)
                 consumer.channel.deliver(self, consumer, message, False, tag)
                 self._credit_back(channel)
                 return
@@ -197,7 +201,8 @@ class QueueProcess(Process):
             if not consumer.no_ack:
                 consumer.unacked += 1
             if self._tracks:
-                tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag)
+                tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag,
+                                               consumer.channel)
             consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered, tag)
 
     def _settle(self, channel: Any, entries: list[tuple[int, str | None]]) -> list[int]:
@@ -245,14 +250,15 @@ class QueueProcess(Process):
         if not self._maybe_auto_delete():
             self.cast((RUN,))
 
-    def basic_get(self, no_ack: bool) -> tuple[Any, int] | None:
-        """basic.get: (Fetched, messages left) or None when empty."""
+    def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
+        """basic.get from `channel`: (Fetched, messages left) or None when empty."""
         fetched = self.bq.fetch(not no_ack)
         if fetched is None:
             return None
         if self._tracks:
             fetched.ack_tag = self.confirms.on_deliver(self, fetched.message.msg_id,
-                                                       fetched.ack_tag)
+                                                       fetched.ack_tag, channel)
+            self._flush_confirms()  # auto-ack: released now, not at the next batch
         return fetched, self.bq.len()
 
     def purge(self) -> int:
@@ -260,7 +266,7 @@ class QueueProcess(Process):
         ack modes their publishers get basic.nack."""
         count = self.bq.purge()
         self.confirms.on_purge()
-        self.after_batch()
+        self._flush_confirms()
         return count
 
     def message_count(self) -> int:
