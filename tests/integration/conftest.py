@@ -76,3 +76,34 @@ def bystander(connect, unique):
     yield conn, ch, q
     if ch.is_open:
         ch.queue_delete(q)
+
+
+@pytest.fixture
+def cpub(broker):
+    """A raw confirm-mode publisher that records every basic.ack/nack (confirmpub.py)."""
+    from confirmpub import ConfirmPublisher
+
+    p = ConfirmPublisher(broker.host, broker.port)
+    yield p
+    p.c.close_socket()
+
+
+@pytest.fixture
+def declare(connect, unique):
+    """declare(mode=None, **queue_declare kw) -> name of a new shared queue, deleted at teardown."""
+    setup = connect().channel()
+    made: list[str] = []
+
+    def _declare(mode: str | None = None, arguments: dict | None = None, **kw: object) -> str:
+        q = unique(f"cm-{mode or 'default'}")
+        args = dict(arguments or {})
+        if mode is not None:
+            args["x-confirm-on"] = mode
+        setup.queue_declare(q, arguments=args, **kw)
+        made.append(q)
+        return q
+
+    yield _declare
+    ch = connect().channel()
+    for q in made:
+        ch.queue_delete(q)
