@@ -1,0 +1,74 @@
+"""Helpers shared by the aio-pika pattern tests (test_aio_pika_patterns*.py): run a
+coroutine with a deadline, bounded async polling, and dropping a connection from the server
+side (our embedded broker or a real RabbitMQ through rabbitmqctl)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import subprocess
+from collections.abc import Awaitable, Callable
+
+import aio_pika
+import aio_pika.exceptions
+
+EXTERNAL = bool(os.environ.get("BROKER_TEST_URI"))
+
+
+def run(coro: Awaitable[object], timeout: float = 10.0) -> object:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def until(cond: Callable[[], object], within: float = 5.0) -> object:
+    """Poll `cond()` (a value or an awaitable) until truthy, bounded: the async twin of
+    helpers.wait_for, yielding to the loop between polls so deliveries can arrive."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        value = cond()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(0.01)
+
+
+async def ready_count(ch: aio_pika.abc.AbstractChannel, name: str) -> int:
+    q = await ch.declare_queue(name, passive=True)
+    return q.declaration_result.message_count
+
+
+def _drop_on_rabbitmq(name: str) -> int:
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "--no-table-headers", "pid",
+         "client_properties"],
+        check=True, capture_output=True, text=True, timeout=30,
+    ).stdout
+    pids = [line.split("\t")[0] for line in out.splitlines() if f'"{name}"' in line]
+    for pid in pids:
+        subprocess.run(["rabbitmqctl", "-q", "close_connection", pid, "test drop"],
+                       check=True, capture_output=True, timeout=30)
+    return len(pids)
+
+
+async def ignore(_message: object) -> None:
+    """A consumer callback that does nothing (aio-pika wants coroutine callbacks)."""
+
+
+async def drop_connection(broker, name: str) -> int:
+    """Close, from the server side, the connection(s) whose connection_name is `name`."""
+    if EXTERNAL:
+        return await asyncio.to_thread(_drop_on_rabbitmq, name)
+
+    def kill() -> int:
+        mine = [r for r in list(broker.broker.connections)
+                if getattr(r, "handshake", None) is not None
+                and r.handshake.client_properties.get("connection_name") == name]
+        for r in mine:
+            r.abort()
+        return len(mine)
+
+    return await asyncio.to_thread(broker.call, kill)
