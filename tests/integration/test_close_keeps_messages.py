@@ -4,7 +4,8 @@ RabbitMQ's rule (rabbit_reader handle_method0 connection.close → rabbit_channe
 every channel): a channel finishes the methods it already received before it shuts down, and
 `close-ok` is sent once every channel has finished; the same holds for `channel.close`, and
 for a peer that drops the TCP connection after its last publish (what the reader has read is
-processed). Every test publishes a burst of N messages to a queue with no consumer, so credit
+processed). Counts are polled: RabbitMQ's queue processes may still be enqueueing when
+close-ok arrives (nothing is lost; ours already holds them). Every test publishes a burst of N messages to a queue with no consumer, so credit
 flow pauses the socket while many publishes are still in flight inside the broker, then closes
 at once and counts the queue from another connection.
 """
@@ -54,7 +55,7 @@ def test_pika_connection_close_right_after_publishing(connect, channel, queue):
     for i in range(N):
         ch.basic_publish("", queue, str(i).encode())
     conn.close()  # connection.close at once; close-ok only after everything is enqueued
-    assert message_count(channel, queue) == N
+    wait_for(lambda: message_count(channel, queue) == N, timeout=30)
 
 
 def test_pika_channel_close_right_after_publishing(connect, channel, queue):
@@ -63,7 +64,7 @@ def test_pika_channel_close_right_after_publishing(connect, channel, queue):
     for i in range(N):
         ch.basic_publish("", queue, str(i).encode())
     ch.close()
-    assert message_count(channel, queue) == N
+    wait_for(lambda: message_count(channel, queue) == N, timeout=30)
     conn.close()
 
 
@@ -79,7 +80,7 @@ def test_aio_pika_connection_close_right_after_publishing(broker, channel, queue
         await conn.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
-    assert message_count(channel, queue) == N
+    wait_for(lambda: message_count(channel, queue) == N, timeout=30)
 
 
 def test_raw_connection_close_after_one_burst(broker, channel, queue):
@@ -91,7 +92,7 @@ def test_raw_connection_close_after_one_burst(broker, channel, queue):
         c.send_bytes(_publish_frames(queue, N) + frame.marshal(
             commands.Connection.Close(200, "bye", 0, 0), 0))
         c.expect(commands.Connection.CloseOk)
-    assert message_count(channel, queue) == N
+    wait_for(lambda: message_count(channel, queue) == N, timeout=30)
     first = channel.basic_get(queue, auto_ack=True)
     assert first[2] == b"0"
 
@@ -105,7 +106,7 @@ def test_raw_channel_close_after_one_burst(broker, channel, queue):
         c.expect(commands.Channel.CloseOk, 1)
         c.open_channel(1)  # the number is free again
         c.close()
-    assert message_count(channel, queue) == N
+    wait_for(lambda: message_count(channel, queue) == N, timeout=30)
 
 
 def test_raw_tcp_drop_after_one_burst(broker, channel, queue):
@@ -156,4 +157,4 @@ def test_select_connection_close_from_callback(broker, channel, queue):
     conn.ioloop.start()
     conn.ioloop.close()  # its wake-up socketpair
     assert done == ["closed"]
-    assert message_count(channel, queue) == N // 5
+    wait_for(lambda: message_count(channel, queue) == N // 5, timeout=30)
