@@ -223,6 +223,9 @@ class ChannelProcess(Process):
         if not self.shutting_down:
             self.shutting_down = True
             self.cast((SHUTDOWN,))
+            # what is left is bounded by the reader's credit: drain it even if a queue is slow
+            # to grant credit back, so the close can never wait on another process
+            self.resume()
 
     # -- façade for the reader --------------------------------------------------------------
     def spend_reader_credit(self) -> bool:
@@ -261,7 +264,7 @@ class ChannelProcess(Process):
             self.resume()
 
     def spend_queue_credit(self, queue: Any) -> None:
-        if self.credit.send(queue):
+        if self.credit.send(queue) and not self.shutting_down:
             self.suspend()
 
     def consumer_cancelled(self, queue: Any, tag: str) -> None:

@@ -158,3 +158,22 @@ def test_select_connection_close_from_callback(broker, channel, queue):
     conn.ioloop.close()  # its wake-up socketpair
     assert done == ["closed"]
     wait_for(lambda: message_count(channel, queue) == N // 5, timeout=30)
+
+
+def test_stuck_queue_cannot_hold_a_dead_connection(broker, channel, queue, embedded_only,
+                                                   monkeypatch):
+    """A queue that never grants credit back (injected) leaves the channel suspended with
+    publishes in its mailbox. When the connection dies (here: missed heartbeats while credit
+    flow paused the socket) the channel still drains them and the connection is forgotten."""
+    from broker.queue_process import QueueProcess
+
+    monkeypatch.setattr(QueueProcess, "_credit_back", lambda self, ch: None)
+    n_before = len(broker.broker.connections)
+    with RawClient(broker.host, broker.port, timeout=30) as c:
+        c.handshake(heartbeat_s=1)
+        c.open_channel(1)
+        c.send_bytes(_publish_frames(queue, 1_000))  # > 400: the channel blocks on the queue
+        # send nothing more: the broker drops us after two silent heartbeat intervals
+        c.wait_closed(timeout=10)
+    wait_for(lambda: message_count(channel, queue) == 1_000, timeout=10)
+    wait_for(lambda: len(broker.broker.connections) <= n_before, timeout=10)
