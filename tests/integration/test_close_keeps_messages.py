@@ -68,15 +68,18 @@ def test_pika_channel_close_right_after_publishing(connect, channel, queue):
     conn.close()
 
 
-def test_aio_pika_connection_close_right_after_publishing(broker, channel, queue):
+@pytest.mark.parametrize("close", ["connection", "channel"])
+def test_aio_pika_close_right_after_publishing(broker, channel, queue, close):
     async def main() -> None:
         conn = await aio_pika.connect(broker.url)
         ch = await conn.channel(publisher_confirms=False)
         exchange = ch.default_exchange
-        # all publishes queued in aiormq's writer at once, then connection.close (aiormq
-        # sends it without closing channels first)
+        # all publishes queued in aiormq's writer at once, then the close (aiormq sends
+        # connection.close without closing channels first)
         await asyncio.gather(*(exchange.publish(aio_pika.Message(str(i).encode()), queue)
                                for i in range(N)))
+        if close == "channel":
+            await ch.close()
         await conn.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
