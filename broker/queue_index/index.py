@@ -132,10 +132,13 @@ class QueueIndex:
         self._journal_count = 0  # entries (pub/del/ack each 1) in the journal
         self._journal_bytes = 0  # embedded message bytes held by the journal's publishes
         self._seg_unacked: Counter[int] = Counter()  # segment -> un-acked publishes
-        # Unwritten journal bytes, in two parts. _pending: seq_id -> the entries of a seq_id
-        # whose publish entry is not written yet (pub, then deliver), so an ack can drop them
-        # whole. _buf: entries of every other seq_id (publish already in the file).
-        self._pending: dict[int, bytearray] = {}
+        # Unwritten journal entries, in two parts. _pending: seq_id -> PubRecord of publishes
+        # not written yet, encoded only at flush so an ack can drop them without ever paying
+        # for the encoding (paper benchmark: ~45 % of publishes are acked before the flush);
+        # _pending_delivered: those of them already delivered. _buf: encoded entries of every
+        # other seq_id (publish already in the file).
+        self._pending: dict[int, PubRecord] = {}
+        self._pending_delivered: set[int] = set()
         self._buf = bytearray()
         self._fd = -1  # journal.jif, append mode
         self._lock = threading.Lock()  # _unconfirmed and the sync queue
@@ -258,7 +261,7 @@ class QueueIndex:
     def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False) -> None:
         """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded).
         With confirm, pub.msg_id goes to on_sync after the next fsync covering it."""
-        self._pending[seq_id] = bytearray(jf.encode_publish(seq_id, pub))
+        self._pending[seq_id] = pub
         e = self._journal.get(seq_id)
         if e is None:
             self._journal[seq_id] = SegEntry(pub)
@@ -275,9 +278,8 @@ class QueueIndex:
         """Record deliveries (once per seq id; the variable queue checks is_delivered)."""
         pending = self._pending
         for seq_id in seq_ids:
-            unwritten = pending.get(seq_id)
-            if unwritten is not None:
-                unwritten += jf.encode_deliver(seq_id)
+            if seq_id in pending:
+                self._pending_delivered.add(seq_id)
             else:
                 self._buf += jf.encode_deliver(seq_id)
             e = self._journal.get(seq_id)
@@ -293,6 +295,7 @@ class QueueIndex:
         pending = self._pending
         for seq_id in seq_ids:
             if pending.pop(seq_id, None) is not None:
+                self._pending_delivered.discard(seq_id)
                 self._drop_unwritten(seq_id)
                 continue
             self._buf += jf.encode_ack(seq_id)
@@ -350,8 +353,14 @@ class QueueIndex:
     def flush(self) -> None:
         """Write buffered journal entries to journal.jif (no fsync)."""
         if self._pending:
-            self._buf += b"".join(self._pending.values())
+            delivered = self._pending_delivered
+            buf = self._buf
+            for seq_id, pub in self._pending.items():
+                buf += jf.encode_publish(seq_id, pub)
+                if seq_id in delivered:
+                    buf += jf.encode_deliver(seq_id)
             self._pending = {}
+            self._pending_delivered = set()
         if self._buf:
             os.write(self._fd, self._buf)
             self._buf = bytearray()
