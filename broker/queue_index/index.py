@@ -10,11 +10,18 @@ clean.terms (integers big-endian): Magic "QITERMS1" | NextSeqId:u64 | Count:u64 
 `terminate` after the journal is folded; read and deleted by `recover`.
 
 Guarantees by call:
-    publish/deliver/ack  entry appended to a RAM buffer and to the in-RAM journal map.
-    flush()              buffer written to journal.jif (write(2)).
+    publish/deliver/ack  entry appended to a RAM buffer and to the in-RAM journal map. An ack
+                         of a seq_id whose publish entry is still only in RAM drops that
+                         seq_id's buffered entries and its journal-map entry instead: nothing
+                         about it is ever written (RabbitMQ's modern classic queues: "a message
+                         consumed and acked before its batch is written is never written"), and
+                         its msg_id is never reported to on_sync (the caller confirms a message
+                         when it is acked). Journal replay folds each seq_id's entries into
+                         flags, so the order of entries in the file does not matter.
+    flush()              buffers written to journal.jif (write(2)).
     sync()               flush, then fsync of journal.jif on a shared worker thread; then
                          `on_sync(msg_ids)` gets every msg_id published with confirm=True
-                         before the call (from that worker thread).
+                         before the call and not dropped by an ack (from that worker thread).
     fold()               journal entries appended to segments, segments fsynced, fully acked
                          segments deleted, journal truncated + fsynced; on_sync called at once.
                          Runs when the journal passes max_journal_entries (or its publishes
@@ -125,10 +132,19 @@ class QueueIndex:
         self._journal_count = 0  # entries (pub/del/ack each 1) in the journal
         self._journal_bytes = 0  # embedded message bytes held by the journal's publishes
         self._seg_unacked: Counter[int] = Counter()  # segment -> un-acked publishes
-        self._buf = bytearray()  # journal bytes not yet written
+        # Unwritten journal entries, in two parts. _pending: seq_id -> PubRecord of publishes
+        # not written yet, encoded only at flush so an ack can drop them without ever paying
+        # for the encoding (paper benchmark: ~45 % of publishes are acked before the flush);
+        # _pending_delivered: those of them already delivered. _buf: encoded entries of every
+        # other seq_id (publish already in the file).
+        self._pending: dict[int, PubRecord] = {}
+        self._pending_delivered: set[int] = set()
+        self._buf = bytearray()
         self._fd = -1  # journal.jif, append mode
         self._lock = threading.Lock()  # _unconfirmed and the sync queue
-        self._unconfirmed: list[bytes] = []  # confirm-owed msg_ids since the last sync()
+        # confirm-owed publishes since the last sync(): seq_id -> msg_id (an ack dropping the
+        # unwritten publish removes it; a dict keeps that O(1))
+        self._unconfirmed: dict[int, bytes] = {}
         self._sync_queue: list[list[bytes]] = []  # batches waiting for the running fsync
         self._syncing = False  # an fsync job is running
         self._dirty = False  # journal bytes written since the last fsync was started
@@ -245,7 +261,7 @@ class QueueIndex:
     def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False) -> None:
         """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded).
         With confirm, pub.msg_id goes to on_sync after the next fsync covering it."""
-        self._buf += jf.encode_publish(seq_id, pub)
+        self._pending[seq_id] = pub
         e = self._journal.get(seq_id)
         if e is None:
             self._journal[seq_id] = SegEntry(pub)
@@ -255,13 +271,17 @@ class QueueIndex:
         self._journal_bytes += len(pub.embedded)
         if confirm:
             with self._lock:
-                self._unconfirmed.append(pub.msg_id)
+                self._unconfirmed[seq_id] = pub.msg_id
         self._count_entry()
 
     def deliver(self, seq_ids: Iterable[int]) -> None:
         """Record deliveries (once per seq id; the variable queue checks is_delivered)."""
+        pending = self._pending
         for seq_id in seq_ids:
-            self._buf += jf.encode_deliver(seq_id)
+            if seq_id in pending:
+                self._pending_delivered.add(seq_id)
+            else:
+                self._buf += jf.encode_deliver(seq_id)
             e = self._journal.get(seq_id)
             if e is None:
                 self._journal[seq_id] = SegEntry(None, True)
@@ -270,8 +290,14 @@ class QueueIndex:
             self._count_entry()
 
     def ack(self, seq_ids: Iterable[int]) -> None:
-        """Record acks (each after its deliver: segments tell deliver from ack by order)."""
+        """Record acks (each after its deliver: segments tell deliver from ack by order). An
+        ack of a seq_id whose publish is not written yet drops its entries (module docstring)."""
+        pending = self._pending
         for seq_id in seq_ids:
+            if pending.pop(seq_id, None) is not None:
+                self._pending_delivered.discard(seq_id)
+                self._drop_unwritten(seq_id)
+                continue
             self._buf += jf.encode_ack(seq_id)
             e = self._journal.get(seq_id)
             if e is None:
@@ -280,6 +306,19 @@ class QueueIndex:
                 e.acked = True
             self._seg_unacked[segment_of(seq_id)] -= 1
             self._count_entry()
+
+    def _drop_unwritten(self, seq_id: int) -> None:
+        """Undo what publish (and deliver) recorded for `seq_id`, whose bytes were never
+        written: journal-map entry, entry count, embedded bytes, the segment's un-acked count
+        (publish +1, this ack -1) and any owed confirm."""
+        e = self._journal.pop(seq_id)
+        self._journal_count -= 1 + e.delivered
+        if e.pub is not None:
+            self._journal_bytes -= len(e.pub.embedded)
+        self._seg_unacked[segment_of(seq_id)] -= 1
+        if self._unconfirmed:
+            with self._lock:
+                self._unconfirmed.pop(seq_id, None)
 
     def _count_entry(self) -> None:
         self._journal_count += 1
@@ -313,6 +352,15 @@ class QueueIndex:
     # -- durability ------------------------------------------------------------------------
     def flush(self) -> None:
         """Write buffered journal entries to journal.jif (no fsync)."""
+        if self._pending:
+            delivered = self._pending_delivered
+            buf = self._buf
+            for seq_id, pub in self._pending.items():
+                buf += jf.encode_publish(seq_id, pub)
+                if seq_id in delivered:
+                    buf += jf.encode_deliver(seq_id)
+            self._pending = {}
+            self._pending_delivered = set()
         if self._buf:
             os.write(self._fd, self._buf)
             self._buf = bytearray()
@@ -332,7 +380,7 @@ class QueueIndex:
             if not self._unconfirmed and not self._dirty:
                 return
             self._dirty = False
-            batch, self._unconfirmed = self._unconfirmed, []
+            batch, self._unconfirmed = list(self._unconfirmed.values()), {}
             if not self.fsync:
                 ready = batch
             else:
@@ -392,7 +440,7 @@ class QueueIndex:
                 self._append_block(seg, todo)
         self._truncate_journal()
         with self._lock:
-            ready, self._unconfirmed = self._unconfirmed, []
+            ready, self._unconfirmed = list(self._unconfirmed.values()), {}
         if ready and self.on_sync is not None:
             self.on_sync(ready)
 

@@ -3,6 +3,7 @@ what needs no disk, and at ack time for what was acked before it was synced."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -92,6 +93,24 @@ def test_acked_before_sync_is_confirmed_at_ack(stores, embed_below):
     bq.sync()  # the late fsync must not confirm it twice
     bq._qi.wait_for_sync()
     stores.persistent.wait_for_sync()
+    assert bq.drain_confirmed() == []
+    bq.terminate()
+
+
+@pytest.mark.parametrize("embed_below", [0, 4096])
+def test_acked_before_sync_never_reaches_the_index_journal(stores, embed_below):
+    bq = VariableQueue(("/", "j"), True, stores=stores, queue_index_embed_msgs_below=embed_below)
+    msgs = [make_message(i) for i in range(3)]
+    for m in msgs:
+        bq.publish(m, CONFIRM)
+    tags = [bq.fetch(True).ack_tag for _ in msgs]
+    bq.ack(tags)
+    assert sorted(bq.drain_confirmed()) == sorted(m.msg_id for m in msgs)
+    assert not bq._qi.needs_sync()  # no index fsync is owed for them
+    bq.sync()
+    bq._qi.wait_for_sync()
+    stores.persistent.wait_for_sync()
+    assert os.path.getsize(os.path.join(bq._qi.directory, "journal.jif")) == 0
     assert bq.drain_confirmed() == []
     bq.terminate()
 

@@ -175,6 +175,7 @@ def test_unclean_replay_marks_delivered_and_drops_transient_and_missing(tmp_path
     qi.publish(2, pub(2))  # body missing from the store
     qi.publish(3, pub(3, b"t", persistent=False))
     qi.publish(4, pub(4, b"acked"))
+    qi.flush()  # written before its ack, so the ack is written too (an earlier ack drops all)
     qi.deliver([4])
     qi.ack([4])
     qi.flush()
@@ -311,3 +312,135 @@ def test_count_store_refs_counts_unacked_persistent_store_messages(tmp_path):
         qi.close_abruptly()
     refs = count_store_refs(str(tmp_path))
     assert refs == {mid(1): 1}
+
+
+# -- entries acked before they are written are never written (seed 004) --------------------
+def jsize(path) -> int:
+    return os.path.getsize(path / "journal.jif")
+
+
+def test_publish_deliver_ack_before_flush_writes_nothing(tmp_path):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0, b"embedded"))
+    qi.publish(1, pub(1))
+    qi.deliver([0, 1])
+    qi.ack([0, 1])
+    qi.publish(2, pub(2))  # acked without a deliver (purge, drop)
+    qi.ack([2])
+    assert qi.journal_entries() == 0
+    assert qi._journal_bytes == 0
+    assert qi.read(0, 16) == []
+    qi.sync()
+    assert jsize(tmp_path) == 0
+    qi.fold()
+    assert sf.list_segments(str(tmp_path)) == []
+    qi.terminate(0, 0, 3)
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover()
+    assert (rec.clean, rec.count, rec.next_seq_id) == (True, 0, 3)
+
+
+def test_publish_flush_ack_writes_the_ack(tmp_path):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0))
+    qi.sync()
+    written = jsize(tmp_path)
+    assert written > 0
+    qi.deliver([0])
+    qi.ack([0])
+    qi.flush()
+    assert jsize(tmp_path) == written + 16  # deliver + ack headers
+    entries, _end = jf.parse((tmp_path / "journal.jif").read_bytes())
+    assert [(k, s) for k, s, _ in entries] == [(jf.PUB_PERSIST, 0), (jf.DEL, 0), (jf.ACK, 0)]
+    assert qi.journal_entries() == 3
+
+
+def test_publish_deliver_flush_ack_writes_the_ack(tmp_path):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0))
+    qi.deliver([0])
+    qi.flush()
+    qi.ack([0])
+    qi.flush()
+    entries, _end = jf.parse((tmp_path / "journal.jif").read_bytes())
+    assert [(k, s) for k, s, _ in entries] == [(jf.PUB_PERSIST, 0), (jf.DEL, 0), (jf.ACK, 0)]
+    qi.close_abruptly()
+    rec = QueueIndex(str(tmp_path), fsync=False).recover(lambda m: True)
+    assert (rec.clean, rec.count, rec.next_seq_id) == (False, 0, 1)
+
+
+def test_unwritten_entries_keep_their_order_per_seq_id(tmp_path):
+    qi = new_index(tmp_path)
+    qi.publish(0, pub(0))
+    qi.publish(1, pub(1))
+    qi.flush()
+    qi.publish(2, pub(2))
+    qi.deliver([0, 2, 1])
+    qi.publish(3, pub(3))
+    qi.ack([1])
+    qi.flush()
+    entries, _end = jf.parse((tmp_path / "journal.jif").read_bytes())
+    after = [(k, s) for k, s, _ in entries][2:]
+    for seq, kinds in ((0, [jf.DEL]), (1, [jf.DEL, jf.ACK]), (2, [jf.PUB_PERSIST, jf.DEL]),
+                       (3, [jf.PUB_PERSIST])):
+        assert [k for k, s in after if s == seq] == kinds
+    qi.close_abruptly()
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert rec.count == 3
+    assert [e.seq_id for e in again.read(0, 16)] == [0, 2, 3]
+
+
+def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_path):
+    got: list[list[bytes]] = []
+    done = threading.Event()
+
+    def on_sync(ids):
+        got.append(ids)
+        done.set()
+
+    qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
+    qi.publish(0, pub(0), confirm=True)
+    qi.publish(1, pub(1), confirm=True)
+    qi.deliver([0])
+    qi.ack([0])  # never written: the caller confirms it at ack time, the index never does
+    assert qi.needs_sync()  # seq 1 still owes
+    qi.sync()
+    assert done.wait(5)
+    qi.wait_for_sync()
+    assert got == [[mid(1)]]
+    qi.publish(2, pub(2), confirm=True)
+    qi.ack([2])
+    assert not qi.needs_sync()  # nothing waits for an fsync that will never include it
+    qi.sync()
+    qi.fold()
+    qi.wait_for_sync()
+    assert got == [[mid(1)]]
+    qi.terminate(1, 10, 3)
+
+
+def test_crash_after_unwritten_acks_recovers_every_unacked_publish(tmp_path):
+    qi = new_index(tmp_path, max_journal_entries=40)
+    survivors = []
+    for s in range(100):
+        qi.publish(s, pub(s, b"e%d" % s))
+        if s % 3 == 0:
+            qi.deliver([s])
+            qi.ack([s])
+        else:
+            survivors.append(s)
+        if s % 7 == 0:
+            qi.flush()
+    # some acks of already-written publishes too
+    qi.deliver([1, 2])
+    qi.ack([1, 2])
+    survivors = [s for s in survivors if s not in (1, 2)]
+    qi.flush()
+    qi.close_abruptly()
+    for _ in range(2):  # replay, then a crash right after it
+        again = QueueIndex(str(tmp_path), fsync=False)
+        rec = again.recover(lambda m: True)
+        assert rec.count == len(survivors)
+        assert [e.seq_id for e in again.read(0, 100)] == survivors
+        assert [e.pub.embedded for e in again.read(0, 100)] == [b"e%d" % s for s in survivors]
+        again.close_abruptly()
