@@ -24,6 +24,7 @@ from broker.mailbox import Process
 from broker.message import Message
 from broker.protocol.framing import encode_deliver, encode_method
 from broker.queue_process import ACK, REQUEUE, RUN
+from broker.tx import TxState
 
 log = logging.getLogger("broker.channel")
 
@@ -35,16 +36,6 @@ CONFIRM = "confirm"  # ("confirm", queue, [msg_seq_no])
 REJECT = "reject"  # ("reject", queue, [msg_seq_no])
 FAIL = "fail"  # ("fail", soft error) the reader's assembler refused a frame on this channel
 SHUTDOWN = "shutdown"  # ("shutdown",) the connection is closing: clean up after the mailbox
-
-
-class TxState:
-    """Uncommitted work of a tx channel (AMQP 0-9-1 §1.9 tx): publishes and settlements."""
-
-    __slots__ = ("publishes", "settles")
-
-    def __init__(self) -> None:
-        self.publishes: list[tuple[Any, Message]] = []  # (basic.publish method, message)
-        self.settles: list[tuple[int, dict[int, tuple]]] = []  # (kind, {delivery_tag: entry})
 
 
 class ChannelProcess(Process):

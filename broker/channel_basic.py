@@ -19,6 +19,7 @@ from broker.consumers import Consumer
 from broker.message import Message
 from broker.protocol.framing import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+from broker.tx import TxState
 
 B = commands.Basic
 
@@ -206,8 +207,6 @@ def tx_select(ch: Any, cmd: Any) -> None:
         raise errors.amqp_error(
             errors.PreconditionFailed, "cannot switch from confirm to tx mode", cmd.method)
     if ch.tx is None:
-        from broker.channel import TxState
-
         ch.tx = TxState()
     ch.send_method(commands.Tx.SelectOk())
 
