@@ -186,27 +186,25 @@ class AckConfirms:
                 self._pending[ack_tag] = (msg_id, *ref)
         return ack_tag
 
-    def on_ack(self, ack_tags: list[int]) -> None:
+    def _take_pending(self, ack_tags: list[int]) -> list[tuple[bytes, Any, int]]:
+        """Remove and return the (msg_id, channel, seq) owed for these ack tags."""
         pending = self._pending
-        if pending:
-            for tag in ack_tags:
-                entry = pending.pop(tag, None)
-                if entry is not None:
-                    self._owe(entry[1], entry[2])
+        if not pending:
+            return []
+        taken = (pending.pop(tag, None) for tag in ack_tags)
+        return [entry for entry in taken if entry is not None]
+
+    def on_ack(self, ack_tags: list[int]) -> None:
+        for _msg_id, channel, seq in self._take_pending(ack_tags):
+            self._owe(channel, seq)
 
     def on_discard(self, ack_tags: list[int]) -> None:
-        pending = self._pending
-        for tag in ack_tags:
-            entry = pending.pop(tag, None)
-            if entry is not None:
-                self._nack(entry[1], entry[2])
+        for _msg_id, channel, seq in self._take_pending(ack_tags):
+            self._nack(channel, seq)
 
     def on_requeue(self, ack_tags: list[int]) -> None:
-        pending = self._pending
-        for tag in ack_tags:
-            entry = pending.pop(tag, None)
-            if entry is not None:
-                self._ready[entry[0]] = (entry[1], entry[2])
+        for msg_id, channel, seq in self._take_pending(ack_tags):
+            self._ready[msg_id] = (channel, seq)
 
     def poll(self) -> None:
         """Nothing waits for the disk in this mode."""

@@ -143,19 +143,11 @@ class QueueProcess(Process):
 
     def _owe_nack(self, channel: Any, seq: int) -> None:
         """Nack `seq` to `channel` at the end of this batch (confirm modes ack, ack-lite)."""
-        out = self._nack_out.get(channel)
-        if out is None:
-            self._nack_out[channel] = [seq]
-        else:
-            out.append(seq)
+        _add_seq(self._nack_out, channel, seq)
 
     def _owe_confirm(self, channel: Any, seq: int) -> None:
         """Release `seq` to `channel` at the end of this batch (one cast per channel)."""
-        out = self._confirm_out.get(channel)
-        if out is None:
-            self._confirm_out[channel] = [seq]
-        else:
-            out.append(seq)
+        _add_seq(self._confirm_out, channel, seq)
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
@@ -313,6 +305,15 @@ class QueueProcess(Process):
 
     def stats(self) -> dict[str, int]:
         return {**self.bq.stats(), "consumers": len(self.consumers)}
+
+
+def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:
+    """out[channel].append(seq), without setdefault's list per call (runs per confirm)."""
+    seqs = out.get(channel)
+    if seqs is None:
+        out[channel] = [seq]
+    else:
+        seqs.append(seq)
 
 
 def _channel_ok(consumer: Consumer) -> bool:
