@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import Iterable
 
+from broker.dir_names import base36
 from broker.msg_store.store import MessageStore
 
 
@@ -19,18 +20,6 @@ def vhost_dir_name(vhost: str) -> str:
     """Directory name of a vhost: md5 of its UTF-8 name, in base 36 (RabbitMQ names vhost
     directories by a hash so any vhost name is a safe path)."""
     return base36(hashlib.md5(vhost.encode()).digest())
-
-
-def base36(digest: bytes) -> str:
-    """Big-endian unsigned `digest` in base 36, digits 0-9A-Z (Erlang's `~.36B`)."""
-    n = int.from_bytes(digest, "big")
-    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    out = []
-    while True:
-        n, r = divmod(n, 36)
-        out.append(digits[r])
-        if n == 0:
-            return "".join(reversed(out))
 
 
 class VhostStores:

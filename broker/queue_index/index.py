@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from broker.dir_names import base36
 from broker.durable_io import fsync_dir, write_atomically
 from broker.queue_index import journal as jf
 from broker.queue_index import segment as sf
@@ -81,8 +82,6 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 def queue_dir_name(vhost: str, queue: str) -> str:
     """md5 of `u16 len(vhost) | vhost | queue` (UTF-8), in base 36 (0-9A-Z): a safe, unique
     directory name per (vhost, queue), as RabbitMQ's `queue_name_to_dir_name`."""
-    from broker.msg_store.vhost import base36
-
     v = vhost.encode()
     return base36(hashlib.md5(len(v).to_bytes(2, "big") + v + queue.encode()).digest())
 
