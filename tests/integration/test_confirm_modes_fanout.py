@@ -86,15 +86,8 @@ def test_aio_pika_publish_returns_after_consumer_ack(embedded_only, broker, uniq
     """aio-pika's publish (publisher_confirms=True) does not return until a consumer acked."""
 
     async def main():
-        q_name = unique("cm-aio")
-        pconn = await aio_pika.connect(broker.url)
-        cconn = await aio_pika.connect(broker.url)
+        pconn, cconn, q, publishing = await _publish_one(broker, unique, mode, b"aio")
         async with pconn, cconn:
-            pch = await pconn.channel(publisher_confirms=True)
-            cch = await cconn.channel()
-            q = await cch.declare_queue(q_name, arguments={"x-confirm-on": mode})
-            publishing = asyncio.ensure_future(
-                pch.default_exchange.publish(aio_pika.Message(b"aio"), q_name))
             done, _ = await asyncio.wait([publishing], timeout=0.3)
             assert not done, "confirmed with no consumer"
             msg = await _get(q)
@@ -113,15 +106,8 @@ def test_aio_pika_publish_returns_after_consumer_ack(embedded_only, broker, uniq
 @pytest.mark.parametrize("mode", MODES)
 def test_aio_pika_reject_raises_delivery_error(embedded_only, broker, unique, mode):
     async def main():
-        q_name = unique("cm-aio")
-        pconn = await aio_pika.connect(broker.url)
-        cconn = await aio_pika.connect(broker.url)
+        pconn, cconn, q, publishing = await _publish_one(broker, unique, mode, b"no")
         async with pconn, cconn:
-            pch = await pconn.channel(publisher_confirms=True)
-            cch = await cconn.channel()
-            q = await cch.declare_queue(q_name, arguments={"x-confirm-on": mode})
-            publishing = asyncio.ensure_future(
-                pch.default_exchange.publish(aio_pika.Message(b"no"), q_name))
             msg = await _get(q)
             await msg.reject(requeue=False)
             try:
@@ -133,6 +119,21 @@ def test_aio_pika_reject_raises_delivery_error(embedded_only, broker, unique, mo
 
     err = asyncio.run(main())
     assert isinstance(err.frame, commands.Basic.Nack)
+
+
+async def _publish_one(broker, unique, mode: str, body: bytes):
+    """A publisher connection (confirms on) and a consumer connection, a fresh queue in
+    confirm mode `mode` declared by the consumer, and the publish of `body` to it as a task:
+    (pconn, cconn, queue, publishing)."""
+    q_name = unique("cm-aio")
+    pconn = await aio_pika.connect(broker.url)
+    cconn = await aio_pika.connect(broker.url)
+    pch = await pconn.channel(publisher_confirms=True)
+    cch = await cconn.channel()
+    q = await cch.declare_queue(q_name, arguments={"x-confirm-on": mode})
+    publishing = asyncio.ensure_future(
+        pch.default_exchange.publish(aio_pika.Message(body), q_name))
+    return pconn, cconn, q, publishing
 
 
 async def _get(q):
