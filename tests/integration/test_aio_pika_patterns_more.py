@@ -208,16 +208,24 @@ def test_closing_channels_and_connections(broker):
 def test_channel_close_crossing_a_server_close(broker, unique):
     """Publish to a missing exchange (no confirms) and close the channel at once: the
     client's channel.close crosses the server's channel.close 404. Both sides settle and
-    the connection stays usable."""
+    the connection stays usable.
+
+    The server answers the crossing close with close-ok, as RabbitMQ does
+    (rabbit_channel: channel.close in state closing -> close-ok). aiormq raises the 404
+    before that close-ok has arrived, so a channel opened at once may get the same number
+    and receive the old close-ok. A round trip on another channel first makes sure every
+    frame for the old channel has been read (the server writes them in order)."""
 
     async def main():
         async with await aio_pika.connect(broker.url) as conn:
+            other = await conn.channel()
             ch = await conn.channel(publisher_confirms=False)
             ex = await ch.get_exchange(unique("no-ex"), ensure=False)
             # aiormq re-raises the server's 404 from whichever call sees it first
             with contextlib.suppress(aiormq.exceptions.ChannelNotFoundEntity):
                 await ex.publish(aio_pika.Message(b"x"), "rk")
                 await ch.close()
+            await other.declare_queue(exclusive=True)
             ch = await conn.channel()
             q = await ch.declare_queue(exclusive=True)
             return conn.is_closed, q.name
