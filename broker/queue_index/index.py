@@ -358,8 +358,10 @@ class QueueIndex:
                 buf += jf.encode_publish(seq_id, pub)
                 if seq_id in delivered:
                     buf += jf.encode_deliver(seq_id)
-            self._pending = {}
-            self._pending_delivered = set()
+            # emptied in place: ack() and deliver() hold these across _count_entry(), which
+            # may fold (and so flush) in the middle of their loop
+            self._pending.clear()
+            self._pending_delivered.clear()
         if self._buf:
             os.write(self._fd, self._buf)
             self._buf = bytearray()

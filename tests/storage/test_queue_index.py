@@ -444,3 +444,29 @@ def test_crash_after_unwritten_acks_recovers_every_unacked_publish(tmp_path):
         assert [e.seq_id for e in again.read(0, 100)] == survivors
         assert [e.pub.embedded for e in again.read(0, 100)] == [b"e%d" % s for s in survivors]
         again.close_abruptly()
+
+
+@pytest.mark.parametrize("op", ["ack", "deliver"])
+def test_fold_in_the_middle_of_an_ack_or_deliver_batch(tmp_path, op):
+    """An ack/deliver batch whose first entry fills the journal folds (and so flushes) in
+    the middle of the loop: the rest of the batch must see the publishes as written
+    (found by the VQ stateful test: KeyError in _drop_unwritten, then wrong counts)."""
+    qi = new_index(tmp_path, max_journal_entries=6 if op == "ack" else 4)
+    qi.publish(0, pub(0))
+    qi.flush()
+    qi.fold()
+    qi.publish(1, pub(1))
+    qi.publish(2, pub(2))
+    qi.publish(3, pub(3))
+    if op == "ack":
+        qi.deliver([1, 2])  # still unwritten: kept with the publishes
+    qi.deliver([0])  # the last entry that fits; the next one folds
+    if op == "deliver":
+        qi.deliver([1, 2])
+    qi.ack([0, 1, 2])
+    qi.flush()
+    qi.close_abruptly()
+    again = QueueIndex(str(tmp_path), fsync=False)
+    rec = again.recover(lambda m: True)
+    assert [e.seq_id for e in again.read(0, 16)] == [3]
+    assert rec.count == 1
