@@ -17,6 +17,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
+from broker.access import ChannelAccess
 from broker.confirms import QUEUE_GONE, ConfirmTracker, LiteRef
 from broker.credit_flow import CreditFlow
 from broker.limiter import Limiter
@@ -48,6 +49,8 @@ class ChannelProcess(Process):
         self.number = number  # channel number on the wire
         self.writer = conn.writer  # outbound frames of the connection
         self.vhost = conn.vhost  # where exchanges and queues are looked up
+        # permission checks of this channel's user (cache dropped whenever permissions change)
+        self.access = ChannelAccess(conn.access_control, conn.username, conn.vhost.name)
         self.frame_max = conn.frame_max  # negotiated, for splitting bodies
         self.state = OPEN  # open / closing (we sent channel.close) / closed
         self.limiter = Limiter()  # basic.qos state

@@ -14,6 +14,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
+from broker.access import READ, WRITE
 from broker.channel_entities import queue_name
 from broker.consumers import Consumer
 from broker.message import Message
@@ -52,12 +53,15 @@ def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
 
 
 def publish(ch: Any, cmd: Any) -> None:
-    """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 404 unknown exchange,
-    403 internal exchange."""
+    """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 403 without write on the
+    exchange (the default one is `amq.default`), 404 unknown exchange, 403 internal
+    exchange, 403 outside the topic write permission, 406 for a `user_id` that is not the
+    connection's user unless the user is tagged `impersonator`."""
     method = cmd.method
     if method.immediate:
         raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
     name = method.exchange
+    ch.access.check("exchange", name, WRITE, method)
     if name:
         exchange = ch.vhost.exchanges.get(name)
         if exchange is None:
@@ -68,9 +72,12 @@ def publish(ch: Any, cmd: Any) -> None:
                 errors.AccessRefused,
                 f"cannot publish to internal exchange '{name}' in vhost '{ch.vhost.name}'",
                 method)
+        if exchange.type == "topic":
+            ch.access.check_topic(name, "topic", method.routing_key, WRITE, method)
     header = cmd.header
     user_id = header.properties.user_id
-    if user_id is not None and user_id != ch.conn.username:
+    if (user_id is not None and user_id != ch.conn.username
+            and not ch.access.has_tag("impersonator")):
         # rabbitmq.com/validated-user-id.html
         raise errors.amqp_error(
             errors.PreconditionFailed,
@@ -85,10 +92,12 @@ def publish(ch: Any, cmd: Any) -> None:
 
 
 def consume(ch: Any, cmd: Any) -> None:
-    """basic.consume (§1.8.3.3): server tags "amq.ctag-…", 530 on a reused tag, 403 for
+    """basic.consume (§1.8.3.3): read on the queue; server tags "amq.ctag-…", 530 on a reused tag, 403 for
     exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
     m = cmd.method
-    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    ch.access.check("queue", name, READ, m)
+    queue = ch.vhost.get_queue(name, ch.conn, m)
     tag = m.consumer_tag or ("amq.ctag-" + uuid.uuid4().hex[:22])
     if tag in ch.consumers:
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
@@ -117,9 +126,12 @@ def cancel(ch: Any, cmd: Any) -> None:
 
 
 def get(ch: Any, cmd: Any) -> None:
-    """basic.get (§1.8.3.10): get-ok with message_count left, or get-empty."""
+    """basic.get (§1.8.3.10): read on the queue; get-ok with message_count left, or
+    get-empty."""
     m = cmd.method
-    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    ch.access.check("queue", name, READ, m)
+    queue = ch.vhost.get_queue(name, ch.conn, m)
     result = queue.call(queue.basic_get, ch, m.no_ack)
     if result is None:
         ch.send_method(B.GetEmpty())

@@ -1,7 +1,11 @@
 """Handlers for exchange.* and queue.* methods (RabbitMQ `rabbit_channel`).
 
 Owns: turning those methods into VHost operations and their -ok replies (honouring nowait).
-The checks and reply codes live in `broker/vhost.py`; this module only adapts arguments.
+The checks and reply codes live in `broker/vhost.py`; this module only adapts arguments and
+asks the channel's `ChannelAccess` for the permission each method needs, as RabbitMQ's table
+(rabbitmq.com/access-control.html, rabbit_channel.erl): declare/delete → configure; bind →
+write on the destination, read on the source (and the topic read permission on the binding
+key); purge → read; passive declares need none.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 from pamqp import commands
 
 from broker import errors
+from broker.access import CONFIGURE, READ, WRITE
 from broker.protocol.framing import build_method
 
 E = commands.Exchange
@@ -18,8 +23,15 @@ Q = commands.Queue
 
 
 def exchange_declare(ch: Any, cmd: Any) -> None:
-    """exchange.declare (§1.6.2.1)."""
+    """exchange.declare (§1.6.2.1): configure on the exchange; a new exchange with an
+    `alternate-exchange` also needs read on itself and write on the alternate."""
     m = cmd.method
+    if not m.passive and m.exchange:
+        ch.access.check("exchange", m.exchange, CONFIGURE, m)
+        alternate = (m.arguments or {}).get("alternate-exchange")
+        if alternate is not None and m.exchange not in ch.vhost.exchanges:
+            ch.access.check("exchange", m.exchange, READ, m)
+            ch.access.check("exchange", str(alternate), WRITE, m)
     ch.vhost.declare_exchange(
         m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
         auto_delete=m.auto_delete, internal=m.internal, arguments=dict(m.arguments or {}),
@@ -29,16 +41,34 @@ def exchange_declare(ch: Any, cmd: Any) -> None:
 
 
 def exchange_delete(ch: Any, cmd: Any) -> None:
-    """exchange.delete (§1.6.2.3)."""
+    """exchange.delete (§1.6.2.3): configure on the exchange (after the default and `amq.*`
+    refusals, as RabbitMQ)."""
     m = cmd.method
+    if m.exchange and not m.exchange.startswith("amq."):
+        ch.access.check("exchange", m.exchange, CONFIGURE, m)
     ch.vhost.delete_exchange(m.exchange, m.if_unused, m)
     if not m.nowait:
         ch.send_method(E.DeleteOk())
 
 
+def _check_binding(ch: Any, kind: str, destination: str, source: str, routing_key: str,
+                   method: Any) -> None:
+    """rabbit_channel binding_action: write on the destination, read on the source, and the
+    topic read permission for the binding key when the source is a topic exchange."""
+    access = ch.access
+    access.check(kind, destination, WRITE, method)
+    if source == "" or (kind == "exchange" and destination == ""):
+        return  # the vhost refuses the default exchange (403) next
+    access.check("exchange", source, READ, method)
+    exchange = ch.vhost.exchanges.get(source)
+    if exchange is not None:
+        access.check_topic(source, exchange.type, routing_key, READ, method)
+
+
 def exchange_bind(ch: Any, cmd: Any) -> None:
     """exchange.bind (RabbitMQ extension, rabbitmq.com/e2e.html)."""
     m = cmd.method
+    _check_binding(ch, "exchange", m.destination, m.source, m.routing_key, m)
     ch.vhost.bind("exchange", m.destination, m.source, m.routing_key,
                   dict(m.arguments or {}), ch.conn, m)
     if not m.nowait:
@@ -48,6 +78,7 @@ def exchange_bind(ch: Any, cmd: Any) -> None:
 def exchange_unbind(ch: Any, cmd: Any) -> None:
     """exchange.unbind."""
     m = cmd.method
+    _check_binding(ch, "exchange", m.destination, m.source, m.routing_key, m)
     ch.vhost.unbind("exchange", m.destination, m.source, m.routing_key,
                     dict(m.arguments or {}), ch.conn, m)
     if not m.nowait:
@@ -55,11 +86,23 @@ def exchange_unbind(ch: Any, cmd: Any) -> None:
 
 
 def queue_declare(ch: Any, cmd: Any) -> None:
-    """queue.declare (§1.7.2.1): declare-ok carries message and consumer counts."""
+    """queue.declare (§1.7.2.1): declare-ok carries message and consumer counts. Configure
+    on the queue (server-named: its `amq.gen-…` name); a new queue with a dead-letter
+    exchange also needs read on itself and write on that exchange."""
     m = cmd.method
+    arguments = dict(m.arguments or {})
+
+    def authorize(name: str, exists: bool) -> None:
+        ch.access.check("queue", name, CONFIGURE, m)
+        dlx = arguments.get("x-dead-letter-exchange")
+        if not exists and dlx is not None:
+            ch.access.check("queue", name, READ, m)
+            ch.access.check("exchange", str(dlx), WRITE, m)
+
     queue = ch.vhost.declare_queue(
         m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
-        auto_delete=m.auto_delete, arguments=dict(m.arguments or {}), owner=ch.conn, method=m)
+        auto_delete=m.auto_delete, arguments=arguments, owner=ch.conn, method=m,
+        authorize=authorize)
     ch.last_queue = queue.name
     if not m.nowait:
         count = queue.call(queue.message_count)
@@ -80,8 +123,9 @@ def queue_name(ch: Any, name: str, method: Any = None) -> str:
 def queue_bind(ch: Any, cmd: Any) -> None:
     """queue.bind (§1.7.2.3)."""
     m = cmd.method
-    ch.vhost.bind("queue", queue_name(ch, m.queue, m), m.exchange, m.routing_key,
-                  dict(m.arguments or {}), ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    _check_binding(ch, "queue", name, m.exchange, m.routing_key, m)
+    ch.vhost.bind("queue", name, m.exchange, m.routing_key, dict(m.arguments or {}), ch.conn, m)
     if not m.nowait:
         ch.send_method(Q.BindOk())
 
@@ -89,25 +133,32 @@ def queue_bind(ch: Any, cmd: Any) -> None:
 def queue_unbind(ch: Any, cmd: Any) -> None:
     """queue.unbind (§1.7.2.5)."""
     m = cmd.method
-    ch.vhost.unbind("queue", queue_name(ch, m.queue, m), m.exchange, m.routing_key,
-                    dict(m.arguments or {}), ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    _check_binding(ch, "queue", name, m.exchange, m.routing_key, m)
+    ch.vhost.unbind("queue", name, m.exchange, m.routing_key, dict(m.arguments or {}),
+                    ch.conn, m)
     ch.send_method(Q.UnbindOk())
 
 
 def queue_purge(ch: Any, cmd: Any) -> None:
-    """queue.purge (§1.7.2.7): purge-ok with the number of ready messages dropped."""
+    """queue.purge (§1.7.2.7): read on the queue; purge-ok with the number of ready
+    messages dropped."""
     m = cmd.method
-    queue = ch.vhost.get_queue(queue_name(ch, m.queue, m), ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    ch.access.check("queue", name, READ, m)
+    queue = ch.vhost.get_queue(name, ch.conn, m)
     count = queue.call(queue.purge)
     if not m.nowait:
         ch.send_method(Q.PurgeOk(count))
 
 
 def queue_delete(ch: Any, cmd: Any) -> None:
-    """queue.delete (§1.7.2.9): if-unused/if-empty → 406; delete-ok with the count."""
+    """queue.delete (§1.7.2.9): configure on the queue; if-unused/if-empty → 406;
+    delete-ok with the count."""
     m = cmd.method
-    count = ch.vhost.delete_queue(queue_name(ch, m.queue, m), m.if_unused, m.if_empty,
-                                  ch.conn, m)
+    name = queue_name(ch, m.queue, m)
+    ch.access.check("queue", name, CONFIGURE, m)
+    count = ch.vhost.delete_queue(name, m.if_unused, m.if_empty, ch.conn, m)
     if not m.nowait:
         ch.send_method(Q.DeleteOk(count))
 

@@ -43,6 +43,20 @@ class BrokerConfig:
     default_vhost: str = "/"
     loopback_users: tuple[str, ...] = ("guest",)  # may only connect from loopback
 
+    # security (rabbitmq.com/access-control.html, ssl.html, networking.html); dotted RabbitMQ
+    # keys map to underscores: ssl_options.certfile → ssl_options_certfile
+    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")  # add EXTERNAL for x509 login
+    connection_max: int = -1  # broker-wide cap on open connections; -1 / "infinity" = none
+    listeners_tcp: str = ""  # "none" turns the plain AMQP listener off (listeners.tcp = none)
+    listeners_ssl_default: str = ""  # amqps listener "PORT" or "HOST:PORT" ("" = off; 0 = any)
+    ssl_options_certfile: str = ""  # server certificate chain (PEM)
+    ssl_options_keyfile: str = ""  # server private key (PEM)
+    ssl_options_cacertfile: str = ""  # CAs that sign client certificates (PEM)
+    ssl_options_verify: str = "verify_none"  # verify_peer: ask for and check client certs
+    ssl_options_fail_if_no_peer_cert: bool = False  # with verify_peer: a cert is required
+    ssl_cert_login_from: str = "distinguished_name"  # EXTERNAL user name: or common_name,
+    # subject_alternative_name (rabbitmq_auth_mechanism_ssl)
+
     # server properties; kombu applies RabbitMQ's qos semantics only when product = RabbitMQ
     product: str = "pybroker-amqp"
 
@@ -85,6 +99,8 @@ def _coerce(name: str, value: Any) -> Any:
                 raise ValueError(f"{name}: expected a boolean, got {value!r}")
             return low in ("1", "true", "yes", "on")
         if isinstance(default, int):
+            if value.strip().lower() == "infinity":  # rabbitmq.conf's "no limit"
+                return -1
             return int(value)
         if isinstance(default, float):
             return float(value)
@@ -117,13 +133,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML dotted keys (`ssl_options.certfile = "x"`, or an `[ssl_options]` table) become
+    flat RabbitMQ-style keys ("ssl_options.certfile") unless the table is itself a field."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        full = f"{prefix}.{key}" if prefix else key
+        name = full.replace(".", "_").replace("-", "_")
+        if isinstance(value, dict) and name not in _FIELDS:
+            out.update(_flatten(value, full))
+        else:
+            out[full] = value
+    return out
+
+
 def load_config(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> BrokerConfig:
     """Build the config from defaults < TOML file < environment < CLI.
 
     The TOML file is `--config` or `BROKER_CONFIG`; keys are the field names (a `[broker]`
-    table, or top level). Raises `SystemExit` (argparse) on bad CLI flags and `ValueError` for
+    table, or top level) or RabbitMQ's dotted keys (`ssl_options.certfile`, also as TOML
+    tables); dots and dashes map to underscores, as in `--set ssl_options.verify=verify_peer`. Raises `SystemExit` (argparse) on bad CLI flags and `ValueError` for
     unknown keys or values of the wrong type.
     """
     environ = os.environ if environ is None else environ
@@ -135,7 +166,7 @@ def load_config(
     if path:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-        table = data.get("broker", data)
+        table = _flatten(data.get("broker", data))
         for key, value in table.items():
             key = key.replace(".", "_").replace("-", "_")
             if key in _FIELDS and key != "extra":
@@ -160,6 +191,8 @@ def load_config(
             raise ValueError(f"--set {item!r}: unknown key")
         values[key] = _coerce(key, value)
 
+    if values.get("ssl_options_verify", "verify_none") not in ("verify_none", "verify_peer"):
+        raise ValueError("ssl_options.verify must be verify_none or verify_peer")
     if values.get("confirm_on", "persist") not in ("persist", "ack", "ack-lite"):
         raise ValueError(f"confirm_on must be persist, ack or ack-lite, not {values['confirm_on']!r}")
     cfg = BrokerConfig(**values)

@@ -16,8 +16,8 @@ migrations in `_MIGRATIONS`, a newer one raises `DefinitionsError`. AMQP field t
 (arguments) are stored as tagged JSON (`encode_table`): JSON for str/int/float/bool/None/list/
 dict, and {"$bytes": base64}, {"$bytearray": base64}, {"$decimal": "1.50"},
 {"$timestamp": ISO 8601} for the AMQP types JSON lacks, so every value comes back with its
-type. Passwords: RabbitMQ's `rabbit_password_hashing_sha256`: 4 random salt bytes, then
-SHA-256(salt + UTF-8 password); stored as that 36-byte blob.
+type. Passwords: RabbitMQ's salted hashes (`broker/passwords.py`: 4 salt bytes + SHA-256 of
+salt + password by default) stored as a blob with the user's `hashing_algorithm`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,16 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
-import hashlib
-import hmac
 import json
-import os
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+from broker.passwords import DEFAULT_ALGORITHM as HASHING_ALGORITHM
+from broker.passwords import check_password, hash_password  # noqa: F401 (re-exported)
+
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = """
 CREATE TABLE vhosts (
@@ -75,8 +74,27 @@ CREATE TABLE policies (
 );
 """
 
+# v2: topic permissions (rabbit_topic_permission) and user / vhost limits (RabbitMQ's
+# `user-limits` and `vhost-limits` runtime parameters), issue 13
+_SCHEMA_V2 = """
+CREATE TABLE topic_permissions (
+    user TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE,
+    exchange TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
+    PRIMARY KEY (user, vhost, exchange)
+);
+CREATE TABLE user_limits (
+    user TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE, name TEXT NOT NULL,
+    value INTEGER NOT NULL, PRIMARY KEY (user, name)
+);
+CREATE TABLE vhost_limits (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, name TEXT NOT NULL,
+    value INTEGER NOT NULL, PRIMARY KEY (vhost, name)
+);
+"""
+
 # version reached -> SQL that brings a file from the previous version to it
-_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
 
 
 class DefinitionsError(Exception):
@@ -136,20 +154,6 @@ def decode_table(text: str) -> dict[str, Any]:
     return _from_json(json.loads(text))
 
 
-# -- passwords ---------------------------------------------------------------------------------
-def hash_password(password: str, salt: bytes | None = None) -> bytes:
-    """salt(4) + SHA-256(salt + UTF-8 password): RabbitMQ's rabbit_password_hashing_sha256."""
-    salt = os.urandom(4) if salt is None else salt
-    return salt + hashlib.sha256(salt + password.encode()).digest()
-
-
-def check_password(password: str, password_hash: bytes) -> bool:
-    """True if `password` matches a `hash_password` result (constant-time compare)."""
-    if len(password_hash) != 36:
-        return False
-    return hmac.compare_digest(hash_password(password, password_hash[:4]), password_hash)
-
-
 # -- records -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class VhostDef:
@@ -162,7 +166,8 @@ class VhostDef:
 
 @dataclass(frozen=True)
 class UserDef:
-    """A user: name, password_hash (36 bytes, or None = no password login), tags."""
+    """A user: name, password_hash (salt + digest, see broker/passwords.py; None = no
+    password login, e.g. certificate users), tags, hashing_algorithm."""
 
     name: str
     password_hash: bytes | None
@@ -179,6 +184,20 @@ class PermissionDef:
     configure: str
     write: str
     read: str
+
+
+@dataclass(frozen=True)
+class TopicPermissionDef:
+    """write/read regexes on routing keys of a user in a vhost for one topic exchange."""
+
+    user: str
+    vhost: str
+    exchange: str
+    write: str
+    read: str
+
+
+_LIMIT_TABLES = {"user": ("user_limits", "user"), "vhost": ("vhost_limits", "vhost")}
 
 
 @dataclass(frozen=True)
@@ -286,8 +305,10 @@ class Definitions:
 
     # -- vhosts ----------------------------------------------------------------------------
     def add_vhost(self, name: str, description: str = "", tags: Iterable[str] = ()) -> None:
-        """Create or update a vhost."""
-        self._write("INSERT OR REPLACE INTO vhosts VALUES (?, ?, ?)",
+        """Create or update a vhost (an UPSERT: updating keeps what the vhost holds; INSERT
+        OR REPLACE would delete the row and cascade)."""
+        self._write("INSERT INTO vhosts VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "description = excluded.description, tags = excluded.tags",
                     (name, description, json.dumps(list(tags))))
 
     def remove_vhost(self, name: str) -> bool:
@@ -302,15 +323,20 @@ class Definitions:
 
     # -- users and permissions -------------------------------------------------------------
     def add_user(self, name: str, password: str | None = None, *,
-                 password_hash: bytes | None = None, tags: Iterable[str] = ()) -> None:
-        """Create or update a user from a clear password (hashed here) or a ready hash."""
+                 password_hash: bytes | None = None, tags: Iterable[str] = (),
+                 hashing_algorithm: str = HASHING_ALGORITHM) -> None:
+        """Create or update a user from a clear password (hashed here) or a ready hash
+        (`hashing_algorithm` says how it was made). Updating keeps the user's permissions
+        and limits (an UPSERT, not a delete + insert, which would cascade)."""
         if password is not None:
-            password_hash = hash_password(password)
-        self._write("INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?)",
-                    (name, password_hash, HASHING_ALGORITHM, json.dumps(list(tags))))
+            password_hash = hash_password(password, hashing_algorithm)
+        self._write("INSERT INTO users VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "password_hash = excluded.password_hash, "
+                    "hashing_algorithm = excluded.hashing_algorithm, tags = excluded.tags",
+                    (name, password_hash, hashing_algorithm, json.dumps(list(tags))))
 
     def remove_user(self, name: str) -> bool:
-        """Delete a user and their permissions."""
+        """Delete a user and their permissions, topic permissions and limits."""
         return self._write("DELETE FROM users WHERE name = ?", (name,)) > 0
 
     def list_users(self) -> list[UserDef]:
@@ -321,8 +347,9 @@ class Definitions:
 
     def check_user_password(self, name: str, password: str) -> bool:
         """True if `name` exists, has a password, and `password` matches it."""
-        row = self._db.execute("SELECT password_hash FROM users WHERE name = ?", (name,)).fetchone()
-        return bool(row and row[0] and check_password(password, row[0]))
+        row = self._db.execute("SELECT password_hash, hashing_algorithm FROM users WHERE name = ?",
+                               (name,)).fetchone()
+        return bool(row and row[0] and check_password(password, row[0], row[1]))
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         """Grant regex permissions of `user` in `vhost` (both must exist)."""
@@ -337,6 +364,44 @@ class Definitions:
         """Every permission row."""
         rows = self._db.execute("SELECT * FROM permissions ORDER BY user, vhost")
         return [PermissionDef(*r) for r in rows]
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        """Topic permissions of `user` in `vhost` on topic exchange `exchange` (RabbitMQ
+        rabbit_topic_permission; both must exist)."""
+        self._write("INSERT OR REPLACE INTO topic_permissions VALUES (?, ?, ?, ?, ?)",
+                    (user, vhost, exchange, write, read))
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove `user`'s topic permissions in `vhost` (on one exchange, or all)."""
+        if exchange is None:
+            return self._write("DELETE FROM topic_permissions WHERE user = ? AND vhost = ?",
+                               (user, vhost)) > 0
+        return self._write("DELETE FROM topic_permissions WHERE user = ? AND vhost = ? AND "
+                           "exchange = ?", (user, vhost, exchange)) > 0
+
+    def list_topic_permissions(self) -> list[TopicPermissionDef]:
+        """Every topic permission row, by user, vhost, exchange."""
+        rows = self._db.execute("SELECT * FROM topic_permissions ORDER BY user, vhost, exchange")
+        return [TopicPermissionDef(*r) for r in rows]
+
+    # -- limits (RabbitMQ runtime parameters `user-limits` / `vhost-limits`) ---------------
+    def set_limits(self, scope: str, owner: str, limits: dict[str, int]) -> None:
+        """Replace every limit of user (`scope` "user") or vhost ("vhost") `owner`."""
+        table, column = _LIMIT_TABLES[scope]
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (owner,))
+            for name, value in limits.items():
+                self._db.execute(f"INSERT INTO {table} VALUES (?, ?, ?)", (owner, name, value))
+
+    def list_limits(self, scope: str) -> dict[str, dict[str, int]]:
+        """{owner: {limit name: value}} for `scope` "user" or "vhost"."""
+        table, column = _LIMIT_TABLES[scope]
+        out: dict[str, dict[str, int]] = {}
+        for owner, name, value in self._db.execute(f"SELECT {column}, name, value FROM {table}"):
+            out.setdefault(owner, {})[name] = value
+        return out
 
     # -- exchanges -------------------------------------------------------------------------
     def add_exchange(self, x: ExchangeDef) -> None:

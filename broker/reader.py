@@ -18,7 +18,7 @@ from typing import Any
 from pamqp import commands
 from pamqp.base import Frame
 
-from broker import errors
+from broker import errors, limits
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, ChannelProcess
 from broker.protocol.assembler import Command, CommandAssembler
@@ -75,6 +75,7 @@ class Reader(asyncio.Protocol):
         self.channel_max = self.config.channel_max  # negotiated channel_max
         self.capabilities: dict = {}  # client capabilities (consumer_cancel_notify, …)
         self.username = ""  # authenticated user, after connection.open
+        self.access_control: Any = None  # broker.access.AccessControl, after connection.open
         self.channels: dict[int, ChannelProcess] = {}  # channel number -> process
         self._assemblers: dict[int, CommandAssembler] = {}  # channel number -> assembler
         self._discarding: set[int] = set()  # channels closed by an assembler error
@@ -183,7 +184,23 @@ class Reader(asyncio.Protocol):
         return ok
 
     def _vhost_allowed(self, username: str, vhost: str) -> bool:
-        return vhost in self.broker.vhosts
+        """connection.open checks in rabbit_reader's order: the broker-wide `connection_max`,
+        the vhost's and the user's `max-connections` (530 with RabbitMQ's texts, raised
+        here), then the user's permission row in the vhost (False → 530 access refused)."""
+        broker = self.broker
+        opened = [c for c in broker.connections if c.vhost is not None and c is not self]
+        cap = self.config.connection_max
+        if cap > 0 and len(opened) >= cap:
+            raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
+        vhost_limit = broker.users.limits_of_vhost(vhost).get("max-connections")
+        if limits.over(vhost_limit, sum(1 for c in opened if c.vhost.name == vhost)):
+            raise errors.amqp_error(
+                errors.NotAllowed, limits.vhost_connections_text(vhost, username, vhost_limit))
+        user_limit = broker.users.user_limits.get(username, {}).get("max-connections")
+        if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
+            raise errors.amqp_error(
+                errors.NotAllowed, limits.user_connections_text(username, user_limit))
+        return broker.users.control.vhost_allowed(username, vhost)
 
     # -- frames -----------------------------------------------------------------------------
     def _frame(self, channel: int, frame: Any) -> None:
@@ -247,6 +264,13 @@ class Reader(asyncio.Protocol):
                 errors.NotAllowed,
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})", frame)
+        user_limit = self.broker.users.user_limits.get(self.username, {}).get("max-channels")
+        if user_limit is not None and user_limit >= 0:
+            used = sum(len(c.channels) for c in self.broker.connections
+                       if c.username == self.username)
+            if limits.over(user_limit, used):
+                raise errors.amqp_error(
+                    errors.NotAllowed, limits.user_channels_text(self.username, user_limit))
         ch = ChannelProcess(self, channel)
         self.channels[channel] = ch
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)
@@ -291,6 +315,7 @@ class Reader(asyncio.Protocol):
         self.state = RUNNING
         self.vhost = self.broker.vhosts[hs.vhost]
         self.username = hs.username
+        self.access_control = self.broker.users.control  # channels check every operation
         self.frame_max = hs.frame_max
         self.decoder.frame_max = hs.frame_max
         self.channel_max = hs.channel_max

@@ -22,6 +22,7 @@ from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
+from broker.users import Users
 from broker.vhost import VHost
 
 log = logging.getLogger("broker.server")
@@ -40,6 +41,7 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.vhosts: dict[str, VHost] = {}  # name -> vhost
         self.definitions: Definitions | None = None  # durable metadata (opened by start)
+        self.users: Users | None = None  # users, permissions, limits (after start)
         self.connections: set[Reader] = set()  # live connections
         self.port: int = self.config.port  # bound port (after start)
         self._server: asyncio.AbstractServer | None = None  # the listener
@@ -73,6 +75,8 @@ class Broker:
         clean = stores.recover(keep_queues=durable_queues)
         vhost = VHost(name, self.loop, self.config, self._bq_factory,
                       definitions=self.definitions, stores=stores)
+        if self.users is not None:
+            vhost.limits = self.users.limits_of_vhost(name)  # live: set_vhost_limits applies
         self.vhosts[name] = vhost
         recovered = vhost.recover()
         log.info("vhost '%s': %d durable queues recovered (message store %s)", name,
@@ -80,12 +84,17 @@ class Broker:
         return vhost
 
     def check_user(self, username: str, password: str, peer: Any) -> bool:
-        """Internal auth backend: the password matches (salted SHA-256 in the definitions)
-        and a loopback-only user (guest by default, rabbitmq.com/access-control.html)
+        """Internal auth backend (`broker.users`): the password matches the user's salted
+        hash and a loopback-only user (guest by default, rabbitmq.com/access-control.html)
         connects from a loopback address."""
-        assert self.definitions is not None
-        if not self.definitions.check_user_password(username, password):
+        assert self.users is not None
+        if self.users.authenticate(username, password) is None:
             return False
+        return self.loopback_allowed(username, peer)
+
+    def loopback_allowed(self, username: str, peer: Any) -> bool:
+        """False if `username` is in `loopback_users` and `peer` is not a loopback address
+        (RabbitMQ `loopback_users`)."""
         if username in self.config.loopback_users:
             host = peer[0] if isinstance(peer, tuple) and peer else None
             if host is None:
@@ -124,9 +133,12 @@ class Broker:
         if not self.definitions.list_vhosts():
             self.definitions.add_vhost(self.config.default_vhost)
         if not self.definitions.list_users():
-            self.definitions.add_user(self.config.default_user, self.config.default_pass)
+            # RabbitMQ's first boot: default_user with default_user_tags (administrator)
+            self.definitions.add_user(self.config.default_user, self.config.default_pass,
+                                      tags=["administrator"])
             self.definitions.set_permissions(
                 self.config.default_user, self.config.default_vhost, ".*", ".*", ".*")
+        self.users = Users(self.definitions, self.vhosts.__contains__)
         for vhost_def in self.definitions.list_vhosts():
             self.add_vhost(vhost_def.name)
         log.info("recovery took %.2f s", time.monotonic() - t0)

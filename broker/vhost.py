@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from broker import errors
+from broker import errors, limits
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, QueueDef
 from broker.exchange import Exchange, new_routing
@@ -58,6 +58,7 @@ class VHost:
         self._bq_factory = bq_factory  # builds a queue's backing queue
         self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
+        self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
         self.declare_exchange("", "direct", durable=True)
         for ex_name, ex_type in PREDECLARED:
             self.declare_exchange(ex_name, ex_type, durable=True)
@@ -224,8 +225,13 @@ class VHost:
     def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
                       arguments: dict | None = None, owner: Any = None,
-                      method: Any = None, recovering: bool = False) -> QueueProcess:
-        """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue."""
+                      method: Any = None, recovering: bool = False,
+                      authorize: Callable[[str, bool], None] | None = None) -> QueueProcess:
+        """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue.
+
+        `authorize(name, exists)`, when given, runs once the name is known and may raise
+        (the channel's permission checks, 403). A new queue beyond the vhost's `max-queues`
+        limit → 406 "cannot declare queue 'q': queue limit in vhost '/' (N) is reached"."""
         arguments = arguments or {}
         if not name:
             if passive:
@@ -237,13 +243,20 @@ class VHost:
                 method)
         if passive:
             return self.get_queue(name, owner, method)
+        existing = self.queues.get(name)
+        if authorize is not None:
+            authorize(name, existing is not None)
         _validate_queue_args(arguments, self._q(name), method)
         durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
-        existing = self.queues.get(name)
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked
             self._check_equivalent(existing, durable, exclusive, auto_delete, arguments, method)
             return existing
+        max_queues = self.limits.get("max-queues")
+        if not recovering and limits.over(max_queues, len(self.queues)):
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                limits.vhost_queues_text(name, self.name, max_queues), method)
         queue = QueueProcess(
             self._loop, self, name, durable=durable, auto_delete=auto_delete,
             exclusive_owner=owner if exclusive else None, arguments=arguments,

@@ -49,7 +49,8 @@ class ConnectionHandshake:
     """The handshake of one connection; methods in, methods to send out.
 
     `authenticate(mechanism, username, password) -> bool` and
-    `vhost_allowed(username, vhost) -> bool` come from the reader (it knows the peer address
+    `vhost_allowed(username, vhost) -> bool` (which may raise an AMQP error of its own, e.g.
+    a connection limit's 530, re-raised with connection.open's ids) come from the reader (it knows the peer address
     for the "guest only from loopback" rule); `vhost_exists(vhost) -> bool`, when given, lets
     an unknown vhost get RabbitMQ's "vhost X not found" text instead of "access refused".
 
@@ -210,7 +211,11 @@ class ConnectionHandshake:
         vhost = method.virtual_host
         if self._vhost_exists is not None and not self._vhost_exists(vhost):
             raise self._error(NotAllowed, f"vhost {vhost} not found", method, silent=False)
-        if not self._vhost_allowed(self.username, vhost):
+        try:
+            allowed = self._vhost_allowed(self.username, vhost)
+        except AMQPError as err:  # a limit refused the connection (530 with its own text)
+            raise self._error(type(err), str(err), method, silent=False) from err
+        if not allowed:
             raise self._error(
                 NotAllowed,
                 f"access to vhost '{vhost}' refused for user '{self.username}'",
