@@ -56,6 +56,8 @@ class BrokerConfig:
     ssl_options_fail_if_no_peer_cert: bool = False  # with verify_peer: a cert is required
     ssl_cert_login_from: str = "distinguished_name"  # EXTERNAL user name: or common_name,
     # subject_alternative_name (rabbitmq_auth_mechanism_ssl)
+    ssl_cert_login_san_type: str = "dns"  # dns, ip, email, uri (subject_alternative_name)
+    ssl_cert_login_san_index: int = 0  # which SAN of that type, from 0
 
     # server properties; kombu applies RabbitMQ's qos semantics only when product = RabbitMQ
     product: str = "pybroker-amqp"

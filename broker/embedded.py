@@ -36,6 +36,7 @@ class EmbeddedBroker:
         self.broker: Any = None
         self.host: str = overrides["host"]
         self.port: int = 0
+        self.ssl_port: int | None = None  # the amqps port when listeners_ssl_default is set
 
     @property
     def url(self) -> str:
@@ -67,6 +68,7 @@ class EmbeddedBroker:
             self.broker = Broker(BrokerConfig(**self._overrides))
             loop.run_until_complete(self.broker.start())
             self.port = self.broker.port
+            self.ssl_port = self.broker.ssl_port
         except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
             self._error = exc
             self._ready.set()

@@ -18,9 +18,10 @@ from typing import Any
 from pamqp import commands
 from pamqp.base import Frame
 
-from broker import errors, limits
+from broker import errors, limits, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, ChannelProcess
+from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
 from broker.protocol.framing import (
     HEARTBEAT,
@@ -66,6 +67,8 @@ class Reader(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None  # the socket
         self.writer: Writer | None = None  # outbound frame buffer
         self.peer: tuple | None = None  # (host, port) of the client
+        self.tls = False  # the connection came in on the amqps listener
+        self.peercert: dict | None = None  # the verified client certificate (ssl.getpeercert)
         self.state = AWAIT_HEADER  # AWAIT_HEADER → HANDSHAKE → RUNNING → CLOSING → CLOSED
         self._header_buf = b""  # bytes of the protocol header received so far
         self.decoder = FrameDecoder(self.config.frame_max)  # bytes → frames
@@ -93,6 +96,8 @@ class Reader(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        self.tls = transport.get_extra_info("ssl_object") is not None
+        self.peercert = transport.get_extra_info("peercert") if self.tls else None
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -172,13 +177,21 @@ class Reader(asyncio.Protocol):
         self.handshake = ConnectionHandshake(
             self.broker.server_properties(), self._authenticate, self._vhost_allowed,
             channel_max=self.config.channel_max, frame_max=self.config.frame_max,
-            heartbeat=self.config.heartbeat, vhost_exists=self.broker.vhosts.__contains__)
+            heartbeat=self.config.heartbeat, vhost_exists=self.broker.vhosts.__contains__,
+            mechanisms=sasl.offered(self.config.auth_mechanisms, self.tls),
+            external_identity=tls.external_login_name(self.peercert, self.config))
         for method in self.handshake.start():
             self._send0(method)
         return buf[8:]
 
     def _authenticate(self, mechanism: str, username: str, password: str) -> bool:
-        ok = self.broker.check_user(username, password, self.peer)
+        """PLAIN/AMQPLAIN: the password; EXTERNAL: the certificate's user exists (RabbitMQ
+        check_user_login(Username, [])). loopback_users applies to both."""
+        if mechanism == "EXTERNAL":
+            ok = (self.broker.users.user(username) is not None
+                  and self.broker.loopback_allowed(username, self.peer))
+        else:
+            ok = self.broker.check_user(username, password, self.peer)
         if not ok:
             log.warning("login refused for user %r from %s (%s)", username, self.peer, mechanism)
         return ok

@@ -16,7 +16,7 @@ import platform
 import time
 from typing import Any
 
-from broker import __version__
+from broker import __version__, tls
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
 from broker.definitions import Definitions
@@ -44,7 +44,8 @@ class Broker:
         self.users: Users | None = None  # users, permissions, limits (after start)
         self.connections: set[Reader] = set()  # live connections
         self.port: int = self.config.port  # bound port (after start)
-        self._server: asyncio.AbstractServer | None = None  # the listener
+        self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
+        self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
 
@@ -142,12 +143,26 @@ class Broker:
         for vhost_def in self.definitions.list_vhosts():
             self.add_vhost(vhost_def.name)
         log.info("recovery took %.2f s", time.monotonic() - t0)
-        self._server = await self.loop.create_server(
-            lambda: Reader(self), self.config.host, self.config.port, reuse_address=True)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        cfg = self.config
+        where = []
+        if cfg.listeners_tcp.strip().lower() != "none":
+            server = await self.loop.create_server(
+                lambda: Reader(self), cfg.host, cfg.port, reuse_address=True)
+            self._servers.append(server)
+            self.port = server.sockets[0].getsockname()[1]
+            where.append(f"{cfg.host}:{self.port}")
+        if cfg.listeners_ssl_default:
+            host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
+            server = await self.loop.create_server(
+                lambda: Reader(self), host, port, reuse_address=True,
+                ssl=tls.server_context(cfg), ssl_handshake_timeout=cfg.handshake_timeout)
+            self._servers.append(server)
+            self.ssl_port = server.sockets[0].getsockname()[1]
+            where.append(f"{host}:{self.ssl_port} (amqps)")
+        if not self._servers:
+            raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
         self.ready.set()
-        log.info("ready to accept connections on %s:%d", self.config.host, self.port)
+        log.info("ready to accept connections on %s", ", ".join(where))
 
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""
@@ -158,8 +173,8 @@ class Broker:
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, close clients with 320 CONNECTION_FORCED (waiting
         up to `SHUTDOWN_GRACE` seconds for their close-ok), stop queues."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self._all_closed = asyncio.Event()
         if not self.connections:
             self._all_closed.set()
@@ -177,7 +192,7 @@ class Broker:
         if self.definitions is not None:
             self.definitions.close()
             self.definitions = None
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers = []
         log.info("stopped")

@@ -53,6 +53,8 @@ class ConnectionHandshake:
     a connection limit's 530, re-raised with connection.open's ids) come from the reader (it knows the peer address
     for the "guest only from loopback" rule); `vhost_exists(vhost) -> bool`, when given, lets
     an unknown vhost get RabbitMQ's "vhost X not found" text instead of "access refused".
+    `external_identity` is the user name the client certificate gives (EXTERNAL); with
+    EXTERNAL, `authenticate` is called with that name and an empty password.
 
     Errors raised by receive() are AMQP hard errors (plus AccessRefused 403 for a failed
     login, which here closes the connection, not a channel) carrying `silent_close: bool`. True means RabbitMQ would not send
@@ -71,12 +73,14 @@ class ConnectionHandshake:
         heartbeat: int = 60,
         mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),  # RabbitMQ 3.10 sends this order
         vhost_exists: Callable[[str], bool] | None = None,
+        external_identity: str | None = None,
     ) -> None:
         self.server_properties = server_properties  # sent in connection.start
         self._authenticate = authenticate  # reader's credential check
         self._vhost_allowed = vhost_allowed  # reader's permission check
         self._vhost_exists = vhost_exists  # optional, for RabbitMQ's "not found" text
         self.mechanisms = mechanisms  # offered SASL mechanisms, in preference order
+        self.external_identity = external_identity  # EXTERNAL's user name (client cert)
         self.state = State.INIT  # see State
         self.channel_max = channel_max  # server limit until tune-ok, then negotiated
         self.frame_max = frame_max  # server limit until tune-ok, then negotiated (bytes)
@@ -167,6 +171,10 @@ class ConnectionHandshake:
             username, password = parse_response(mechanism, method.response or b"")
         except AMQPError as err:
             raise self._error(AccessRefused, refused, None, silent=silent) from err
+        if mechanism == "EXTERNAL":  # rabbit_auth_mechanism_ssl: the certificate names the user
+            if not self.external_identity:
+                raise self._error(AccessRefused, refused, None, silent=silent)
+            username = self.external_identity
         if not self._authenticate(mechanism, username, password):
             raise self._error(AccessRefused, refused, None, silent=silent)
         self.username = username

@@ -1,4 +1,5 @@
-# Owns: decoding SASL responses of connection.start-ok for the PLAIN and AMQPLAIN mechanisms.
+# Owns: decoding SASL responses of connection.start-ok for the PLAIN, AMQPLAIN and EXTERNAL
+# mechanisms.
 # Talks to: handshake.py only (credentials go on to the reader's authenticate callback).
 # Must never: check passwords, log secrets, or do I/O.
 """SASL PLAIN (RFC 4616) and AMQPLAIN response parsing (RabbitMQ rabbit_auth_mechanism_*)."""
@@ -12,6 +13,14 @@ from pamqp import decode
 from broker.errors import AccessRefused, CommandInvalid, amqp_error
 
 MECHANISMS = ("AMQPLAIN", "PLAIN")  # the order RabbitMQ 3.10 offers them in connection.start
+KNOWN = ("AMQPLAIN", "EXTERNAL", "PLAIN")  # every mechanism we implement, in offer order
+
+
+def offered(configured: tuple[str, ...], tls: bool) -> tuple[str, ...]:
+    """The mechanisms connection.start lists: the configured ones (`auth_mechanisms`) we
+    know, in RabbitMQ's order (its registry's, alphabetical); EXTERNAL only on a TLS
+    connection (rabbit_auth_mechanism_ssl:should_offer)."""
+    return tuple(m for m in KNOWN if m in configured and (m != "EXTERNAL" or tls))
 
 
 def _as_bytes(value: str | bytes) -> bytes:
@@ -31,11 +40,14 @@ def parse_response(mechanism: str, response: bytes | str) -> tuple[str, str]:
 
     PLAIN: "[authzid]\\0user\\0pass" (the authzid is ignored). AMQPLAIN: a field table
     *without* its 4-byte length prefix holding LOGIN and PASSWORD (py-amqp / old kombu).
-    `response` may be str (pamqp decodes a UTF-8 longstr to str) or bytes.
+    `response` may be str (pamqp decodes a UTF-8 longstr to str) or bytes. EXTERNAL: the
+    response is ignored (the name comes from the client certificate): ("", "").
     Raises AccessRefused 403 for a malformed response, CommandInvalid 503 for an unknown
     mechanism ("unknown authentication mechanism 'X'", as rabbit_reader.erl).
     """
     raw = _as_bytes(response)
+    if mechanism == "EXTERNAL":
+        return "", ""
     if mechanism == "PLAIN":
         parts = raw.split(b"\x00")
         if len(parts) != 3:
