@@ -201,18 +201,19 @@ class Reader(asyncio.Protocol):
         the vhost's and the user's `max-connections` (530 with RabbitMQ's texts, raised
         here), then the user's permission row in the vhost (False → 530 access refused)."""
         broker = self.broker
-        opened = [c for c in broker.connections if c.vhost is not None and c is not self]
         cap = self.config.connection_max
-        if cap > 0 and len(opened) >= cap:
-            raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
         vhost_limit = broker.users.limits_of_vhost(vhost).get("max-connections")
-        if limits.over(vhost_limit, sum(1 for c in opened if c.vhost.name == vhost)):
-            raise errors.amqp_error(
-                errors.NotAllowed, limits.vhost_connections_text(vhost, username, vhost_limit))
         user_limit = broker.users.user_limits.get(username, {}).get("max-connections")
-        if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
-            raise errors.amqp_error(
-                errors.NotAllowed, limits.user_connections_text(username, user_limit))
+        if cap >= 0 or vhost_limit is not None or user_limit is not None:  # count only then
+            opened = [c for c in broker.connections if c.vhost is not None and c is not self]
+            if limits.over(cap, len(opened)):
+                raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
+            if limits.over(vhost_limit, sum(1 for c in opened if c.vhost.name == vhost)):
+                raise errors.amqp_error(errors.NotAllowed, limits.vhost_connections_text(
+                    vhost, username, vhost_limit))  # type: ignore[arg-type]
+            if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
+                raise errors.amqp_error(errors.NotAllowed, limits.user_connections_text(
+                    username, user_limit))  # type: ignore[arg-type]
         return broker.users.control.vhost_allowed(username, vhost)
 
     # -- frames -----------------------------------------------------------------------------

@@ -293,6 +293,13 @@ def test_users_from_a_rabbitmq_definitions_file_log_in(sec, algorithm, password,
     login(sec, name, password).close()
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         login(sec, name, password + "x")
+
+    async def aio() -> None:  # the same user through aio-pika
+        conn = await aio_pika.connect(host="127.0.0.1", port=sec.port, login=name,
+                                      password=password)
+        await conn.close()
+
+    asyncio.run(asyncio.wait_for(aio(), 10))
     sec.call(lambda: users(sec).delete_user(name))
 
 

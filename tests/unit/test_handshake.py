@@ -216,3 +216,42 @@ def test_sasl_errors(mech: str, response: bytes, code: int) -> None:
     with pytest.raises(AMQPError) as info:
         parse_response(mech, response)
     assert close_args(info.value)[0] == code
+
+
+def test_external_takes_the_certificate_name() -> None:
+    seen = []
+
+    def auth(mech: str, user: str, pw: str) -> bool:
+        seen.append((mech, user, pw))
+        return user == "alice"
+
+    hs = ConnectionHandshake({}, auth, lambda u, v: True,
+                             mechanisms=("AMQPLAIN", "EXTERNAL", "PLAIN"),
+                             external_identity="alice")
+    (start,) = hs.start()
+    assert start.mechanisms == "AMQPLAIN EXTERNAL PLAIN"
+    hs.receive(start_ok("EXTERNAL", "ignored"))
+    assert hs.username == "alice" and seen == [("EXTERNAL", "alice", "")]
+    for identity in (None, "mallory"):  # no certificate, or a name that is not a user
+        hs = ConnectionHandshake({}, auth, lambda u, v: True,
+                                 mechanisms=("EXTERNAL",), external_identity=identity)
+        hs.start()
+        exc = error_of(hs, start_ok("EXTERNAL", ""))
+        assert close_args(exc)[:2] == (403, "ACCESS_REFUSED - Login was refused using "
+                                       "authentication mechanism EXTERNAL. For details see "
+                                       "the broker logfile.")
+
+
+def test_a_limit_raised_by_vhost_allowed_keeps_its_text() -> None:
+    from broker import errors
+
+    def limited(user: str, vhost: str) -> bool:
+        raise errors.amqp_error(errors.NotAllowed, "connection refused: node connection "
+                                "limit (1) is reached")
+
+    hs = ConnectionHandshake({}, lambda m, u, p: True, limited)
+    hs.start()
+    exc = error_of(hs, start_ok(), tune_ok(), C.Connection.Open(virtual_host="/"))
+    assert close_args(exc) == (530, "NOT_ALLOWED - connection refused: node connection limit "
+                               "(1) is reached", 10, 40)
+    assert not getattr(exc, "silent_close", True)
