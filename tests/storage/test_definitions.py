@@ -136,3 +136,40 @@ def test_wal_mode(tmp_path):
     d = Definitions(path)
     assert d._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     d.close()
+
+
+def test_v1_file_migrates_to_v2_keeping_users_and_permissions(tmp_path):
+    """A definitions.db written before issue 13 (schema v1) opens as v2: users and
+    permissions are kept, the topic permission and limit tables are added."""
+    from broker.definitions import _SCHEMA_V1
+
+    path = str(tmp_path / "definitions.db")
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_V1)
+    db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    db.execute("INSERT INTO schema_version VALUES (1)")
+    db.execute("INSERT INTO vhosts VALUES ('/', '', '[]')")
+    db.execute("INSERT INTO users VALUES ('guest', ?, 'rabbit_password_hashing_sha256', '[]')",
+               (hash_password("guest"),))
+    db.execute("INSERT INTO permissions VALUES ('guest', '/', '.*', '.*', '.*')")
+    db.commit()
+    db.close()
+    d = Definitions(path)
+    assert d.schema_version() == SCHEMA_VERSION == 2
+    assert d.check_user_password("guest", "guest")
+    assert [p.user for p in d.list_permissions()] == ["guest"]
+    d.set_topic_permissions("guest", "/", "amq.topic", "^a", "^b")
+    d.set_limits("user", "guest", {"max-channels": 5})
+    d.set_limits("vhost", "/", {"max-queues": 7})
+    # updating a user or a vhost keeps what hangs off it (UPSERT, no cascade)
+    d.add_user("guest", "new", tags=["administrator"])
+    d.add_vhost("/", "described")
+    assert d.check_user_password("guest", "new")
+    assert [(t.exchange, t.write) for t in d.list_topic_permissions()] == [("amq.topic", "^a")]
+    assert d.list_limits("user") == {"guest": {"max-channels": 5}}
+    assert d.list_limits("vhost") == {"/": {"max-queues": 7}}
+    assert [p.user for p in d.list_permissions()] == ["guest"]
+    d.remove_user("guest")  # cascades to its permissions, topic permissions and limits
+    assert d.list_permissions() == [] and d.list_topic_permissions() == []
+    assert d.list_limits("user") == {}
+    d.close()

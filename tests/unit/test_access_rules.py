@@ -5,6 +5,8 @@ cache following permission changes, and RabbitMQ-compatible password hashes."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker import errors, limits
 from broker.access import AccessControl, ChannelAccess, Permission, TopicPermission, User
@@ -82,3 +84,39 @@ def test_password_hash_layout(algorithm, size):
     assert not check_password("s3cret", h, "rabbit_password_hashing_nope")
     assert not check_password("s3cret", None, algorithm)
     assert encode_hash(h)
+
+
+NAMES = ("q1", "q2", "amq.gen-x", "x1")
+PATTERNS = ("", ".*", "^q", "1$", "^amq\\.gen")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(PATTERNS), st.sampled_from(PATTERNS),
+              st.sampled_from(PATTERNS)),
+    st.tuples(st.just("clear")),
+    st.tuples(st.just("check"), st.sampled_from(("queue", "exchange")),
+              st.sampled_from(NAMES), st.sampled_from(("configure", "write", "read")))),
+    max_size=30))
+def test_channel_cache_never_outlives_a_change(steps):
+    """Whatever permissions are set or cleared between checks, a channel's cached answer is
+    always the one the tables give now (changes take effect on open channels)."""
+    c = AccessControl()
+    c.users["u"] = User("u", None, SHA256)
+    access = ChannelAccess(c, "u", "/")
+    for step in steps:
+        if step[0] == "set":
+            c.permissions[("u", "/")] = Permission(*step[1:])
+            c.changed()
+        elif step[0] == "clear":
+            c.permissions.pop(("u", "/"), None)
+            c.changed()
+        else:
+            _, kind, name, perm = step
+            expected = c.resource_allowed("u", "/", name, perm)
+            try:
+                access.check(kind, name, perm)
+                allowed = True
+            except errors.AccessRefused:
+                allowed = False
+            assert allowed == expected
