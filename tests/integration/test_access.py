@@ -18,7 +18,7 @@ import aiormq.exceptions
 import pika
 import pika.exceptions
 import pytest
-from helpers import soft_error, start_embedded
+from helpers import soft_error, start_embedded, wait_for
 
 from broker.passwords import MD5, SHA256, SHA512, decode_hash
 
@@ -386,3 +386,28 @@ def test_aio_pika_permission_refusals(sec, make_user):
             await wrong
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_burst_of_failed_logins_costs_the_clients_not_the_broker(sec, make_user):
+    """50 concurrent wrong-password logins (aio-pika) all get refused while a good connection
+    keeps doing round trips, and the broker forgets every refused connection."""
+    user, pw = make_user()
+    before = sec.call(lambda: len(sec.broker.connections))
+
+    async def bad() -> None:
+        with pytest.raises(aio_pika.exceptions.ProbableAuthenticationError):
+            await aio_pika.connect(host="127.0.0.1", port=sec.port, login=user,
+                                   password="wrong")
+
+    async def main() -> None:
+        good = await aio_pika.connect(host="127.0.0.1", port=sec.port, login=user,
+                                      password=pw)
+        async with good:
+            ch = await good.channel()
+            burst = asyncio.gather(*(bad() for _ in range(50)))
+            for _ in range(20):  # round trips interleaved with the burst
+                await ch.declare_queue(exclusive=True)
+            await burst
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    wait_for(lambda: sec.call(lambda: len(sec.broker.connections)) == before, timeout=10)
