@@ -192,3 +192,23 @@ VqVsMemory.TestCase.settings = settings(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
 )
 TestVqVsMemory = VqVsMemory.TestCase
+
+
+def test_clean_restart_after_crash_keeps_recovered_persistent_message():
+    """Regression (found by the machine above): after a crash a lazy queue's delta covers a
+    transient pending ack as well; terminate acked that seq id twice, the segment's un-acked
+    count hit 0 and fold() deleted the segment holding the recovered persistent message."""
+    s = VqVsMemory()
+    try:
+        s.start(embed=4096, io_batch=1, lazy=True, journal=4)
+        s.publish_delivered(big=False, persistent=True)
+        s.crash()
+        s.publish_delivered(big=False, persistent=False)
+        s.publish(big=False, persistent=False, ttl=None)
+        s.restart()
+        s.same_counts()
+        s.peek()
+        got = s.vq.fetch(False)
+        assert got is not None and got.redelivered
+    finally:
+        s.teardown()
