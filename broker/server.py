@@ -1,9 +1,11 @@
-"""The broker: listener, vhosts, users, connections, startup and graceful shutdown
-(RabbitMQ `rabbit_networking`, `rabbit_vhost`, `rabbit_auth_backend_internal`).
+"""The broker: listeners, vhosts, users, connections, startup and graceful shutdown
+(RabbitMQ `rabbit_networking`, `rabbit_vhost`).
 
-Owns: the TCP listener, the vhost table, the user table, the set of live connections, and the
-server properties sent in connection.start. It never parses frames (the reader does) and never
-touches a queue's messages.
+Owns: the plain and amqps listeners (`broker/tls.py` builds the TLS context), the vhost table,
+`users` (the internal auth backend and the façade for users, permissions and limits,
+`broker/users.py`), the set of live connections, and the server properties sent in
+connection.start. It never parses frames (the reader does) and never touches a queue's
+messages.
 """
 
 from __future__ import annotations
