@@ -15,6 +15,7 @@ import ipaddress
 import logging
 import os
 import platform
+import shutil
 import time
 from typing import Any
 
@@ -50,6 +51,8 @@ class Broker:
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
+        # (connections still open, set when the last of them is gone): delete_vhost's waits
+        self._gone_waiters: list[tuple[set[Reader], asyncio.Event]] = []
 
     def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any,
                     arguments: dict) -> Any:
@@ -85,6 +88,42 @@ class Broker:
         log.info("vhost '%s': %d durable queues recovered (message store %s)", name,
                  recovered, "clean" if clean else "rebuilt by scan")
         return vhost
+
+    async def delete_vhost(self, name: str) -> None:
+        """Delete vhost `name` and everything in it, as `rabbitmqctl delete_vhost`
+        (rabbit_vhost:delete): its connections get connection.close 320 "CONNECTION_FORCED -
+        vhost 'NAME' is deleted" (waiting up to `SHUTDOWN_GRACE` s for close-ok, then the
+        socket is dropped), every queue is deleted with its messages, the message stores and
+        their directory are removed, and the definitions (exchanges, queues, bindings,
+        policies, permissions, limits) are dropped. Raises KeyError if there is no such
+        vhost."""
+        vhost = self.vhosts[name]
+        mine = {c for c in self.connections if c.vhost is vhost}
+        waiter = (mine, asyncio.Event())
+        self._gone_waiters.append(waiter)
+        for conn in list(mine):
+            conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
+        try:
+            if mine:
+                async with asyncio.timeout(SHUTDOWN_GRACE):
+                    await waiter[1].wait()
+        except TimeoutError:
+            for conn in list(mine):
+                conn.abort()
+        finally:
+            self._gone_waiters.remove(waiter)
+        del self.vhosts[name]
+        for queue in list(vhost.queues.values()):
+            queue.terminate(delete=True)
+        vhost.queues.clear()
+        if vhost.stores is not None:
+            vhost.stores.close()
+            shutil.rmtree(vhost.stores.root, ignore_errors=True)
+        if self.definitions is not None:
+            self.definitions.remove_vhost(name)
+        if self.users is not None:
+            self.users.forget_vhost(name)
+        log.info("vhost '%s' deleted", name)
 
     def check_user(self, username: str, password: str, peer: Any) -> bool:
         """Internal auth backend (`broker.users`): the password matches the user's salted
@@ -169,6 +208,10 @@ class Broker:
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""
         self.connections.discard(conn)
+        for waiting, event in self._gone_waiters:  # delete_vhost waits for its connections
+            waiting.discard(conn)
+            if not waiting:
+                event.set()
         if not self.connections and self._all_closed is not None:
             self._all_closed.set()
 
