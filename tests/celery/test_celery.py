@@ -1,0 +1,143 @@
+"""Celery 5.7 end to end: a real worker subprocess against the broker, the rpc:// result
+backend, retries with countdown, acks_late after a killed worker, groups and chords, and
+`celery inspect ping` (a broadcast over the celery.pidbox fanout exchange)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from celery import group
+
+from tests.polling import wait_for
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def env(broker, tmp_path_factory):
+    d = tmp_path_factory.mktemp("celery")
+    values = {"CELERY_TEST_BROKER": broker.url, "CELERY_TEST_QUEUE": f"celery-{uuid.uuid4().hex[:8]}",
+              "CELERY_TEST_DIR": str(d)}
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    yield dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def app(env):
+    sys.path.insert(0, str(HERE))
+    try:
+        import celery_app
+    finally:
+        sys.path.remove(str(HERE))
+    yield celery_app
+    celery_app.app.close()
+
+
+def start_worker(env, hostname: str, concurrency: int = 4,
+                 queues: str | None = None) -> subprocess.Popen:
+    """A `celery worker` subprocess (thread pool) consuming the default queue or `queues`."""
+    log = open(Path(env["CELERY_TEST_DIR"]) / f"{hostname.split('@')[0]}.log", "wb")  # noqa: SIM115
+    with log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=threads",
+             f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
+             "--without-heartbeat", "-l", "warning", "-n", hostname,
+             *(["-Q", queues] if queues else [])],
+            cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill the worker: a warm shutdown (SIGTERM) is handled only when the worker's event
+    loop next wakes, up to 10 s later when it is idle, which the suite can't afford; the
+    broker requeues whatever the worker had unacked when its connection drops."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def worker(env, app):
+    proc = start_worker(env, f"w1-{uuid.uuid4().hex[:6]}@%h")
+    yield proc
+    stop(proc)
+
+
+def test_delay_and_rpc_result(app, worker):
+    assert app.add.delay(2, 3).get(timeout=20) == 5
+
+
+def test_inspect_ping_reaches_the_worker(app, worker):
+    replies = wait_for(lambda: app.app.control.inspect(timeout=1.0).ping(), timeout=20)
+    assert any(r == {"ok": "pong"} for r in replies.values())
+
+
+def test_retry_with_countdown(app, worker):
+    name = uuid.uuid4().hex
+    assert app.flaky.delay(name, 2).get(timeout=20) == 3
+
+
+def test_group_of_200(app, worker):
+    res = group(app.add.s(i, i) for i in range(200))().get(timeout=60)
+    assert res == [2 * i for i in range(200)]
+
+
+def test_chord_with_a_storing_backend(env, tmp_path):
+    """rpc:// does not support chords (Celery refuses them); with the filesystem backend
+    the header's results are joined and the body runs once."""
+    results = tmp_path / "results"
+    results.mkdir()
+    queue = f"chord-{uuid.uuid4().hex[:8]}"
+    cenv = dict(env, CELERY_TEST_BACKEND=f"file://{results}", CELERY_TEST_QUEUE=queue)
+    code = (
+        "import celery_app as c\n"
+        "from celery import chord\n"
+        "r = chord(c.add.s(i, 1) for i in range(20))(c.tsum.s())\n"
+        "print(r.get(timeout=30))\n"
+    )
+    proc = start_worker(cenv, f"chord-{queue}@%h")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=HERE, env=cenv,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str(sum(range(1, 21)))
+    finally:
+        stop(proc)
+
+
+def test_countdown_runs_later(app, worker):
+    r = app.add.apply_async((1, 1), countdown=0.5)
+    assert r.get(timeout=20) == 2
+
+
+def test_acks_late_task_runs_again_after_the_worker_is_killed(app, env):
+    """acks_late: the message is acked after the task returns; a worker killed mid-task
+    (SIGKILL, its connection drops) leaves it unacked, the broker requeues it, and the next
+    worker runs it again."""
+    name = uuid.uuid4().hex
+    queue = f"late-{name[:8]}"
+    attempts = Path(env["CELERY_TEST_DIR"]) / f"{name}.attempts"
+    victim = start_worker(env, f"victim-{name[:6]}@%h", concurrency=1, queues=queue)
+    rescuer = None
+    try:
+        r = app.slow_once.apply_async((name,), queue=queue)
+        wait_for(attempts.exists, timeout=20)
+        victim.send_signal(signal.SIGKILL)  # mid-task, before the late ack
+        victim.wait(10)
+        rescuer = start_worker(env, f"rescuer-{name[:6]}@%h", concurrency=1, queues=queue)
+        assert r.get(timeout=30) == 2
+    finally:
+        stop(victim)
+        if rescuer is not None:
+            stop(rescuer)
