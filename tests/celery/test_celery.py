@@ -88,9 +88,9 @@ def test_retry_with_countdown(app, worker):
     assert app.flaky.delay(name, 2).get(timeout=20) == 3
 
 
-def test_group_of_200(app, worker):
-    res = group(app.add.s(i, i) for i in range(200))().get(timeout=60)
-    assert res == [2 * i for i in range(200)]
+def test_group_of_500(app, worker):
+    res = group(app.add.s(i, i) for i in range(500))().get(timeout=60)
+    assert res == [2 * i for i in range(500)]
 
 
 def test_chord_with_a_storing_backend(env, tmp_path):
