@@ -20,6 +20,7 @@ from broker.consumers import Consumer
 from broker.message import Message
 from broker.protocol.framing import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+from broker.ttl import parse_expiration
 from broker.tx import TxState
 
 B = commands.Basic
@@ -56,7 +57,8 @@ def publish(ch: Any, cmd: Any) -> None:
     """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 403 without write on the
     exchange (the default one is `amq.default`), 404 unknown exchange, 403 internal
     exchange, 403 outside the topic write permission, 406 for a `user_id` that is not the
-    connection's user unless the user is tagged `impersonator`."""
+    connection's user unless the user is tagged `impersonator`, 406 for an `expiration` that
+    is not a non-negative integer string (rabbitmq.com/ttl.html)."""
     method = cmd.method
     if method.immediate:
         raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
@@ -83,6 +85,14 @@ def publish(ch: Any, cmd: Any) -> None:
             errors.PreconditionFailed,
             f"user_id property set to '{user_id}' but authenticated user was "
             f"'{ch.conn.username}'", method)
+    expiration = header.properties.expiration
+    if expiration is not None:
+        try:
+            parse_expiration(expiration)
+        except ValueError as exc:  # rabbit_channel check_expiration_header
+            raise errors.amqp_error(
+                errors.PreconditionFailed, f"invalid expiration '{expiration}': {exc}",
+                method) from None
     message = Message(name, method.routing_key, header.properties, cmd.body or b"",
                       raw_properties=header.raw_properties)
     if ch.tx is not None:

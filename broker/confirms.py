@@ -148,6 +148,14 @@ class PersistConfirms:
     def on_purge(self) -> None:
         """Purged messages keep the rule above (RabbitMQ confirms them once written)."""
 
+    def on_expire(self, msg_ids: list[bytes]) -> None:
+        """Messages dropped by TTL: released as if handled (RabbitMQ confirms a message that
+        expired; the backing queue reports those it had to write through drain_confirmed,
+        and one never enqueued (x-message-ttl 0) is released here)."""
+        for msg_id in msg_ids:
+            for channel, seq in self._unconfirmed.pop(msg_id, ()):
+                self._owe(channel, seq)
+
     def on_delete(self) -> None:
         for refs in self._unconfirmed.values():
             for channel, seq in refs:
@@ -213,6 +221,14 @@ class AckConfirms:
         for channel, seq in self._ready.values():
             self._nack(channel, seq)
         self._ready.clear()
+
+    def on_expire(self, msg_ids: list[bytes]) -> None:
+        """Messages dropped by TTL never reached a consumer: their publishers get nacks."""
+        ready = self._ready
+        for msg_id in msg_ids:
+            ref = ready.pop(msg_id, None)
+            if ref is not None:
+                self._nack(*ref)
 
     def on_delete(self) -> None:
         self.on_purge()

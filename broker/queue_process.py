@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from broker.consumers import Consumer, ConsumerSet
 from broker.credit_flow import CreditFlow
 from broker.mailbox import Process
 from broker.message import Message
+from broker.ttl import expiry_ms, parse_expiration
 
 log = logging.getLogger("broker.queue")
 
@@ -32,6 +34,7 @@ REQUEUE = 2  # (REQUEUE, channel, [(ack_tag, consumer_tag | None)])
 DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject without requeue
 RUN = 4  # (RUN,) a consumer's channel may have capacity again
 BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
+EXPIRE = 6  # (EXPIRE,) the expiry timer fired: drop expired messages at the head
 
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
 
@@ -76,6 +79,16 @@ class QueueProcess(Process):
                                        self._owe_nack, self._persists)
         self._tracks = self.confirms.tracks_deliveries  # the mode follows every delivery
         self._had_consumers = False  # auto-delete only after a first consumer came and went
+        # message TTL (rabbitmq.com/ttl.html): x-message-ttl in ms, or None
+        ttl = arguments.get("x-message-ttl")
+        self.message_ttl: int | None = ttl if isinstance(ttl, int) and ttl >= 0 else None
+        # some message may carry an expiry: check the head before each delivery (a queue
+        # that never saw a TTL pays nothing); recovered messages may carry one too
+        self._expiring = self.message_ttl is not None or not self.bq.is_empty()
+        self._expiry_timer: asyncio.TimerHandle | None = None  # fires at the head's expiry
+        self._expiry_at: int | None = None  # ms since the epoch the timer is set for
+        if self._expiring:  # recovered messages: expire what is due, arm the timer
+            loop.call_soon(self.cast, (EXPIRE,))
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
         self.deleted = False  # set once deleted; later casts are ignored
 
@@ -100,13 +113,40 @@ class QueueProcess(Process):
             if self._tracks:
                 self.confirms.on_discard(tags)
             self.bq.discard_pending(tags)
+        elif kind == EXPIRE:
+            self._expiry_timer = None
+            self._expiry_at = None
+            self._drop_expired()
         # BQ_CONFIRMED only wakes us: after_batch drains the backing queue's confirms
 
     def after_batch(self) -> None:
         if not self.deleted:
             self._run_deliveries()
+            if self._expiring:
+                self._drop_expired()
         self.confirms.poll()
         self._flush_confirms()
+
+    # -- message TTL (rabbitmq.com/ttl.html) -------------------------------------------------
+    def _drop_expired(self) -> None:
+        """Drop expired messages from the head (only the head is looked at: a message
+        behind an unexpired one waits until it reaches the head, and is dropped then, never
+        delivered, as in RabbitMQ), then set the one timer for the new head's expiry."""
+        now = _now_ms()
+        dropped = self.bq.dropwhile(lambda p: p.expiry is not None and p.expiry <= now)
+        if dropped:
+            self.confirms.on_expire([m.msg_id for m, _p in dropped])
+        head = self.bq.peek_props()
+        expiry = head.expiry if head is not None else None
+        if expiry is None:
+            return
+        if self._expiry_timer is not None:
+            if self._expiry_at is not None and self._expiry_at <= expiry:
+                return  # an earlier (or the same) check is already due
+            self._expiry_timer.cancel()
+        self._expiry_at = expiry
+        self._expiry_timer = self._loop.call_later(
+            max(0.0, (expiry - now) / 1000.0), self.cast, (EXPIRE,))
 
     def _flush_confirms(self) -> None:
         """Cast the confirms and nacks owed so far, one message per publisher channel."""
@@ -152,6 +192,14 @@ class QueueProcess(Process):
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
         props = MessageProps()
+        expiration = message.properties.expiration
+        if self.message_ttl is not None or expiration is not None:
+            try:
+                msg_ttl = parse_expiration(expiration)
+            except ValueError:  # the channel refused it; a recovered oddity never expires
+                msg_ttl = None
+            props.expiry = expiry_ms(_now_ms(), self.message_ttl, msg_ttl)
+            self._expiring = True
         if seq is not None:
             self.confirms.on_publish(channel, message, seq, props)
         bq = self.bq
@@ -168,7 +216,16 @@ class QueueProcess(Process):
                 consumer.channel.deliver(self, consumer, message, False, tag)
                 self._credit_back(channel)
                 return
+        if self.message_ttl == 0:
+            # x-message-ttl = 0 and no consumer could take it now: expired at once, never
+            # enqueued (rabbit_amqqueue_process deliver_or_enqueue, #q{ttl = 0})
+            if seq is not None:
+                self.confirms.on_expire([message.msg_id])
+            self._credit_back(channel)
+            return
         bq.publish(message, props)
+        if props.expiry is not None and self._expiry_timer is None:
+            self._drop_expired()  # arms the timer for the head
         self._credit_back(channel)
 
     def _credit_back(self, channel: Any) -> None:
@@ -182,10 +239,15 @@ class QueueProcess(Process):
         consumers = self.consumers
         if not len(consumers):
             return
+        expiring = self._expiring
         while not bq.is_empty():
             consumer = consumers.next_ready(_channel_ok)
             if consumer is None:
                 return
+            if expiring:
+                self._drop_expired()  # never deliver an expired message
+                if bq.is_empty():
+                    return
             fetched = bq.fetch(not consumer.no_ack)
             if fetched is None:  # pragma: no cover - is_empty said otherwise
                 return
@@ -243,7 +305,10 @@ class QueueProcess(Process):
             self.cast((RUN,))
 
     def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
-        """basic.get from `channel`: (Fetched, messages left) or None when empty."""
+        """basic.get from `channel`: (Fetched, messages left) or None when empty. Expired
+        messages at the head are dropped first (never returned)."""
+        if self._expiring:
+            self._drop_expired()
         fetched = self.bq.fetch(not no_ack)
         if fetched is None:
             return None
@@ -290,6 +355,9 @@ class QueueProcess(Process):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
         if delete:
             self.bq.delete_and_terminate()
         else:
@@ -314,6 +382,10 @@ def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:
         out[channel] = [seq]
     else:
         seqs.append(seq)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _channel_ok(consumer: Consumer) -> bool:

@@ -311,10 +311,6 @@ def test_exclusive_queue_redeclared_durable_is_equivalent(broker, unique):
     assert run(main()) == q_name
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="message TTL is not implemented: the expiration property and x-message-ttl are "
-           "accepted and ignored, the message stays in the queue")
 @pytest.mark.parametrize("how", ["expiration", "x-message-ttl"])
 def test_ttl_zero_expires_at_once_without_a_consumer(broker, how):
     """Message(expiration=0) (the string "0") or a queue with x-message-ttl=0: with no

@@ -312,7 +312,6 @@ def test_delete_nacks_ready_and_unacked(embedded_only, cpub, connect, unique, mo
     assert cpub.frames == confirms
 
 
-@pytest.mark.skip(reason="needs x-message-ttl / x-max-length (queue features issue)")
 @pytest.mark.parametrize("mode", MODES)
 def test_ttl_expiry_nacks_publisher(embedded_only, cpub, declare, mode):
     """A message that expires (x-message-ttl) before a consumer acked it: basic.nack."""
