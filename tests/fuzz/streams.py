@@ -79,6 +79,8 @@ def session_frames(tag: str = "f") -> list[bytes]:
 
 
 def _flip(data: bytes, rnd: random.Random) -> bytes:
+    if not data:  # an element emptied by an earlier cut
+        return data
     b = bytearray(data)
     for _ in range(rnd.randint(1, 3)):
         i = rnd.randrange(len(b))
