@@ -221,3 +221,20 @@ def test_garbage_after_a_huge_frame_header_then_eof(broker, bystander, connect):
         except Closed:
             pass
     check_survivors(bystander, connect)
+
+
+def test_unexpected_method_with_undecodable_text_is_505_not_541(broker, bystander, connect):
+    """A connection.start-ok on channel 1 during the handshake whose table holds a longstr
+    that is not UTF-8 (pamqp hands it over as bytes and cannot encode it back for the
+    error's "all octets" text): 505 UNEXPECTED_FRAME as for any frame there, not 541
+    INTERNAL_ERROR (found by tests/fuzz)."""
+    table = b"\x07productS" + struct.pack(">I", 4) + b"\x80abc"
+    payload = (struct.pack(">HH", 10, 11) + struct.pack(">I", len(table)) + table
+               + b"\x05PLAIN" + struct.pack(">I", 12) + b"\x00guest\x00guest" + b"\x05en_US")
+    with RawClient(broker.host, broker.port) as c:
+        c.send_bytes(b"AMQP\x00\x00\x09\x01")
+        c.expect(commands.Connection.Start)
+        c.send_bytes(raw_frame(1, 1, payload))
+        close = c.read_until_connection_close()
+    assert close.reply_code == 505
+    check_survivors(bystander, connect)
