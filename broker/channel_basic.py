@@ -28,7 +28,8 @@ B = commands.Basic
 
 def _route_and_send(ch: Any, method: Any, message: Message) -> None:
     """Route one publish and cast it to its queues (or basic.return it when mandatory)."""
-    queues = ch.vhost.route(method.exchange, method.routing_key, message.properties.headers)
+    queues = ch.vhost.route(method.exchange, method.routing_key, message.properties.headers,
+                            message.properties)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     if not queues:

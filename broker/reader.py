@@ -84,6 +84,7 @@ class Reader(asyncio.Protocol):
         self._discarding: set[int] = set()  # channels closed by an assembler error
         self._blocked_on: set[ChannelProcess] = set()  # channels we have no credit for
         self._paused = False  # transport.pause_reading() in effect
+        self._write_blocked = False  # the client is not reading: its socket is not read either
         self._last_recv = time.monotonic()  # for the heartbeat timeout
         self._last_send_bytes = 0  # writer.bytes_sent at the last heartbeat check
         self.heartbeat = 0  # negotiated heartbeat interval (s), 0 = off
@@ -139,12 +140,24 @@ class Reader(asyncio.Protocol):
             self.crashed(exc)
 
     def pause_writing(self) -> None:
+        """The transport's write buffer passed its high-water mark (the client is not
+        reading): deliveries stop (`Writer.paused`, checked by `ChannelProcess.can_deliver`)
+        and, so that nothing else the client provokes (confirms, basic.return, replies) can
+        pile up without bound, we stop reading its socket too until it drains. RabbitMQ gets
+        the same from TCP back-pressure on its writer and credit flow."""
         if self.writer is not None:
             self.writer.set_paused(True)
+        self._write_blocked = True
+        if self.state == RUNNING and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        """The write buffer drained below its low-water mark: deliver and read again."""
+        self._write_blocked = False
         if self.writer is not None:
             self.writer.set_paused(False)
+        self._maybe_resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The socket is gone: channels still finish what they had received (their output
@@ -359,8 +372,10 @@ class Reader(asyncio.Protocol):
         self._maybe_resume_reading()
 
     def _maybe_resume_reading(self) -> None:
-        """Read the socket again once no channel holds us back by credit flow."""
-        if self._paused and not self._blocked_on and self.state == RUNNING:
+        """Read the socket again once no channel holds us back by credit flow and the
+        client reads what we write."""
+        if (self._paused and not self._blocked_on and not self._write_blocked
+                and self.state == RUNNING):
             self._paused = False
             self.transport.resume_reading()
 
@@ -465,6 +480,10 @@ class Reader(asyncio.Protocol):
         if self.state != RUNNING:
             return
         now = time.monotonic()
+        if self._paused:
+            # we are not reading (credit flow or a client that does not read): silence is
+            # ours, not the peer's (rabbit_reader pauses its heartbeat monitor when blocked)
+            self._last_recv = now
         if now - self._last_recv > 2 * self.heartbeat:
             log.warning("missed heartbeats from %s, closing connection", self.peer)
             self._drop()

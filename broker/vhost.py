@@ -109,7 +109,7 @@ class VHost:
             self._check_args(("alternate-exchange",), arguments, existing.arguments,
                              self._ex(name), method)
             return existing
-        routing = new_routing(type_)  # 503 for an unknown type
+        routing = new_routing(type_, arguments)  # 503 for an unknown type, 406 bad args
         exchange = Exchange(name=name, type=type_, durable=durable, auto_delete=auto_delete,
                             internal=internal, arguments=arguments, routing=routing)
         self.exchanges[name] = exchange
@@ -327,13 +327,16 @@ class VHost:
                 self.delete_queue_now(queue)
 
     # -- routing ----------------------------------------------------------------------------
-    def route(self, exchange_name: str, routing_key: str, headers: dict | None) -> list[QueueProcess]:
-        """Queue processes a publish to `exchange_name` reaches (may be empty)."""
+    def route(self, exchange_name: str, routing_key: str, headers: dict | None,
+              properties: Any = None) -> list[QueueProcess]:
+        """Queue processes a publish to `exchange_name` reaches (may be empty); `properties`
+        (the basic properties) matter only to x-consistent-hash's `hash-property`."""
         queues = self.queues
         if exchange_name == "":
             q = queues.get(routing_key)
             return [q] if q is not None else []
-        names = route_exchanges(self.exchanges, exchange_name, routing_key, headers)
+        names = route_exchanges(self.exchanges, exchange_name, routing_key, headers,
+                                properties=properties)
         return [queues[n] for n in names if n in queues]
 
     def recover(self) -> int:

@@ -16,10 +16,12 @@ from typing import Any
 
 from broker.errors import CommandInvalid, amqp_error
 from broker.exchange.base import Routing
+from broker.exchange.consistent_hash import ConsistentHashRouting
 from broker.exchange.default import DefaultRouting
 from broker.exchange.direct import DirectRouting
 from broker.exchange.fanout import FanoutRouting
 from broker.exchange.headers import HeadersRouting
+from broker.exchange.modulus_hash import ModulusHashRouting
 from broker.exchange.topic import TopicRouting
 
 EXCHANGE_TYPES: dict[str, type] = {
@@ -27,12 +29,19 @@ EXCHANGE_TYPES: dict[str, type] = {
     "fanout": FanoutRouting,
     "topic": TopicRouting,
     "headers": HeadersRouting,
+    # the two plugin types that ship with RabbitMQ (rabbitmq_consistent_hash_exchange,
+    # rabbitmq_sharding), always enabled here
+    "x-consistent-hash": ConsistentHashRouting,
+    "x-modulus-hash": ModulusHashRouting,
 }
+# types whose routing table reads the exchange's declare arguments
+_TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting)
 
 
-def new_routing(type_name: str) -> Routing:
+def new_routing(type_name: str, arguments: dict | None = None) -> Routing:
     """Empty routing table of exchange type `type_name` ("direct", "fanout", "topic",
-    "headers").
+    "headers", "x-consistent-hash", "x-modulus-hash"); `arguments` (the declare table) are
+    validated by the types that read them (406 from x-consistent-hash).
 
     Raises 503 COMMAND_INVALID "unknown exchange type 'x'" (a connection error) for any other
     name, as RabbitMQ 3.10 does for exchange.declare (verified: type "bogus-zz-type",
@@ -44,7 +53,7 @@ def new_routing(type_name: str) -> Routing:
     if cls is None:
         word = "invalid" if type_name == "" else "unknown"
         raise amqp_error(CommandInvalid, f"{word} exchange type '{type_name}'")
-    return cls()
+    return cls(arguments) if cls in _TAKES_ARGUMENTS else cls()
 
 
 @dataclass(slots=True, eq=False)
@@ -66,7 +75,7 @@ class Exchange:
 
     def __post_init__(self) -> None:
         if self.routing is None:
-            self.routing = new_routing(self.type)
+            self.routing = new_routing(self.type, self.arguments)
 
     @property
     def alternate_exchange(self) -> str | None:

@@ -70,8 +70,10 @@ class Routing(Protocol):
     def remove_destination(self, destination: Hashable) -> None:
         """Drop every binding to `destination` (queue or exchange deleted)."""
 
-    def route(self, routing_key: str, headers: dict | None) -> Iterable[Hashable]:
-        """Destinations a message with this routing key and headers reaches, each once.
+    def route(self, routing_key: str, headers: dict | None,
+              properties: object = None) -> Iterable[Hashable]:
+        """Destinations a message with this routing key, headers and basic `properties`
+        (read only by x-consistent-hash's hash-property) reaches, each once.
 
         The result may be a read-only view into the table: iterate it before the next
         binding change, never mutate it."""

@@ -51,7 +51,8 @@ class DefaultRouting:
     def remove_destination(self, destination: Hashable) -> None:
         """Nothing to drop: the implicit binding goes with the queue itself."""
 
-    def route(self, routing_key: str, headers: dict | None = None) -> tuple[str, ...]:
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: object = None) -> tuple[str, ...]:
         """`(routing_key,)` if a queue of that name exists, else `()`."""
         return (routing_key,) if self._queue_exists(routing_key) else ()
 

@@ -30,7 +30,8 @@ class DirectRouting(BindingTable):
         # routing_key -> {destination: number of bindings (differing in arguments)}.
         self._table: dict[str, dict[Hashable, int]] = {}
 
-    def route(self, routing_key: str, headers: dict | None = None) -> dict[Hashable, int]:
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: object = None) -> dict[Hashable, int]:
         """Destinations bound with `routing_key` (a read-only view; do not mutate)."""
         return self._table.get(routing_key, _EMPTY)
 

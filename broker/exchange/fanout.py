@@ -28,7 +28,8 @@ class FanoutRouting(BindingTable):
         # destination -> number of bindings to it (keys and arguments are irrelevant).
         self._dests: dict[Hashable, int] = {}
 
-    def route(self, routing_key: str, headers: dict | None = None) -> dict[Hashable, int]:
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: object = None) -> dict[Hashable, int]:
         """Every bound destination (a read-only view; do not mutate)."""
         return self._dests
 

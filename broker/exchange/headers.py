@@ -173,7 +173,8 @@ class HeadersRouting(BindingTable):
             f"(value {_erlang_repr(value)}); expected longstr",
         )
 
-    def route(self, routing_key: str, headers: dict | None = None) -> set[Hashable]:
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: object = None) -> set[Hashable]:
         """Destinations of every binding whose arguments match `headers` (None = {})."""
         # normalised once per message, not once per binding (bench/micro/routing.py: 4x)
         data = {k: norm_value(v) for k, v in headers.items()} if headers else {}

@@ -59,7 +59,8 @@ class TopicRouting(BindingTable):
         # bound on `_cache`; 0 disables caching.
         self._cache_size = cache_size
 
-    def route(self, routing_key: str, headers: dict | None = None) -> frozenset:
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: object = None) -> frozenset:
         """Destinations whose binding key matches `routing_key`, each once."""
         hit = self._cache.get(routing_key)
         if hit is not None:

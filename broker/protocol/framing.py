@@ -380,7 +380,13 @@ def unexpected_frame(frame: Any) -> Exception:
     if type(frame) is ContentHeader:
         fixed = _HEADER_FIXED.pack(frame.class_id, 0, frame.body_size)
         return _unexpected(FRAME_HEADER, fixed + frame.raw_properties)
-    return _unexpected(FRAME_METHOD, _encode_args(frame))
+    try:
+        octets = _encode_args(frame)
+    except (TypeError, ValueError, OverflowError, struct.error):
+        # a decoded value pamqp cannot encode back (e.g. a table value read as raw bytes):
+        # the class and method ids still say what came (found by tests/fuzz)
+        octets = _U16U16.pack(frame.index >> 16, frame.index & 0xFFFF)
+    return _unexpected(FRAME_METHOD, octets)
 
 
 # --- encoding -----------------------------------------------------------------------------

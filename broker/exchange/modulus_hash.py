@@ -1,0 +1,47 @@
+# Owns: the x-modulus-hash exchange's routing table (rabbitmq_sharding's exchange type).
+# Talked to by: the vhost (bindings) and broker/exchange/router.py (route).
+# Must never: do I/O, await, or route one message to more than one destination.
+"""The `x-modulus-hash` exchange type (rabbitmq_sharding plugin, shipped with RabbitMQ;
+rabbit_sharding_exchange_type_modulus_hash.erl is the reference).
+
+A message goes to one of the distinct destinations bound to the exchange (any binding key):
+number `hash(routing key) mod N` of them, N the number of destinations, in a stable order
+(sorted by their names). The same routing key reaches the same destination while the bindings
+stay the same. Any binding key is accepted. Route cost: one BLAKE2b of the key, O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from broker.exchange.base import BindingTable, count_down, count_up
+from broker.exchange.hashing import hash64
+
+
+class ModulusHashRouting(BindingTable):
+    """Routing table of an x-modulus-hash exchange: `route` returns a tuple of at most one
+    destination."""
+
+    __slots__ = ("_counts", "_order")
+
+    def __init__(self, arguments: dict | None = None) -> None:
+        super().__init__()
+        self._counts: dict[Hashable, int] = {}  # destination -> number of bindings to it
+        self._order: list[Hashable] = []  # the distinct destinations, sorted
+
+    def route(self, routing_key: str, headers: dict | None = None,
+              properties: Any = None) -> tuple[Hashable, ...]:
+        order = self._order
+        if not order:
+            return ()
+        return (order[hash64(routing_key) % len(order)],)
+
+    def _index_add(self, destination: Hashable, routing_key: str, frozen: Hashable,
+                   arguments: dict) -> None:
+        count_up(self._counts, destination)
+        self._order = sorted(self._counts, key=repr)
+
+    def _index_remove(self, destination: Hashable, routing_key: str, frozen: Hashable) -> None:
+        count_down(self._counts, destination)
+        self._order = sorted(self._counts, key=repr)

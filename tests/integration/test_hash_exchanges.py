@@ -1,0 +1,133 @@
+"""The x-consistent-hash and x-modulus-hash exchange types through real clients (the
+rabbitmq_consistent_hash_exchange and rabbitmq_sharding plugins' types; against RabbitMQ the
+plugins must be enabled)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aio_pika
+import pika
+import pytest
+from helpers import message_count
+
+from tests.polling import wait_for
+
+
+@pytest.fixture
+def queues(channel, unique):
+    names = [unique(f"hq{i}") for i in range(4)]
+    for q in names:
+        channel.queue_declare(q, exclusive=True)
+    return names
+
+
+def publish_many(ch, exchange: str, keys, **props) -> None:
+    ch.confirm_delivery()
+    for k in keys:
+        ch.basic_publish(exchange, k, b"m", pika.BasicProperties(**props) if props else None)
+
+
+def test_consistent_hash_weights_and_same_key_same_queue(connect, channel, queues, unique):
+    x = unique("chx")
+    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True)
+    for q, weight in zip(queues, ("1", "1", "2", "2"), strict=True):
+        channel.queue_bind(q, x, weight)
+    pub = connect().channel()
+    publish_many(pub, x, (f"key-{i}" for i in range(3000)))
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 3000)
+    counts = [message_count(channel, q) for q in queues]
+    assert all(200 < c < 800 for c in counts[:2]), counts  # about 500 each
+    assert all(700 < c < 1300 for c in counts[2:]), counts  # about 1000 each
+    for q in queues:
+        channel.queue_purge(q)
+    publish_many(pub, x, ["sticky"] * 20)
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 20)
+    assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 20]
+
+
+def test_consistent_hash_on_a_header(connect, channel, queues, unique):
+    x = unique("chx")
+    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True,
+                             arguments={"hash-header": "tenant"})
+    for q in queues:
+        channel.queue_bind(q, x, "10")
+    pub = connect().channel()
+    publish_many(pub, x, (f"rk-{i}" for i in range(40)), headers={"tenant": "acme"})
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 40)
+    assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 40]
+
+
+def test_consistent_hash_on_message_id(connect, channel, queues, unique):
+    x = unique("chx")
+    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True,
+                             arguments={"hash-property": "message_id"})
+    for q in queues:
+        channel.queue_bind(q, x, "10")
+    pub = connect().channel()
+    publish_many(pub, x, (f"rk-{i}" for i in range(40)), message_id="order-17")
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 40)
+    assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 40]
+
+
+@pytest.mark.parametrize(("key", "text"), [
+    ("heavy", 'PRECONDITION_FAILED - The binding key must be an integer: <<"heavy">>'),
+    ("0", "PRECONDITION_FAILED - The binding key must be greater than 0"),
+])
+def test_consistent_hash_bad_binding_key_is_406(connect, unique, key, text):
+    ch = connect().channel()
+    x, q = unique("chx"), unique("q")
+    ch.exchange_declare(x, "x-consistent-hash", auto_delete=True)
+    ch.queue_declare(q, exclusive=True)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(q, x, key)
+    assert (info.value.reply_code, info.value.reply_text) == (406, text)
+
+
+def test_consistent_hash_conflicting_arguments_are_406(connect, unique):
+    ch = connect().channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.exchange_declare(unique("chx"), "x-consistent-hash", auto_delete=True,
+                            arguments={"hash-header": "h", "hash-property": "message_id"})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        "PRECONDITION_FAILED - hash-header and hash-property are mutually exclusive")
+
+
+def test_modulus_hash_spreads_keys_and_keeps_each_on_one_queue(connect, channel, queues,
+                                                                unique):
+    x = unique("mhx")
+    channel.exchange_declare(x, "x-modulus-hash", auto_delete=True)
+    for q in queues:
+        channel.queue_bind(q, x, "any key")
+    pub = connect().channel()
+    publish_many(pub, x, (f"key-{i}" for i in range(400)))
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 400)
+    assert all(message_count(channel, q) > 50 for q in queues)
+    for q in queues:
+        channel.queue_purge(q)
+    publish_many(pub, x, ["one-key"] * 10)
+    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 10)
+    assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 10]
+
+
+def test_aio_pika_consistent_hash(broker, unique):
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            x = await ch.declare_exchange(unique("chx"), "x-consistent-hash", auto_delete=True)
+            qs = [await ch.declare_queue(exclusive=True) for _ in range(3)]
+            for q in qs:
+                await q.bind(x, "1")
+            for i in range(30):
+                await x.publish(aio_pika.Message(f"{i}".encode()), routing_key="user-42")
+            counts = []
+            for q in qs:
+                n = 0
+                while (msg := await q.get(fail=False, timeout=1)) is not None:
+                    await msg.ack()
+                    n += 1
+                counts.append(n)
+            return sorted(counts)
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [0, 0, 30]
