@@ -54,3 +54,11 @@ def unique() -> Callable[[str], str]:
     return lambda prefix="t": f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+
+
+@pytest.fixture(scope="module")
+def embedded_only_module() -> None:
+    """Skip a module before its module-wide EmbeddedBroker starts when BROKER_TEST_URI names
+    another broker (the function-scoped `embedded_only` comes too late for those)."""
+    if os.environ.get("BROKER_TEST_URI"):
+        pytest.skip("needs its own EmbeddedBroker; BROKER_TEST_URI is set")

@@ -22,14 +22,6 @@ def harness(embedded_only_module):
         yield h
 
 
-@pytest.fixture(scope="module")
-def embedded_only_module():
-    import os
-
-    if os.environ.get("BROKER_TEST_URI"):
-        pytest.skip("fuzzes an embedded broker (it reads the broker's log)")
-
-
 def test_the_unmutated_session_is_accepted(harness):
     v = harness.check(b"".join(FRAMES))
     assert v.problems == []

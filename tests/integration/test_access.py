@@ -9,7 +9,6 @@ BROKER_TEST_URI points at another broker.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import aio_pika
@@ -25,17 +24,11 @@ from broker.passwords import MD5, SHA256, SHA512, decode_hash
 pytestmark = pytest.mark.usefixtures("embedded_only")
 
 
-@pytest.fixture(scope="module")
-def _own_broker_allowed() -> None:
-    """Skip before a module-wide broker starts when BROKER_TEST_URI names another broker."""
-    if os.environ.get("BROKER_TEST_URI"):
-        pytest.skip("needs its own EmbeddedBroker; BROKER_TEST_URI is set")
-
 ALL = (".*", ".*", ".*")
 
 
 @pytest.fixture(scope="module")
-def sec(_own_broker_allowed):
+def sec(embedded_only_module):
     b = start_embedded()
     yield b
     b.stop()

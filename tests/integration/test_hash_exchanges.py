@@ -46,26 +46,19 @@ def test_consistent_hash_weights_and_same_key_same_queue(connect, channel, queue
     assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 20]
 
 
-def test_consistent_hash_on_a_header(connect, channel, queues, unique):
+@pytest.mark.parametrize(("arguments", "props"), [
+    ({"hash-header": "tenant"}, {"headers": {"tenant": "acme"}}),
+    ({"hash-property": "message_id"}, {"message_id": "order-17"}),
+])
+def test_consistent_hash_on_a_header_or_property(connect, channel, queues, unique, arguments,
+                                                 props):
+    """Different routing keys, same header / message_id: all in one queue."""
     x = unique("chx")
-    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True,
-                             arguments={"hash-header": "tenant"})
+    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True, arguments=arguments)
     for q in queues:
         channel.queue_bind(q, x, "10")
     pub = connect().channel()
-    publish_many(pub, x, (f"rk-{i}" for i in range(40)), headers={"tenant": "acme"})
-    wait_for(lambda: sum(message_count(channel, q) for q in queues) == 40)
-    assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 40]
-
-
-def test_consistent_hash_on_message_id(connect, channel, queues, unique):
-    x = unique("chx")
-    channel.exchange_declare(x, "x-consistent-hash", auto_delete=True,
-                             arguments={"hash-property": "message_id"})
-    for q in queues:
-        channel.queue_bind(q, x, "10")
-    pub = connect().channel()
-    publish_many(pub, x, (f"rk-{i}" for i in range(40)), message_id="order-17")
+    publish_many(pub, x, (f"rk-{i}" for i in range(40)), **props)
     wait_for(lambda: sum(message_count(channel, q) for q in queues) == 40)
     assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 40]
 

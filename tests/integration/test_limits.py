@@ -6,7 +6,6 @@ aio-pika. Own brokers, so skipped under BROKER_TEST_URI."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import aio_pika
@@ -19,15 +18,9 @@ from helpers import soft_error, start_embedded
 pytestmark = pytest.mark.usefixtures("embedded_only")
 
 
-@pytest.fixture(scope="module")
-def _own_broker_allowed() -> None:
-    """Skip before a module-wide broker starts when BROKER_TEST_URI names another broker."""
-    if os.environ.get("BROKER_TEST_URI"):
-        pytest.skip("needs its own EmbeddedBroker; BROKER_TEST_URI is set")
-
 
 @pytest.fixture(scope="module")
-def lim(_own_broker_allowed):
+def lim(embedded_only_module):
     b = start_embedded()
     yield b
     b.stop()

@@ -6,7 +6,6 @@ tests/integration/certs.py. Own brokers, so skipped under BROKER_TEST_URI."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import ssl
 import urllib.parse
@@ -24,12 +23,6 @@ from broker.tls import distinguished_name, external_login_name, server_context
 
 pytestmark = pytest.mark.usefixtures("embedded_only")
 
-
-@pytest.fixture(scope="module")
-def _own_broker_allowed() -> None:
-    """Skip before a module-wide broker starts when BROKER_TEST_URI names another broker."""
-    if os.environ.get("BROKER_TEST_URI"):
-        pytest.skip("needs its own EmbeddedBroker; BROKER_TEST_URI is set")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +42,7 @@ def tls_config(ca, **extra):
 
 
 @pytest.fixture(scope="module")
-def tlsb(_own_broker_allowed, ca):
+def tlsb(embedded_only_module, ca):
     b = start_embedded(**tls_config(ca))
     users = b.broker.users
     b.call(lambda: users.add_user("cert-user"))  # no password: EXTERNAL only
