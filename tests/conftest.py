@@ -8,36 +8,20 @@ another broker, such as a real RabbitMQ, to check that a test encodes RabbitMQ's
 from __future__ import annotations
 
 import os
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pytest
 
+from pybroker_pytest import AmqpBroker
 from tests.polling import wait_for  # noqa: F401  (re-exported for tests)
-
-
-@dataclass
-class ExternalBroker:
-    """An already running broker given by BROKER_TEST_URI."""
-
-    url: str
-
-    @property
-    def host(self) -> str:
-        return urllib.parse.urlparse(self.url).hostname or "127.0.0.1"
-
-    @property
-    def port(self) -> int:
-        return urllib.parse.urlparse(self.url).port or 5672
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[object]:
     uri = os.environ.get("BROKER_TEST_URI")
     if uri:
-        yield ExternalBroker(uri)
+        yield AmqpBroker(uri)  # host, port, url of the broker at BROKER_TEST_URI
         return
     from broker.embedded import EmbeddedBroker
 
