@@ -148,10 +148,10 @@ class PersistConfirms:
     def on_purge(self) -> None:
         """Purged messages keep the rule above (RabbitMQ confirms them once written)."""
 
-    def on_expire(self, msg_ids: list[bytes]) -> None:
-        """Messages dropped by TTL: released as if handled (RabbitMQ confirms a message that
-        expired; the backing queue reports those it had to write through drain_confirmed,
-        and one never enqueued (x-message-ttl 0) is released here)."""
+    def on_drop(self, msg_ids: list[bytes]) -> None:
+        """Messages dropped by TTL or by a length limit's drop-head: released as if handled
+        (RabbitMQ confirms a message that expired or was dropped; one never enqueued,
+        x-message-ttl 0, is released here too)."""
         for msg_id in msg_ids:
             for channel, seq in self._unconfirmed.pop(msg_id, ()):
                 self._owe(channel, seq)
@@ -222,8 +222,9 @@ class AckConfirms:
             self._nack(channel, seq)
         self._ready.clear()
 
-    def on_expire(self, msg_ids: list[bytes]) -> None:
-        """Messages dropped by TTL never reached a consumer: their publishers get nacks."""
+    def on_drop(self, msg_ids: list[bytes]) -> None:
+        """Messages dropped by TTL or drop-head never reached a consumer: their publishers
+        get nacks."""
         ready = self._ready
         for msg_id in msg_ids:
             ref = ready.pop(msg_id, None)

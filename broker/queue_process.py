@@ -87,6 +87,13 @@ class QueueProcess(Process):
         self._expiring = self.message_ttl is not None or not self.bq.is_empty()
         self._expiry_timer: asyncio.TimerHandle | None = None  # fires at the head's expiry
         self._expiry_at: int | None = None  # ms since the epoch the timer is set for
+        # length limit (rabbitmq.com/maxlength.html): x-max-length ready messages, and what
+        # happens past it: drop-head (default) or reject-publish(-dlx)
+        max_length = arguments.get("x-max-length")
+        self.max_length: int | None = (
+            max_length if isinstance(max_length, int) and not isinstance(max_length, bool)
+            and max_length >= 0 else None)
+        self._rejects = arguments.get("x-overflow") in ("reject-publish", "reject-publish-dlx")
         if self._expiring:  # recovered messages: expire what is due, arm the timer
             loop.call_soon(self.cast, (EXPIRE,))
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
@@ -135,7 +142,7 @@ class QueueProcess(Process):
         now = _now_ms()
         dropped = self.bq.dropwhile(lambda p: p.expiry is not None and p.expiry <= now)
         if dropped:
-            self.confirms.on_expire([m.msg_id for m, _p in dropped])
+            self.confirms.on_drop([m.msg_id for m, _p in dropped])
         head = self.bq.peek_props()
         expiry = head.expiry if head is not None else None
         if expiry is None:
@@ -200,9 +207,17 @@ class QueueProcess(Process):
                 msg_ttl = None
             props.expiry = expiry_ms(_now_ms(), self.message_ttl, msg_ttl)
             self._expiring = True
+        bq = self.bq
+        max_length = self.max_length
+        if max_length is not None and self._rejects and bq.len() >= max_length:
+            # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
+            # others lose the message silently (rabbitmq.com/maxlength.html)
+            if seq is not None:
+                self._owe_nack(channel, seq)
+            self._credit_back(channel)
+            return
         if seq is not None:
             self.confirms.on_publish(channel, message, seq, props)
-        bq = self.bq
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)
             if consumer is not None:
@@ -220,13 +235,27 @@ class QueueProcess(Process):
             # x-message-ttl = 0 and no consumer could take it now: expired at once, never
             # enqueued (rabbit_amqqueue_process deliver_or_enqueue, #q{ttl = 0})
             if seq is not None:
-                self.confirms.on_expire([message.msg_id])
+                self.confirms.on_drop([message.msg_id])
             self._credit_back(channel)
             return
         bq.publish(message, props)
+        if max_length is not None and bq.len() > max_length:
+            self._drop_head(max_length)
         if props.expiry is not None and self._expiry_timer is None:
             self._drop_expired()  # arms the timer for the head
         self._credit_back(channel)
+
+    def _drop_head(self, max_length: int) -> None:
+        """drop-head: drop the oldest ready messages until `max_length` remain (their
+        publishers are confirmed in persist mode, nacked in the ack modes)."""
+        bq = self.bq
+        dropped = []
+        while bq.len() > max_length:
+            fetched = bq.fetch(False)
+            if fetched is None:  # pragma: no cover - len said otherwise
+                break
+            dropped.append(fetched.message.msg_id)
+        self.confirms.on_drop(dropped)
 
     def _credit_back(self, channel: Any) -> None:
         grant = self.credit.ack(channel)

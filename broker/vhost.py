@@ -372,6 +372,9 @@ class VHost:
             self.stores.close()
 
 
+# x-overflow values (rabbitmq.com/maxlength.html); reject-publish-dlx behaves as
+# reject-publish until dead-lettering exists
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 # queue arguments that must be non-negative integers (rabbit_amqqueue:declare_args)
 _NON_NEGATIVE_INT_ARGS = ("x-max-length", "x-max-length-bytes", "x-message-ttl",
                           "x-max-priority")
@@ -393,6 +396,13 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             continue
         raise errors.amqp_error(
             errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
+    overflow = arguments.get("x-overflow")
+    if overflow is not None and overflow not in OVERFLOW_MODES:
+        # rabbit_amqqueue check_overflow
+        why = "invalid_overflow" if isinstance(overflow, str) else (
+            f"{{unacceptable_type,{_kind(overflow)}}}")
+        raise errors.amqp_error(
+            errors.PreconditionFailed, f"invalid arg 'x-overflow' for {what}: {why}", method)
     mode = arguments.get("x-confirm-on")
     if mode is not None and mode not in CONFIRM_MODES:
         # our extension (ARCHITECTURE §6), checked like RabbitMQ checks x-queue-mode

@@ -320,7 +320,6 @@ def test_ttl_expiry_nacks_publisher(embedded_only, cpub, declare, mode):
     assert cpub.wait(seq) == ["nack"]
 
 
-@pytest.mark.skip(reason="needs x-message-ttl / x-max-length (queue features issue)")
 @pytest.mark.parametrize("mode", MODES)
 def test_max_length_drop_nacks_publisher(embedded_only, cpub, declare, channel, mode):
     """x-max-length=1 (drop-head): the dropped head gets basic.nack, the kept one stays owed."""

@@ -1,0 +1,93 @@
+"""Queue length limit (rabbitmq.com/maxlength.html): x-max-length with x-overflow drop-head
+(the default: the oldest ready messages are dropped) or reject-publish (the newest is refused;
+with confirms the publisher gets basic.nack)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aio_pika
+import pika
+import pytest
+from helpers import get_all, message_count
+
+from tests.polling import wait_for
+
+
+def test_drop_head_keeps_the_newest(channel, unique):
+    q = unique("ml")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-length": 3})
+    channel.confirm_delivery()
+    for i in range(10):
+        channel.basic_publish("", q, f"m{i}".encode())  # every one is acked
+    assert get_all(channel, q) == [b"m7", b"m8", b"m9"]
+
+
+def test_unacked_messages_do_not_count(channel, unique):
+    q = unique("ml")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-length": 1})
+    channel.confirm_delivery()
+    channel.basic_publish("", q, b"a")
+    method, _p, body = channel.basic_get(q)  # now unacked: not in the ready count
+    channel.basic_publish("", q, b"b")
+    assert message_count(channel, q) == 1
+    channel.basic_ack(method.delivery_tag)
+    assert get_all(channel, q) == [b"b"]
+
+
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+def test_reject_publish_nacks_with_confirms(connect, unique, overflow):
+    ch = connect().channel()
+    q = unique("ml")
+    ch.queue_declare(q, exclusive=True,
+                     arguments={"x-max-length": 2, "x-overflow": overflow})
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"1")
+    ch.basic_publish("", q, b"2")
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", q, b"3")
+    assert get_all(ch, q) == [b"1", b"2"]
+    ch.basic_publish("", q, b"4")  # room again
+    assert get_all(ch, q) == [b"4"]
+
+
+def test_reject_publish_without_confirms_drops_silently(channel, unique):
+    q = unique("ml")
+    channel.queue_declare(q, exclusive=True,
+                          arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    for i in range(5):
+        channel.basic_publish("", q, f"m{i}".encode())
+    wait_for(lambda: message_count(channel, q) == 1)
+    channel.connection.process_data_events(0.1)
+    assert channel.is_open
+    assert get_all(channel, q) == [b"m0"]
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("drop-tail", "invalid_overflow"),
+    (7, "{unacceptable_type,signedint}"),
+])
+def test_invalid_overflow_is_406(connect, unique, value, why):
+    ch = connect().channel()
+    q = unique("ml")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(q, arguments={"x-overflow": value})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid arg 'x-overflow' for queue '{q}' in vhost '/': {why}")
+
+
+def test_aio_pika_drop_head(broker):
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            q = await ch.declare_queue(exclusive=True, arguments={"x-max-length": 2})
+            for i in range(5):
+                await ch.default_exchange.publish(aio_pika.Message(f"{i}".encode()), q.name)
+            out = []
+            while (msg := await q.get(fail=False, timeout=1)) is not None:
+                await msg.ack()
+                out.append(msg.body)
+            return out
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [b"3", b"4"]
