@@ -35,6 +35,7 @@ DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject witho
 RUN = 4  # (RUN,) a consumer's channel may have capacity again
 BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
 EXPIRE = 6  # (EXPIRE,) the expiry timer fired: drop expired messages at the head
+UNUSED = 7  # (UNUSED,) the x-expires timer fired: delete the queue if it stayed unused
 
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
 
@@ -94,6 +95,17 @@ class QueueProcess(Process):
             max_length if isinstance(max_length, int) and not isinstance(max_length, bool)
             and max_length >= 0 else None)
         self._rejects = arguments.get("x-overflow") in ("reject-publish", "reject-publish-dlx")
+        # queue expiry (rabbitmq.com/ttl.html#queue-ttl): x-expires ms unused -> deleted;
+        # unused = no consumers, no basic.get, no (re)declare; after a restart the lease
+        # starts again from the boot, as in RabbitMQ
+        expires = arguments.get("x-expires")
+        self.expires: int | None = (
+            expires if isinstance(expires, int) and not isinstance(expires, bool)
+            and expires > 0 else None)
+        self._last_used = time.monotonic()
+        self._unused_timer: asyncio.TimerHandle | None = None
+        if self.expires is not None:
+            self._unused_timer = loop.call_later(self.expires / 1000, self.cast, (UNUSED,))
         if self._expiring:  # recovered messages: expire what is due, arm the timer
             loop.call_soon(self.cast, (EXPIRE,))
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
@@ -120,6 +132,8 @@ class QueueProcess(Process):
             if self._tracks:
                 self.confirms.on_discard(tags)
             self.bq.discard_pending(tags)
+        elif kind == UNUSED:
+            self._unused_check()
         elif kind == EXPIRE:
             self._expiry_timer = None
             self._expiry_at = None
@@ -133,6 +147,28 @@ class QueueProcess(Process):
                 self._drop_expired()
         self.confirms.poll()
         self._flush_confirms()
+
+    # -- queue expiry (x-expires) ------------------------------------------------------------
+    def touch(self) -> None:
+        """The queue was used (consume, basic.get, declare): x-expires counts from now."""
+        self._last_used = time.monotonic()
+
+    def _unused_check(self) -> None:
+        self._unused_timer = None
+        if self.deleted or self.expires is None:
+            return
+        now = time.monotonic()
+        if len(self.consumers):
+            self._last_used = now  # in use all along
+        idle_ms = (now - self._last_used) * 1000
+        if idle_ms >= self.expires:
+            log.info("queue '%s' in vhost '%s' expired after %d ms unused", self.name,
+                     self.vhost.name, self.expires)
+            # outside this mailbox drain: terminate drains the mailbox itself
+            self._loop.call_soon(self.vhost.delete_queue_now, self)
+            return
+        self._unused_timer = self._loop.call_later(
+            (self.expires - idle_ms) / 1000, self.cast, (UNUSED,))
 
     # -- message TTL (rabbitmq.com/ttl.html) -------------------------------------------------
     def _drop_expired(self) -> None:
@@ -311,11 +347,13 @@ class QueueProcess(Process):
                 f"queue '{self.name}' in vhost '{self.vhost.name}' in exclusive use")
         self.consumers.add(consumer)
         self._had_consumers = True
+        self._last_used = time.monotonic()
         self.cast((RUN,))
 
     def remove_consumer(self, channel: Any, tag: str) -> bool:
         """basic.cancel; may auto-delete the queue. Returns whether the consumer existed."""
         consumer = self.consumers.remove(channel, tag)
+        self._last_used = time.monotonic()
         self._maybe_auto_delete()
         return consumer is not None
 
@@ -324,6 +362,7 @@ class QueueProcess(Process):
         consumers (AMQP 0-9-1 §1.8.3.x: unacked messages are requeued on channel close)."""
         self._drain_all()
         self.consumers.remove_channel(channel)
+        self._last_used = time.monotonic()
         self.credit.peer_down(channel)
         self._confirm_out.pop(channel, None)
         if unacked:
@@ -336,6 +375,7 @@ class QueueProcess(Process):
     def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
         """basic.get from `channel`: (Fetched, messages left) or None when empty. Expired
         messages at the head are dropped first (never returned)."""
+        self._last_used = time.monotonic()
         if self._expiring:
             self._drop_expired()
         fetched = self.bq.fetch(not no_ack)
@@ -384,9 +424,10 @@ class QueueProcess(Process):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
+        for timer in (self._expiry_timer, self._unused_timer):
+            if timer is not None:
+                timer.cancel()
+        self._expiry_timer = self._unused_timer = None
         if delete:
             self.bq.delete_and_terminate()
         else:

@@ -242,7 +242,9 @@ class VHost:
                 errors.AccessRefused, f"queue name '{name}' contains reserved prefix 'amq.*'",
                 method)
         if passive:
-            return self.get_queue(name, owner, method)
+            queue = self.get_queue(name, owner, method)
+            queue.touch()  # a declare renews x-expires' lease (rabbit_amqqueue_process stat)
+            return queue
         existing = self.queues.get(name)
         if authorize is not None:
             authorize(name, existing is not None)
@@ -251,6 +253,7 @@ class VHost:
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked
             self._check_equivalent(existing, durable, exclusive, auto_delete, arguments, method)
+            existing.touch()
             return existing
         max_queues = self.limits.get("max-queues")
         if not recovering and limits.over(max_queues, len(self.queues)):
