@@ -126,6 +126,7 @@ class QueueProcess(Process):
             if self._tracks:
                 self.confirms.on_requeue(tags)
             self.bq.requeue(tags)
+            self._expiring = True  # a requeued message may carry an expiry: look again
         elif kind == DISCARD:
             # no dead-lettering yet: a message rejected without requeue is dropped
             tags = self._settle(msg[1], msg[2])
@@ -180,6 +181,9 @@ class QueueProcess(Process):
         if dropped:
             self.confirms.on_drop([m.msg_id for m, _p in dropped])
         head = self.bq.peek_props()
+        if head is None and self.message_ttl is None:
+            self._expiring = False  # empty: only a new message with an expiration re-arms
+            return
         expiry = head.expiry if head is not None else None
         if expiry is None:
             return
@@ -369,6 +373,7 @@ class QueueProcess(Process):
             if self._tracks:
                 self.confirms.on_requeue(unacked)
             self.bq.requeue(unacked)
+            self._expiring = True
         if not self._maybe_auto_delete():
             self.cast((RUN,))
 

@@ -155,3 +155,18 @@ def test_kombu_message_ttl_and_expiration(broker, unique):
         with conn.SimpleQueue(queue) as sq:
             with pytest.raises(sq.Empty):
                 sq.get(timeout=0.2)
+
+
+def test_a_requeued_message_that_expired_meanwhile_is_dropped(channel, unique):
+    """Delivered, then requeued after its expiry (the queue was empty meanwhile): dropped
+    at the head, not delivered again."""
+    q = unique("ttl")
+    channel.queue_declare(q, exclusive=True)
+    channel.confirm_delivery()
+    channel.basic_publish("", q, b"short", expiring(100))
+    method, _p, body = channel.basic_get(q)  # now unacked; the queue is empty
+    assert body == b"short"
+    time.sleep(0.2)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    wait_for(lambda: message_count(channel, q) == 0, timeout=5)
+    assert channel.basic_get(q, auto_ack=True)[2] is None
