@@ -141,3 +141,19 @@ def test_acks_late_task_runs_again_after_the_worker_is_killed(app, env):
         stop(victim)
         if rescuer is not None:
             stop(rescuer)
+
+
+def test_task_queue_with_message_ttl(app, env):
+    """task_queues with message TTL (kombu.Queue(message_ttl=...)): a task nobody takes in
+    time is gone from the queue, as with RabbitMQ."""
+    from kombu import Queue
+
+    from broker.testing import queue_depth
+
+    name = f"ttl-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, routing_key=name, message_ttl=0.2, auto_delete=False)
+    app.add.apply_async((1, 2), queue=queue, routing_key=name)
+    assert queue_depth(env["CELERY_TEST_BROKER"], name) == 1
+    wait_for(lambda: queue_depth(env["CELERY_TEST_BROKER"], name) == 0, timeout=5)
+    with app.app.connection_for_write() as conn:
+        queue(conn.default_channel).delete()
