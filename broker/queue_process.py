@@ -11,6 +11,7 @@ touches another queue.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from broker.backing_queue.base import BackingQueue, MessageProps
 from broker.confirms import queue_confirms
 from broker.consumers import Consumer, ConsumerSet
 from broker.credit_flow import CreditFlow
+from broker.dead_letter import dead_letter_message, is_cycle
 from broker.mailbox import Process
 from broker.message import Message
 from broker.ttl import expiry_ms, parse_expiration
@@ -95,6 +97,11 @@ class QueueProcess(Process):
             max_length if isinstance(max_length, int) and not isinstance(max_length, bool)
             and max_length >= 0 else None)
         self._rejects = arguments.get("x-overflow") in ("reject-publish", "reject-publish-dlx")
+        # dead-lettering (rabbitmq.com/dlx.html): where rejected, expired and dropped go
+        dlx = arguments.get("x-dead-letter-exchange")
+        self.dlx: str | None = dlx if isinstance(dlx, str) else None
+        dlrk = arguments.get("x-dead-letter-routing-key")
+        self.dlrk: str | None = dlrk if isinstance(dlrk, str) else None
         # queue expiry (rabbitmq.com/ttl.html#queue-ttl): x-expires ms unused -> deleted;
         # unused = no consumers, no basic.get, no (re)declare; after a restart the lease
         # starts again from the boot, as in RabbitMQ
@@ -127,12 +134,11 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(tags)
             self.bq.requeue(tags)
             self._expiring = True  # a requeued message may carry an expiry: look again
-        elif kind == DISCARD:
-            # no dead-lettering yet: a message rejected without requeue is dropped
+        elif kind == DISCARD:  # reject/nack without requeue: dead-lettered as "rejected"
             tags = self._settle(msg[1], msg[2])
             if self._tracks:
                 self.confirms.on_discard(tags)
-            self.bq.discard_pending(tags)
+            self._dead_letter(self.bq.discard_pending(tags), "rejected")
         elif kind == UNUSED:
             self._unused_check()
         elif kind == EXPIRE:
@@ -180,6 +186,7 @@ class QueueProcess(Process):
         dropped = self.bq.dropwhile(lambda p: p.expiry is not None and p.expiry <= now)
         if dropped:
             self.confirms.on_drop([m.msg_id for m, _p in dropped])
+            self._dead_letter(dropped, "expired")
         head = self.bq.peek_props()
         if head is None and self.message_ttl is None:
             self._expiring = False  # empty: only a new message with an expiration re-arms
@@ -254,6 +261,8 @@ class QueueProcess(Process):
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:
                 self._owe_nack(channel, seq)
+            if self.arguments.get("x-overflow") == "reject-publish-dlx":
+                self._dead_letter([(message, props)], "maxlen")
             self._credit_back(channel)
             return
         if seq is not None:
@@ -276,6 +285,7 @@ class QueueProcess(Process):
             # enqueued (rabbit_amqqueue_process deliver_or_enqueue, #q{ttl = 0})
             if seq is not None:
                 self.confirms.on_drop([message.msg_id])
+            self._dead_letter([(message, props)], "expired")
             self._credit_back(channel)
             return
         bq.publish(message, props)
@@ -294,10 +304,30 @@ class QueueProcess(Process):
             fetched = bq.fetch(False)
             if fetched is None:  # pragma: no cover - len said otherwise
                 break
-            dropped.append(fetched.message.msg_id)
-        self.confirms.on_drop(dropped)
+            dropped.append((fetched.message, None))
+        self.confirms.on_drop([m.msg_id for m, _p in dropped])
+        self._dead_letter(dropped, "maxlen")
+
+    def _dead_letter(self, items: list, reason: str) -> None:
+        """Republish (message, props) items to the dead letter exchange, if this queue has
+        one (a missing exchange drops them, and so does a cycle with no rejection in it:
+        broker/dead_letter.py). The copies are new publishes that owe nobody a confirm."""
+        dlx = self.dlx
+        if dlx is None or not items:
+            return
+        now = datetime.datetime.now(datetime.UTC)
+        vhost = self.vhost
+        for message, _props in items:
+            dead, keys = dead_letter_message(message, reason, self.name, dlx, self.dlrk, now)
+            headers = dead.properties.headers
+            for queue in vhost.route_keys(dlx, keys, headers, dead.properties):
+                if reason != "rejected" and is_cycle(queue.name, headers):
+                    continue  # rabbit_dead_letter detect_cycles: dropped
+                queue.cast((PUBLISH, None, dead, None))
 
     def _credit_back(self, channel: Any) -> None:
+        if channel is None:  # a dead-lettered copy: no channel waits for credit
+            return
         grant = self.credit.ack(channel)
         if grant:
             channel.grant_credit(self, grant)

@@ -342,6 +342,20 @@ class VHost:
                                 properties=properties)
         return [queues[n] for n in names if n in queues]
 
+    def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
+                   properties: Any = None) -> list[QueueProcess]:
+        """Queue processes a message sent to `exchange_name` with several routing keys
+        reaches (dead-lettering: the published key and its CC keys); each queue once. A
+        missing exchange reaches nothing (a missing DLX drops silently, rabbitmq.com/dlx.html)."""
+        queues = self.queues
+        if exchange_name == "":
+            return [queues[k] for k in dict.fromkeys(keys) if k in queues]
+        if exchange_name not in self.exchanges:
+            return []
+        names = route_exchanges(self.exchanges, exchange_name, keys[0], headers,
+                                extra_keys=keys[1:], properties=properties)
+        return [queues[n] for n in names if n in queues]
+
     def recover(self) -> int:
         """Boot: recreate durable exchanges, queues (their backing queues recover their
         messages) and bindings from the definitions. Returns the number of queues."""
@@ -399,6 +413,17 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             continue
         raise errors.amqp_error(
             errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
+    for key in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        value = arguments.get(key)
+        if value is not None and not isinstance(value, str):
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                f"invalid arg '{key}' for {what}: {{unacceptable_type,{_kind(value)}}}", method)
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise errors.amqp_error(  # rabbit_amqqueue check_dlxrk_arg
+            errors.PreconditionFailed,
+            f"invalid arg 'x-dead-letter-routing-key' for {what}: "
+            "routing_key_but_no_dlx_defined", method)
     overflow = arguments.get("x-overflow")
     if overflow is not None and overflow not in OVERFLOW_MODES:
         # rabbit_amqqueue check_overflow
