@@ -71,7 +71,8 @@ class QueueProcess(Process):
         self.bq: BackingQueue = bq_factory(
             (vhost.name, name), durable, self._bq_notify, arguments
         )  # where messages live
-        self.consumers = ConsumerSet()  # basic.consume subscriptions
+        # basic.consume subscriptions; x-single-active-consumer: one receives at a time
+        self.consumers = ConsumerSet(arguments.get("x-single-active-consumer") is True)
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
         self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
         self._nack_out: dict[Any, list[int]] = {}  # channel -> seq nos rejected this batch

@@ -424,6 +424,11 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             errors.PreconditionFailed,
             f"invalid arg 'x-dead-letter-routing-key' for {what}: "
             "routing_key_but_no_dlx_defined", method)
+    sac = arguments.get("x-single-active-consumer")
+    if sac is not None and not isinstance(sac, bool):  # check_single_active_consumer_arg
+        raise errors.amqp_error(
+            errors.PreconditionFailed, f"invalid arg 'x-single-active-consumer' for {what}: "
+            f"{{unacceptable_type,{_kind(sac)}}}", method)
     overflow = arguments.get("x-overflow")
     if overflow is not None and overflow not in OVERFLOW_MODES:
         # rabbit_amqqueue check_overflow
