@@ -20,6 +20,7 @@ from broker import errors
 from broker.access import ChannelAccess
 from broker.confirms import QUEUE_GONE, ConfirmTracker, LiteRef
 from broker.credit_flow import CreditFlow
+from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
@@ -60,6 +61,8 @@ class ChannelProcess(Process):
         self.next_delivery_tag = 1  # delivery tags count from 1 per channel
         self.unacked: dict[int, tuple[Any, int, str | None]] = {}  # tag -> (queue, ack_tag, ctag)
         self.consumers: dict[str, Any] = {}  # consumer_tag -> queue process
+        # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
+        self.reply_consumer: tuple[str, str] | None = None
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
         self.tx: TxState | None = None  # set by tx.select
         self._poke_pending = False  # a resume callback is registered with the writer
@@ -183,6 +186,9 @@ class ChannelProcess(Process):
 
     def cleanup(self) -> None:
         """Requeue unacked deliveries and drop consumers (channel or connection closed)."""
+        if self.reply_consumer is not None:  # replies to us are dropped from now on
+            REPLY_REGISTRY.unregister(self.reply_consumer[1])
+            self.reply_consumer = None
         if self.state == CLOSED and not self.unacked and not self.consumers:
             return
         by_queue: dict[Any, list[int]] = {}
@@ -251,6 +257,20 @@ class ChannelProcess(Process):
                                         message.exchange, message.routing_key,
                                         message.wire_properties(),
                                         message.body, self.frame_max))
+
+    def deliver_reply(self, message: Message) -> bool:
+        """Direct reply-to: send `message` (published to "" with our reply-to name) to our
+        reply consumer as basic.deliver, no ack expected. False when we can no longer take
+        it (closing, or the reply consumer was cancelled): the reply is dropped."""
+        if self.reply_consumer is None or self.state != OPEN or self.shutting_down:
+            return False
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        self.writer.send(encode_deliver(self.number, self.reply_consumer[0], tag, False,
+                                        message.exchange, message.routing_key,
+                                        message.wire_properties(),
+                                        message.body, self.frame_max))
+        return True
 
     def grant_credit(self, queue: Any, n: int) -> None:
         """A queue handled `n` more of our publishes."""

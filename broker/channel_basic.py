@@ -17,6 +17,9 @@ from broker import errors
 from broker.access import READ, WRITE
 from broker.channel_entities import queue_name
 from broker.consumers import Consumer
+from broker.direct_reply_to import PREFIX as REPLY_PREFIX
+from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
+from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.message import Message
 from broker.protocol.framing import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
@@ -27,7 +30,11 @@ B = commands.Basic
 
 
 def _route_and_send(ch: Any, method: Any, message: Message) -> None:
-    """Route one publish and cast it to its queues (or basic.return it when mandatory)."""
+    """Route one publish and cast it to its queues (or basic.return it when mandatory). A
+    reply to a direct reply-to name goes straight to the requester's channel."""
+    if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
+        _send_reply(ch, method, message)
+        return
     queues = ch.vhost.route(method.exchange, method.routing_key, message.properties.headers,
                             message.properties)
     confirm = ch.confirm
@@ -44,6 +51,19 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
     for queue in queues:
         queue.cast(msg)
         ch.spend_queue_credit(queue)
+
+
+def _send_reply(ch: Any, method: Any, message: Message) -> None:
+    """Direct reply-to (rabbitmq.com/direct-reply-to.html): deliver to the requester's
+    reply consumer; a gone requester drops the reply (basic.return NO_ROUTE if mandatory).
+    A publisher in confirm mode is confirmed at once, as for any routed publish."""
+    target = REPLY_REGISTRY.channel_for(method.routing_key)
+    delivered = target is not None and target.deliver_reply(message)
+    if not delivered and method.mandatory:
+        _basic_return(ch, message, 312, "NO_ROUTE")
+    confirm = ch.confirm
+    if confirm is not None:
+        confirm.track(confirm.next_seq_no(), ())
 
 
 def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
@@ -94,8 +114,15 @@ def publish(ch: Any, cmd: Any) -> None:
             raise errors.amqp_error(
                 errors.PreconditionFailed, f"invalid expiration '{expiration}': {exc}",
                 method) from None
+    raw_properties = header.raw_properties
+    if header.properties.reply_to == REPLY_TO:
+        if ch.reply_consumer is None:  # rabbit_channel: no reply consumer on this channel
+            raise errors.amqp_error(errors.PreconditionFailed,
+                                    "fast reply consumer does not exist", method)
+        header.properties.reply_to = ch.reply_consumer[1]
+        raw_properties = None  # re-encoded with the rewritten reply_to
     message = Message(name, method.routing_key, header.properties, cmd.body or b"",
-                      raw_properties=header.raw_properties)
+                      raw_properties=raw_properties)
     if ch.tx is not None:
         ch.tx.publishes.append((method, message))
         return
@@ -106,11 +133,14 @@ def consume(ch: Any, cmd: Any) -> None:
     """basic.consume (§1.8.3.3): read on the queue; server tags "amq.ctag-…", 530 on a reused tag, 403 for
     exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
     m = cmd.method
+    if m.queue == REPLY_TO:
+        _consume_replies(ch, m)
+        return
     name = queue_name(ch, m.queue, m)
     ch.access.check("queue", name, READ, m)
     queue = ch.vhost.get_queue(name, ch.conn, m)
     tag = m.consumer_tag or ("amq.ctag-" + uuid.uuid4().hex[:22])
-    if tag in ch.consumers:
+    if tag in ch.consumers or (ch.reply_consumer and ch.reply_consumer[0] == tag):
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
     args = m.arguments or {}
     priority = args.get("x-priority", 0)
@@ -126,9 +156,29 @@ def consume(ch: Any, cmd: Any) -> None:
         ch.send_method(B.ConsumeOk(tag))
 
 
+def _consume_replies(ch: Any, m: Any) -> None:
+    """basic.consume on amq.rabbitmq.reply-to: no-ack only (406 "reply consumer cannot
+    acknowledge"), one per channel (406 "reply consumer already set"), as rabbit_channel;
+    no queue and no read permission involved."""
+    if not m.no_ack:
+        raise errors.amqp_error(errors.PreconditionFailed,
+                                "reply consumer cannot acknowledge", m)
+    if ch.reply_consumer is not None:
+        raise errors.amqp_error(errors.PreconditionFailed, "reply consumer already set", m)
+    tag = m.consumer_tag or ("amq.ctag-" + uuid.uuid4().hex[:22])
+    if tag in ch.consumers:
+        raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
+    ch.reply_consumer = (tag, REPLY_REGISTRY.register(ch))
+    if not m.nowait:
+        ch.send_method(B.ConsumeOk(tag))
+
+
 def cancel(ch: Any, cmd: Any) -> None:
     """basic.cancel (§1.8.3.5): an unknown tag still gets cancel-ok (RabbitMQ)."""
     m = cmd.method
+    if ch.reply_consumer is not None and ch.reply_consumer[0] == m.consumer_tag:
+        REPLY_REGISTRY.unregister(ch.reply_consumer[1])
+        ch.reply_consumer = None
     queue = ch.consumers.pop(m.consumer_tag, None)
     if queue is not None and not queue.deleted:
         queue.call(queue.remove_consumer, ch, m.consumer_tag)

@@ -16,6 +16,9 @@ from pamqp import commands
 
 from broker import errors
 from broker.access import CONFIGURE, READ, WRITE
+from broker.direct_reply_to import PREFIX as REPLY_PREFIX
+from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
+from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.protocol.framing import build_method
 
 E = commands.Exchange
@@ -91,6 +94,16 @@ def queue_declare(ch: Any, cmd: Any) -> None:
     exchange also needs read on itself and write on that exchange."""
     m = cmd.method
     arguments = dict(m.arguments or {})
+    if m.passive and (m.queue == REPLY_TO or m.queue.startswith(REPLY_PREFIX)):
+        # direct reply-to: the pseudo-queue always "exists"; a reply-to name while its
+        # channel is alive (rabbit_channel), else 404
+        if m.queue != REPLY_TO and REPLY_REGISTRY.channel_for(m.queue) is None:
+            raise errors.amqp_error(
+                errors.NotFound, f"no queue '{m.queue}' in vhost '{ch.vhost.name}'", m)
+        if not m.nowait:
+            ch.send_method(build_method(Q.DeclareOk, queue=m.queue, message_count=0,
+                                        consumer_count=0))
+        return
 
     def authorize(name: str, exists: bool) -> None:
         ch.access.check("queue", name, CONFIGURE, m)

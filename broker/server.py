@@ -164,6 +164,7 @@ class Broker:
                 "consumer_priorities": True,
                 "authentication_failure_close": True,
                 "per_consumer_qos": True,
+                "direct_reply_to": True,
             },
         }
 

@@ -20,7 +20,7 @@ import aio_pika
 import aio_pika.exceptions
 import pytest
 from aio_pika.patterns import RPC
-from aiohelpers import EXTERNAL, drop_connection, ignore, ready_count, run, until
+from aiohelpers import drop_connection, ignore, ready_count, run, until
 from pamqp import commands as spec
 
 # --- robust connections -----------------------------------------------------------------------
@@ -201,10 +201,6 @@ def test_tutorial_six_rpc_with_callback_queue(broker, unique):
     assert run(main()) == [b"9", b"144"]
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="direct reply-to (amq.rabbitmq.reply-to) is not implemented: basic.consume on the "
-           "pseudo-queue is 404 NOT_FOUND")
 def test_direct_reply_to(broker, unique):
     """RPC via amq.rabbitmq.reply-to: the client consumes the pseudo-queue (no_ack) and
     publishes with reply_to='amq.rabbitmq.reply-to'; the server sees a generated
