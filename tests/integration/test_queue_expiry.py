@@ -84,3 +84,26 @@ def test_durable_queue_expires_after_a_restart(tmp_path, embedded_only):
         wait_for(lambda: b.call(lambda: "dq" not in b.broker.vhosts["/"].queues), timeout=5)
         names = b.call(lambda: [q.name for q in b.broker.definitions.list_queues("/")])
         assert "dq" not in names
+
+
+def test_aio_pika_queue_expires(broker, unique):
+    import asyncio
+
+    import aio_pika
+    import aiormq
+
+    name = unique("exp")
+
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            await ch.declare_queue(name, arguments={"x-expires": 200})
+            await asyncio.sleep(0.6)  # unused for three times x-expires
+            ch2 = await conn.channel()
+            try:
+                await ch2.declare_queue(name, passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                return "gone"
+            return "still there"
+
+    assert asyncio.run(asyncio.wait_for(main(), 20)) == "gone"
