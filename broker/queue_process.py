@@ -91,12 +91,12 @@ class QueueProcess(Process):
         self._expiring = self.message_ttl is not None or not self.bq.is_empty()
         self._expiry_timer: asyncio.TimerHandle | None = None  # fires at the head's expiry
         self._expiry_at: int | None = None  # ms since the epoch the timer is set for
-        # length limit (rabbitmq.com/maxlength.html): x-max-length ready messages, and what
-        # happens past it: drop-head (default) or reject-publish(-dlx)
-        max_length = arguments.get("x-max-length")
-        self.max_length: int | None = (
-            max_length if isinstance(max_length, int) and not isinstance(max_length, bool)
-            and max_length >= 0 else None)
+        # length limits (rabbitmq.com/maxlength.html): x-max-length ready messages and
+        # x-max-length-bytes ready body bytes, and what happens past them: drop-head
+        # (default) or reject-publish(-dlx)
+        self.max_length: int | None = _limit(arguments.get("x-max-length"))
+        self.max_length_bytes: int | None = _limit(arguments.get("x-max-length-bytes"))
+        self._limited = self.max_length is not None or self.max_length_bytes is not None
         self._rejects = arguments.get("x-overflow") in ("reject-publish", "reject-publish-dlx")
         # dead-lettering (rabbitmq.com/dlx.html): where rejected, expired and dropped go
         dlx = arguments.get("x-dead-letter-exchange")
@@ -256,8 +256,7 @@ class QueueProcess(Process):
             props.expiry = expiry_ms(_now_ms(), self.message_ttl, msg_ttl)
             self._expiring = True
         bq = self.bq
-        max_length = self.max_length
-        if max_length is not None and self._rejects and bq.len() >= max_length:
+        if self._rejects and self._limited and self._would_overflow(len(message.body)):
             # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:
@@ -290,18 +289,34 @@ class QueueProcess(Process):
             self._credit_back(channel)
             return
         bq.publish(message, props)
-        if max_length is not None and bq.len() > max_length:
-            self._drop_head(max_length)
+        if self._limited and self._over_limit():
+            self._drop_head()
         if props.expiry is not None and self._expiry_timer is None:
             self._drop_expired()  # arms the timer for the head
         self._credit_back(channel)
 
-    def _drop_head(self, max_length: int) -> None:
-        """drop-head: drop the oldest ready messages until `max_length` remain (their
-        publishers are confirmed in persist mode, nacked in the ack modes)."""
+    def _would_overflow(self, size: int) -> bool:
+        """reject-publish: would one more message of `size` body bytes pass a limit?
+        (rabbit_amqqueue_process `will_overflow`)"""
+        bq = self.bq
+        return ((self.max_length is not None and bq.len() + 1 > self.max_length)
+                or (self.max_length_bytes is not None
+                    and bq.ready_bytes() + size > self.max_length_bytes))
+
+    def _over_limit(self) -> bool:
+        """Ready messages or their body bytes past a limit (rabbit_amqqueue_process
+        `is_over_limit`)."""
+        bq = self.bq
+        return ((self.max_length is not None and bq.len() > self.max_length)
+                or (self.max_length_bytes is not None
+                    and bq.ready_bytes() > self.max_length_bytes))
+
+    def _drop_head(self) -> None:
+        """drop-head: drop messages from the head (the next to deliver) until no limit is
+        passed (their publishers are confirmed in persist mode, nacked in the ack modes)."""
         bq = self.bq
         dropped = []
-        while bq.len() > max_length:
+        while self._over_limit():
             fetched = bq.fetch(False)
             if fetched is None:  # pragma: no cover - len said otherwise
                 break
@@ -479,6 +494,14 @@ class QueueProcess(Process):
 
     def stats(self) -> dict[str, int]:
         return {**self.bq.stats(), "consumers": len(self.consumers)}
+
+
+def _limit(value: Any) -> int | None:
+    """A length-limit argument as an int, or None when unset or invalid (the vhost refused
+    invalid ones at declare)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from broker import __version__, tls
+from broker.backing_queue.priority import PriorityBackingQueue, index_queue_names, max_priority
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
 from broker.definitions import Definitions
@@ -60,11 +61,21 @@ class Broker:
         pins its RAM target at 0 (RabbitMQ 3.6–3.11 lazy queues)."""
         cfg = self.config
         mode = "lazy" if arguments.get("x-queue-mode") == "lazy" else "default"
-        return VariableQueue(
-            name, durable, notify, stores=self.vhosts[name[0]].stores,
-            queue_index_embed_msgs_below=cfg.queue_index_embed_msgs_below,
-            queue_index_max_journal_entries=cfg.queue_index_max_journal_entries,
-            mode=mode, fsync=cfg.fsync)
+        stores = self.vhosts[name[0]].stores
+
+        def variable_queue(vq_name: tuple[str, str], vq_durable: bool,
+                           vq_notify: Any) -> VariableQueue:
+            return VariableQueue(
+                vq_name, vq_durable, vq_notify, stores=stores,
+                queue_index_embed_msgs_below=cfg.queue_index_embed_msgs_below,
+                queue_index_max_journal_entries=cfg.queue_index_max_journal_entries,
+                mode=mode, fsync=cfg.fsync)
+
+        top = max_priority(arguments)
+        if top is not None:  # x-max-priority: one variable queue per priority
+            return PriorityBackingQueue(name, durable, notify, max_priority=top,
+                                        make_inner=variable_queue)
+        return variable_queue(name, durable, notify)
 
     def add_vhost(self, name: str) -> VHost:
         """Create (or recover) vhost `name`: its message stores are recovered first, then its
@@ -77,7 +88,8 @@ class Broker:
         stores = VhostStores(self.config.data_dir, name,
                              file_size_limit=self.config.msg_store_file_size_limit,
                              fsync=self.config.fsync)
-        durable_queues = [q.name for q in self.definitions.list_queues(name)]
+        durable_queues = [index_name for q in self.definitions.list_queues(name)
+                          for index_name in index_queue_names(q.name, q.arguments)]
         clean = stores.recover(keep_queues=durable_queues)
         vhost = VHost(name, self.loop, self.config, self._bq_factory,
                       definitions=self.definitions, stores=stores)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker import errors, limits
+from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, QueueDef
 from broker.exchange import Exchange, new_routing
@@ -409,6 +410,8 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             why = f"{{value_negative,{value}}}"
         elif key == "x-expires" and value == 0:
             why = "{value_zero,0}"
+        elif key == "x-max-priority" and value > MAX_SUPPORTED_PRIORITY:
+            why = f"{{max_value_exceeded,{value}}}"
         else:
             continue
         raise errors.amqp_error(

@@ -113,6 +113,10 @@ class BackingQueue(Protocol):
     def depth(self) -> int:
         """Ready messages plus pending acks."""
 
+    def ready_bytes(self) -> int:
+        """Body bytes of the ready messages (not pending acks): what `x-max-length-bytes`
+        limits (RabbitMQ's `message_bytes_ready`)."""
+
     def drain_confirmed(self) -> list[bytes]:
         """msg_ids published with needs_confirming that are now safely on disk; each id is
         returned once."""

@@ -34,6 +34,7 @@ class MemoryBackingQueue:
         self._pending: dict[int, tuple[Message, MessageProps]] = {}  # seq_id -> unacked msg
         self._next_seq_id = 0  # seq_id of the next publish
         self._bytes = 0  # body bytes of ready + pending messages
+        self._ready_bytes = 0  # body bytes of ready messages
 
     # -- publishing -------------------------------------------------------------------------
     def publish(self, message: Message, props: MessageProps, delivered: bool = False) -> None:
@@ -41,6 +42,7 @@ class MemoryBackingQueue:
         self._next_seq_id = seq_id + 1
         self._ready.append((seq_id, message, props, delivered))
         self._bytes += len(message.body)
+        self._ready_bytes += len(message.body)
 
     def publish_delivered(self, message: Message, props: MessageProps) -> AckTag:
         seq_id = self._next_seq_id
@@ -54,6 +56,7 @@ class MemoryBackingQueue:
         if not self._ready:
             return None
         seq_id, message, props, delivered = self._ready.popleft()
+        self._ready_bytes -= len(message.body)
         if need_ack:
             self._pending[seq_id] = (message, props)
             return Fetched(message, delivered, seq_id, props)
@@ -78,6 +81,7 @@ class MemoryBackingQueue:
                 back.append((tag, entry[0], entry[1], True))
         if not back:
             return
+        self._ready_bytes += sum(len(e[1].body) for e in back)
         if not self._ready or back[-1][0] < self._ready[0][0]:
             self._ready.extendleft(reversed(back))
         else:
@@ -100,6 +104,7 @@ class MemoryBackingQueue:
         while ready and pred(ready[0][2]):
             _seq, message, props, _d = ready.popleft()
             self._bytes -= len(message.body)
+            self._ready_bytes -= len(message.body)
             out.append((message, props))
         return out
 
@@ -112,6 +117,7 @@ class MemoryBackingQueue:
         for _seq, message, _p, _d in self._ready:
             self._bytes -= len(message.body)
         self._ready.clear()
+        self._ready_bytes = 0
         return count
 
     def purge_acks(self) -> None:
@@ -127,6 +133,9 @@ class MemoryBackingQueue:
 
     def depth(self) -> int:
         return len(self._ready) + len(self._pending)
+
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
 
     def drain_confirmed(self) -> list[bytes]:
         return []
@@ -159,4 +168,4 @@ class MemoryBackingQueue:
     def delete_and_terminate(self) -> None:
         self._ready.clear()
         self._pending.clear()
-        self._bytes = 0
+        self._bytes = self._ready_bytes = 0

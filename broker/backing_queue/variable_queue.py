@@ -108,6 +108,7 @@ class VariableQueue(VqDisk):
         self._len = 0  # ready messages (q1..q4 + delta)
         self._persistent = 0  # ready messages that are is_persistent
         self._bytes = 0  # body bytes, ready + pending ack
+        self._ready_bytes = 0  # body bytes of ready messages (x-max-length-bytes)
         self._ram_msgs = 0  # ready messages whose Message is in RAM
         self.target_ram_count: int | None = 0 if mode == "lazy" else None  # None = infinity
         self._rates = Rates()  # for ram_duration / set_ram_duration_target
@@ -130,7 +131,7 @@ class VariableQueue(VqDisk):
             if rec.count:
                 self.delta = Delta(rec.low_seq_id, rec.count, rec.next_seq_id, rec.bytes)
                 self._len = self._persistent = rec.count
-                self._bytes = rec.bytes
+                self._bytes = self._ready_bytes = rec.bytes
         else:
             self._qi.erase()
             self._next_seq_id = 0
@@ -162,6 +163,7 @@ class VariableQueue(VqDisk):
         ms = self._new_status(message, props, delivered)
         self._rates.counts[0] += 1
         self._len += 1
+        self._ready_bytes += ms.size
         self._persistent += ms.is_persistent
         if self.mode == "lazy":
             self._to_delta_new(ms)
@@ -233,6 +235,7 @@ class VariableQueue(VqDisk):
             if ms is None:
                 return None
             self._len -= 1
+            self._ready_bytes -= ms.size
             self._persistent -= ms.is_persistent
             if ms.msg is not None:
                 self._ram_msgs -= 1
@@ -308,6 +311,7 @@ class VariableQueue(VqDisk):
                 self._write_index(ms, ms.msg)
         kept = to4 + to3 + to2 + to1 + to_delta
         self._len += len(kept)
+        self._ready_bytes += sum(ms.size for ms in kept)
         self._persistent += sum(ms.is_persistent for ms in kept)
         self._ram_msgs += sum(ms.msg is not None for ms in to4 + to3 + to2 + to1)
 
@@ -369,7 +373,7 @@ class VariableQueue(VqDisk):
             gone.extend(self.q3)
             self.q3.clear()
         self._forget(gone)
-        self._len = self._persistent = self._ram_msgs = 0
+        self._len = self._persistent = self._ram_msgs = self._ready_bytes = 0
         return count
 
     def purge_acks(self) -> None:
@@ -392,6 +396,10 @@ class VariableQueue(VqDisk):
     def depth(self) -> int:
         """Ready messages plus pending acks."""
         return self._len + self._pending_count()
+
+    def ready_bytes(self) -> int:
+        """Body bytes of the ready messages (delta included)."""
+        return self._ready_bytes
 
     def _pending_count(self) -> int:
         return len(self.ram_pending_ack) + len(self.disk_pending_ack) + len(self.qi_pending_ack)

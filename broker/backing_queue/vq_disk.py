@@ -48,6 +48,7 @@ class VqDisk:
     qi_pending_ack: dict[int, MsgStatus]
     _ram_msgs: int
     _len: int
+    _ready_bytes: int
     _persistent: int
     _bytes: int
     target_ram_count: int | None
@@ -307,6 +308,7 @@ class VqDisk:
                         self.name, d.count,  # type: ignore[attr-defined]
                     )
                     self._len -= d.count
+                    self._ready_bytes -= d.bytes
                 d.clear()
                 self.q3.extend(self.q2)
                 self.q2.clear()

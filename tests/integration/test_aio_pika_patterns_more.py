@@ -13,7 +13,7 @@ import aio_pika.exceptions
 import aiormq
 import aiormq.exceptions
 import pytest
-from aiohelpers import EXTERNAL, ignore, ready_count, run
+from aiohelpers import ignore, ready_count, run
 from pamqp import commands as spec
 
 # --- confirms, returns, transactions ----------------------------------------------------------
@@ -332,10 +332,6 @@ def test_ttl_zero_expires_at_once_without_a_consumer(broker, how):
     assert run(main()) == (None if how == "x-message-ttl" else b"kept")
 
 
-@pytest.mark.xfail(
-    not EXTERNAL, strict=True,
-    reason="priority queues are not implemented: x-max-priority is accepted and ignored, "
-           "messages come out in FIFO order")
 def test_priority_queue_delivers_highest_priority_first(broker):
     """On an x-max-priority queue basic.get takes the highest priority first."""
 

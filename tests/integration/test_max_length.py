@@ -91,3 +91,93 @@ def test_aio_pika_drop_head(broker):
             return out
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [b"3", b"4"]
+
+
+# --- x-max-length-bytes: the ready messages' body bytes ---------------------------------------
+
+def test_max_length_bytes_drop_head_keeps_the_newest_that_fit(channel, unique):
+    """Five 4-byte bodies under a 10-byte limit: only the newest two (8 bytes) stay."""
+    q = unique("mlb")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-length-bytes": 10})
+    channel.confirm_delivery()
+    for i in range(5):
+        channel.basic_publish("", q, f"m{i}..".encode())  # 4 bytes each
+    assert message_count(channel, q) == 2
+    assert get_all(channel, q) == [b"m3..", b"m4.."]
+
+
+def test_max_length_bytes_counts_ready_messages_only(channel, unique):
+    q = unique("mlb")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-length-bytes": 5})
+    channel.confirm_delivery()
+    channel.basic_publish("", q, b"12345")
+    method, _p, _body = channel.basic_get(q)  # unacked: its bytes no longer count
+    channel.basic_publish("", q, b"abcde")
+    assert message_count(channel, q) == 1
+    channel.basic_nack(method.delivery_tag, requeue=True)  # back: 10 bytes ready, allowed
+    assert message_count(channel, q) == 2  # requeue does not drop (RabbitMQ checks publishes)
+    channel.basic_publish("", q, b"x")  # now over: drop from the head until <= 5 bytes
+    assert get_all(channel, q) == [b"x"]
+
+
+def test_max_length_bytes_drops_a_body_larger_than_the_limit(channel, unique):
+    q = unique("mlb")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-length-bytes": 3})
+    channel.confirm_delivery()
+    channel.basic_publish("", q, b"ab")
+    channel.basic_publish("", q, b"too long")  # enqueued, then over: everything goes
+    assert message_count(channel, q) == 0
+
+
+def test_max_length_bytes_reject_publish_nacks(connect, unique):
+    ch = connect().channel()
+    q = unique("mlb")
+    ch.queue_declare(q, exclusive=True, arguments={
+        "x-max-length-bytes": 6, "x-overflow": "reject-publish"})
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"abc")
+    ch.basic_publish("", q, b"def")  # exactly 6: accepted
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", q, b"g")
+    ch.basic_publish("", q, b"")  # an empty body still fits
+    assert get_all(ch, q) == [b"abc", b"def", b""]
+
+
+def test_max_length_and_bytes_together_whichever_is_hit_first(channel, unique):
+    q = unique("mlb")
+    channel.queue_declare(q, exclusive=True, arguments={
+        "x-max-length": 3, "x-max-length-bytes": 100})
+    channel.confirm_delivery()
+    for i in range(5):
+        channel.basic_publish("", q, f"{i}".encode())
+    assert get_all(channel, q) == [b"2", b"3", b"4"]  # the count limit bit
+    for i in range(3):
+        channel.basic_publish("", q, f"{i}".encode() * 40)  # 40 bytes each
+    assert get_all(channel, q) == [b"1" * 40, b"2" * 40]  # the byte limit bit
+
+
+def test_max_length_bytes_dead_letters_maxlen(channel, unique):
+    q, dl = unique("mlb"), unique("mlb-dl")
+    channel.queue_declare(dl, exclusive=True)
+    channel.queue_declare(q, exclusive=True, arguments={
+        "x-max-length-bytes": 4, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": dl})
+    channel.confirm_delivery()
+    channel.basic_publish("", q, b"old!")
+    channel.basic_publish("", q, b"new!")
+    wait_for(lambda: message_count(channel, dl) == 1)
+    method, props, body = channel.basic_get(dl, auto_ack=True)
+    assert body == b"old!"
+    assert props.headers["x-first-death-reason"] == "maxlen"
+    assert get_all(channel, q) == [b"new!"]
+
+
+def test_max_length_bytes_invalid_is_406(connect, unique):
+    ch = connect().channel()
+    q = unique("mlb")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(q, arguments={"x-max-length-bytes": -1})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid arg 'x-max-length-bytes' for queue '{q}' in vhost "
+        "'/': {value_negative,-1}")
