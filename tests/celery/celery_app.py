@@ -22,6 +22,11 @@ app.conf.update(
     worker_hijack_root_logger=False,
     result_expires=None,
 )
+if os.environ.get("CELERY_TEST_PRIORITY_QUEUE"):  # a worker for a priority queue
+    from kombu import Queue
+
+    _pq = os.environ["CELERY_TEST_PRIORITY_QUEUE"]
+    app.conf.task_queues = [Queue(_pq, routing_key=_pq, max_priority=9, auto_delete=False)]
 DIR = Path(os.environ["CELERY_TEST_DIR"])
 
 
@@ -60,3 +65,11 @@ def slow_once(name: str) -> int:
     if n == 1:
         time.sleep(60)
     return n
+
+
+@app.task
+def record(name: str, label: str) -> str:
+    """Appends `label` and a newline to DIR/<name>.order (the order tasks ran in)."""
+    with open(DIR / f"{name}.order", "a") as f:
+        f.write(label + "\n")
+    return label

@@ -157,3 +157,32 @@ def test_task_queue_with_message_ttl(app, env):
     wait_for(lambda: queue_depth(env["CELERY_TEST_BROKER"], name) == 0, timeout=5)
     with app.app.connection_for_write() as conn:
         queue(conn.default_channel).delete()
+
+
+def test_priority_task_queue_runs_higher_priority_first(app, env):
+    """task_queues with x-max-priority (kombu.Queue(max_priority=...)) and apply_async(
+    priority=...): tasks queued while no worker runs are taken highest priority first, as
+    with RabbitMQ (docs.celeryq.dev, "Routing Tasks", RabbitMQ message priorities)."""
+    from kombu import Queue
+
+    from broker.testing import queue_depth
+
+    name = f"prio-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, routing_key=name, max_priority=9, auto_delete=False)
+    order = [(0, "p0-a"), (5, "p5-a"), (9, "p9"), (5, "p5-b"), (1, "p1"), (0, "p0-b")]
+    for priority, label in order:
+        app.record.apply_async((name, label), queue=queue, routing_key=name,
+                               priority=priority)
+    assert queue_depth(env["CELERY_TEST_BROKER"], name) == len(order)
+    path = Path(env["CELERY_TEST_DIR"]) / f"{name}.order"
+    # the worker declares the queue from task_queues, with the same x-max-priority
+    proc = start_worker(dict(env, CELERY_TEST_PRIORITY_QUEUE=name), f"{name}@%h",
+                        concurrency=1, queues=name)
+    try:
+        wait_for(lambda: path.exists() and len(path.read_text().split()) == len(order),
+                 timeout=30)
+    finally:
+        stop(proc)
+    assert path.read_text().split() == ["p9", "p5-a", "p5-b", "p1", "p0-a", "p0-b"]
+    with app.app.connection_for_write() as conn:
+        queue(conn.default_channel).delete()
