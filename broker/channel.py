@@ -11,7 +11,9 @@ this module keeps the loop, the dispatch table and the error boundary: soft erro
 
 from __future__ import annotations
 
+import bisect
 import logging
+import time
 from typing import Any
 
 from pamqp import commands
@@ -26,6 +28,7 @@ from broker.mailbox import Process
 from broker.message import Message
 from broker.protocol.framing import encode_deliver, encode_method
 from broker.queue_process import ACK, REQUEUE, RUN
+from broker.stats import MessageStats
 from broker.tx import TxState
 
 log = logging.getLogger("broker.channel")
@@ -59,6 +62,12 @@ class ChannelProcess(Process):
         self.credit = CreditFlow(cfg.credit_flow_initial, cfg.credit_flow_more_after)  # → queues
         self.reader_credit = CreditFlow(cfg.credit_flow_initial, cfg.credit_flow_more_after)
         self.next_delivery_tag = 1  # delivery tags count from 1 per channel
+        self.message_stats = MessageStats()  # publish/deliver/ack/confirm counts (management)
+        # when deliveries went out, for the management API's unacked ages: (first delivery
+        # tag of a loop turn, monotonic s), stamped once per turn with deliveries
+        self._tag_times: list[tuple[int, float]] = []
+        self._stamped_below = 1  # tags below this have a stamp
+        self._stamping = False  # a stamp is scheduled for this loop turn
         self.unacked: dict[int, tuple[Any, int, str | None]] = {}  # tag -> (queue, ack_tag, ctag)
         self.consumers: dict[str, Any] = {}  # consumer_tag -> queue process
         # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
@@ -108,11 +117,13 @@ class ChannelProcess(Process):
         if confirm is not None and confirm.has_output() and self.state == OPEN:
             send = self.writer.send
             n = self.number
+            before = confirm.acked_total
             for is_ack, tag, multiple in confirm.take():
                 if is_ack:
                     send(encode_method(n, commands.Basic.Ack(tag, multiple)))
                 else:
                     send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
+            self.message_stats.confirm += confirm.acked_total - before
 
     def _dispatch(self, cmd: Any) -> None:
         """Run the method's handler. Notifications it causes on this channel (basic.cancel
@@ -250,13 +261,44 @@ class ChannelProcess(Process):
         """Send basic.deliver for `message` to `consumer` (AMQP 0-9-1 §1.8.3.9)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
+        stats = self.message_stats
+        if not self._stamping:
+            self.stamp_soon()
         if ack_tag is not None:
             self.unacked[tag] = (queue, ack_tag, consumer.tag)
             self.limiter.unacked += 1
+            stats.deliver += 1
+        else:
+            stats.deliver_no_ack += 1
+        if redelivered:
+            stats.redeliver += 1
         self.writer.send(encode_deliver(self.number, consumer.tag, tag, redelivered,
                                         message.exchange, message.routing_key,
                                         message.wire_properties(),
                                         message.body, self.frame_max))
+
+    def stamp_soon(self) -> None:
+        """Record, at the end of this loop turn, when the deliveries made in it went out
+        (one call per turn, not per message)."""
+        self._stamping = True
+        self._loop.call_soon(self._stamp)
+
+    def _stamp(self) -> None:
+        self._stamping = False
+        first = self._stamped_below
+        if first < self.next_delivery_tag:
+            times = self._tag_times
+            if len(times) > 64 and self.unacked:  # forget stamps below the oldest unacked
+                oldest = next(iter(self.unacked))
+                keep = max(0, bisect.bisect_right(times, (oldest, float("inf"))) - 1)
+                del times[:keep]
+            times.append((first, time.monotonic()))
+            self._stamped_below = self.next_delivery_tag
+
+    def delivered_at(self, tag: int) -> float:
+        """Monotonic time (s) delivery `tag` went out, to within one loop turn."""
+        i = bisect.bisect_right(self._tag_times, (tag, float("inf"))) - 1
+        return self._tag_times[i][1] if i >= 0 else time.monotonic()
 
     def deliver_reply(self, message: Message) -> bool:
         """Direct reply-to: send `message` (published to "" with our reply-to name) to our
@@ -356,6 +398,8 @@ class ChannelProcess(Process):
         limiter = self.limiter
         was_blocked = limiter.prefetch_count and limiter.unacked >= limiter.prefetch_count
         limiter.unacked -= counted
+        if kind == ACK:
+            self.message_stats.ack += counted
         for queue, lst in by_queue.items():
             if kind == REQUEUE:
                 lst.sort()

@@ -39,9 +39,13 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
                             message.properties)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
+    ch.message_stats.publish += 1
     if not queues:
         if method.mandatory:
+            ch.message_stats.return_unroutable += 1
             _basic_return(ch, message, 312, "NO_ROUTE")
+        else:
+            ch.message_stats.drop_unroutable += 1
         if seq is not None:
             confirm.track(seq, ())
         return
@@ -58,6 +62,7 @@ def _send_reply(ch: Any, method: Any, message: Message) -> None:
     reply consumer; a gone requester drops the reply (basic.return NO_ROUTE if mandatory).
     A publisher in confirm mode is confirmed at once, as for any routed publish."""
     target = REPLY_REGISTRY.channel_for(method.routing_key)
+    ch.message_stats.publish += 1
     delivered = target is not None and target.deliver_reply(message)
     if not delivered and method.mandatory:
         _basic_return(ch, message, 312, "NO_ROUTE")
@@ -200,9 +205,17 @@ def get(ch: Any, cmd: Any) -> None:
     fetched, left = result
     tag = ch.next_delivery_tag
     ch.next_delivery_tag = tag + 1
+    stats = ch.message_stats
+    if not ch._stamping:
+        ch.stamp_soon()
     if not m.no_ack:
         ch.unacked[tag] = (queue, fetched.ack_tag, None)
         ch.limiter.unacked += 1
+        stats.get += 1
+    else:
+        stats.get_no_ack += 1
+    if fetched.redelivered:
+        stats.redeliver += 1
     msg = fetched.message
     ch.writer.send(encode_content_raw(
         ch.number, build_method(B.GetOk, delivery_tag=tag, redelivered=fetched.redelivered,

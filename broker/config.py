@@ -80,6 +80,15 @@ class BrokerConfig:
     vm_memory_high_watermark_paging_ratio: float = 0.5
     disk_free_limit: int = 50_000_000
 
+    # operations (rabbitmq.com/management.html, prometheus.html): the HTTP API and UI, and
+    # the Prometheus endpoint; port 0 turns each off, -1 picks a free port (tests)
+    management_tcp_port: int = 15672
+    management_tcp_ip: str = "127.0.0.1"
+    prometheus_tcp_port: int = 15692
+    prometheus_tcp_ip: str = "127.0.0.1"
+    node_name: str = ""  # "" = rabbit@<short hostname>, as RabbitMQ names its node
+    load_definitions: str = ""  # a definitions JSON file imported at boot (definitions.html)
+
     # writer: flush the outbound buffer early once it holds this many bytes
     writer_flush_threshold: int = 262144
 

@@ -35,6 +35,7 @@ class ConfirmTracker:
         self._seq = 0  # last msg_seq_no handed out
         self._pending: dict[int, set[Hashable]] = {}  # seq -> queues yet to release (ordered)
         self._acks: list[int] = []  # seqs confirmed, not yet sent
+        self.acked_total = 0  # seqs confirmed with basic.ack so far (management stats)
         self._nacks: list[int] = []  # seqs rejected, not yet sent
 
     def next_seq_no(self) -> int:
@@ -77,6 +78,7 @@ class ConfirmTracker:
         if self._acks:
             acks = sorted(self._acks)
             self._acks.clear()
+            self.acked_total += len(acks)
             lowest_pending = next(iter(self._pending), None)
             if lowest_pending is None:
                 below, rest = acks, []

@@ -24,6 +24,9 @@ class EmbeddedBroker:
     def __init__(self, **overrides: Any) -> None:
         overrides.setdefault("host", "127.0.0.1")
         overrides.setdefault("port", 0)
+        # the HTTP API / Prometheus are off unless asked for (-1 = a free port)
+        overrides.setdefault("management_tcp_port", 0)
+        overrides.setdefault("prometheus_tcp_port", 0)
         self._tmp: tempfile.TemporaryDirectory | None = None  # data_dir when none was given
         if "data_dir" not in overrides:
             self._tmp = tempfile.TemporaryDirectory(prefix="broker-")
@@ -37,6 +40,13 @@ class EmbeddedBroker:
         self.host: str = overrides["host"]
         self.port: int = 0
         self.ssl_port: int | None = None  # the amqps port when listeners_ssl_default is set
+        self.management_port: int | None = None  # the HTTP API's port when it is on
+        self.prometheus_port: int | None = None  # the Prometheus endpoint's port when on
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the management HTTP API, e.g. http://127.0.0.1:PORT (when on)."""
+        return f"http://{self.host}:{self.management_port}"
 
     @property
     def url(self) -> str:
@@ -69,6 +79,10 @@ class EmbeddedBroker:
             loop.run_until_complete(self.broker.start())
             self.port = self.broker.port
             self.ssl_port = self.broker.ssl_port
+            mgmt = self.broker.management
+            if mgmt is not None:
+                self.management_port = mgmt.port
+                self.prometheus_port = mgmt.prometheus_port
         except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
             self._error = exc
             self._ready.set()

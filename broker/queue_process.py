@@ -23,8 +23,11 @@ from broker.confirms import queue_confirms
 from broker.consumers import Consumer, ConsumerSet
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import dead_letter_message, is_cycle
+from broker.definitions import PolicyDef
 from broker.mailbox import Process
 from broker.message import Message
+from broker.policies import effective_queue_arguments
+from broker.stats import MessageStats
 from broker.ttl import expiry_ms, parse_expiration
 
 log = logging.getLogger("broker.queue")
@@ -60,6 +63,7 @@ class QueueProcess(Process):
         credit_initial: int = 400,
         credit_more_after: int = 200,
         confirm_on: str = "persist",
+        policy: PolicyDef | None = None,
     ) -> None:
         super().__init__(loop)
         self.vhost = vhost  # VHost that holds this queue (for auto-delete)
@@ -68,8 +72,11 @@ class QueueProcess(Process):
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.exclusive_owner = exclusive_owner  # owning connection, or None
         self.arguments = arguments  # queue.declare arguments as given
+        self.policy = policy  # the policy that applies (rabbitmq.com/parameters.html#policies)
+        # the arguments in force: declared ones with the policy folded in (broker/policies.py)
+        effective = effective_queue_arguments(arguments, policy)
         self.bq: BackingQueue = bq_factory(
-            (vhost.name, name), durable, self._bq_notify, arguments
+            (vhost.name, name), durable, self._bq_notify, effective
         )  # where messages live
         # basic.consume subscriptions; x-single-active-consumer: one receives at a time
         self.consumers = ConsumerSet(arguments.get("x-single-active-consumer") is True)
@@ -78,46 +85,77 @@ class QueueProcess(Process):
         self._nack_out: dict[Any, list[int]] = {}  # channel -> seq nos rejected this batch
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
         # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6)
-        self.confirm_mode = arguments.get("x-confirm-on") or confirm_on
+        self.confirm_mode = effective.get("x-confirm-on") or confirm_on
         self.confirms = queue_confirms(self.confirm_mode, self.bq, self._owe_confirm,
                                        self._owe_nack, self._persists)
         self._tracks = self.confirms.tracks_deliveries  # the mode follows every delivery
         self._had_consumers = False  # auto-delete only after a first consumer came and went
-        # message TTL (rabbitmq.com/ttl.html): x-message-ttl in ms, or None
-        ttl = arguments.get("x-message-ttl")
-        self.message_ttl: int | None = ttl if isinstance(ttl, int) and ttl >= 0 else None
         # some message may carry an expiry: check the head before each delivery (a queue
         # that never saw a TTL pays nothing); recovered messages may carry one too
-        self._expiring = self.message_ttl is not None or not self.bq.is_empty()
+        self._expiring = not self.bq.is_empty()
         self._expiry_timer: asyncio.TimerHandle | None = None  # fires at the head's expiry
         self._expiry_at: int | None = None  # ms since the epoch the timer is set for
-        # length limits (rabbitmq.com/maxlength.html): x-max-length ready messages and
-        # x-max-length-bytes ready body bytes, and what happens past them: drop-head
-        # (default) or reject-publish(-dlx)
-        self.max_length: int | None = _limit(arguments.get("x-max-length"))
-        self.max_length_bytes: int | None = _limit(arguments.get("x-max-length-bytes"))
-        self._limited = self.max_length is not None or self.max_length_bytes is not None
-        self._rejects = arguments.get("x-overflow") in ("reject-publish", "reject-publish-dlx")
-        # dead-lettering (rabbitmq.com/dlx.html): where rejected, expired and dropped go
-        dlx = arguments.get("x-dead-letter-exchange")
-        self.dlx: str | None = dlx if isinstance(dlx, str) else None
-        dlrk = arguments.get("x-dead-letter-routing-key")
-        self.dlrk: str | None = dlrk if isinstance(dlrk, str) else None
-        # queue expiry (rabbitmq.com/ttl.html#queue-ttl): x-expires ms unused -> deleted;
-        # unused = no consumers, no basic.get, no (re)declare; after a restart the lease
-        # starts again from the boot, as in RabbitMQ
-        expires = arguments.get("x-expires")
-        self.expires: int | None = (
-            expires if isinstance(expires, int) and not isinstance(expires, bool)
-            and expires > 0 else None)
         self._last_used = time.monotonic()
-        self._unused_timer: asyncio.TimerHandle | None = None
-        if self.expires is not None:
-            self._unused_timer = loop.call_later(self.expires / 1000, self.cast, (UNUSED,))
+        self._unused_timer: asyncio.TimerHandle | None = None  # the x-expires lease
+        self.expires: int | None = None
+        self._apply(effective)
         if self._expiring:  # recovered messages: expire what is due, arm the timer
             loop.call_soon(self.cast, (EXPIRE,))
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
         self.deleted = False  # set once deleted; later casts are ignored
+        self.message_stats = MessageStats()  # publish/deliver/get/ack counts (management)
+
+    def _apply(self, args: dict) -> None:
+        """Take TTL, length limits, overflow, dead-lettering and expiry from the effective
+        arguments `args` (at declare, and again whenever the queue's policy changes)."""
+        # message TTL (rabbitmq.com/ttl.html): x-message-ttl in ms, or None; applies to
+        # messages enqueued from now on (each message keeps the expiry it got)
+        ttl = args.get("x-message-ttl")
+        self.message_ttl: int | None = _limit(ttl)
+        if self.message_ttl is not None:
+            self._expiring = True
+        # length limits (rabbitmq.com/maxlength.html): x-max-length ready messages and
+        # x-max-length-bytes ready body bytes, and what happens past them: drop-head
+        # (default) or reject-publish(-dlx)
+        self.max_length: int | None = _limit(args.get("x-max-length"))
+        self.max_length_bytes: int | None = _limit(args.get("x-max-length-bytes"))
+        self._limited = self.max_length is not None or self.max_length_bytes is not None
+        self._overflow = args.get("x-overflow") or "drop-head"
+        self._rejects = self._overflow in ("reject-publish", "reject-publish-dlx")
+        # dead-lettering (rabbitmq.com/dlx.html): where rejected, expired and dropped go
+        dlx = args.get("x-dead-letter-exchange")
+        self.dlx: str | None = dlx if isinstance(dlx, str) else None
+        dlrk = args.get("x-dead-letter-routing-key")
+        self.dlrk: str | None = dlrk if isinstance(dlrk, str) else None
+        # queue expiry (rabbitmq.com/ttl.html#queue-ttl): x-expires ms unused -> deleted;
+        # unused = no consumers, no basic.get, no (re)declare; after a restart the lease
+        # starts again from the boot, as in RabbitMQ
+        expires = args.get("x-expires")
+        expires = expires if isinstance(expires, int) and not isinstance(expires, bool) \
+            and expires > 0 else None
+        if expires != self.expires:
+            self.expires = expires
+            if self._unused_timer is not None:
+                self._unused_timer.cancel()
+                self._unused_timer = None
+            if expires is not None:
+                self._unused_timer = self._loop.call_later(expires / 1000, self.cast,
+                                                           (UNUSED,))
+        mode = args.get("x-queue-mode")
+        set_mode = getattr(self.bq, "set_queue_mode", None)
+        if set_mode is not None:
+            set_mode("lazy" if mode == "lazy" else "default")
+
+    def apply_policy(self, policy: PolicyDef | None) -> None:
+        """The queue's policy changed (set, cleared or another one matches now): the new
+        TTL, limits, overflow, dead-lettering, expiry and mode apply at once; a lower
+        length limit drops from the head now, as RabbitMQ. The confirm mode stays what it
+        was at declare (owed confirms follow the rule they were made under)."""
+        self.policy = policy
+        self._apply(effective_queue_arguments(self.arguments, policy))
+        if self._limited and self._over_limit():
+            self._drop_head()
+        self._flush_confirms()
 
     # -- mailbox ----------------------------------------------------------------------------
     def handle(self, msg: tuple) -> None:
@@ -126,6 +164,7 @@ class QueueProcess(Process):
             self._publish(msg[1], msg[2], msg[3])
         elif kind == ACK:
             tags = self._settle(msg[1], msg[2])
+            self.message_stats.ack += len(msg[2])
             if self._tracks:
                 self.confirms.on_ack(tags)
             self.bq.ack(tags)
@@ -261,10 +300,11 @@ class QueueProcess(Process):
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:
                 self._owe_nack(channel, seq)
-            if self.arguments.get("x-overflow") == "reject-publish-dlx":
+            if self._overflow == "reject-publish-dlx":
                 self._dead_letter([(message, props)], "maxlen")
             self._credit_back(channel)
             return
+        self.message_stats.publish += 1
         if seq is not None:
             self.confirms.on_publish(channel, message, seq, props)
         if bq.is_empty() and len(self.consumers):
@@ -272,9 +312,11 @@ class QueueProcess(Process):
             if consumer is not None:
                 if consumer.no_ack:
                     tag = None
+                    self.message_stats.deliver_no_ack += 1
                 else:
                     tag = bq.publish_delivered(message, props)
                     consumer.unacked += 1
+                    self.message_stats.deliver += 1
                 if self._tracks:
                     tag = self.confirms.on_deliver(self, message.msg_id, tag, consumer.channel)
                 consumer.channel.deliver(self, consumer, message, False, tag)
@@ -367,8 +409,14 @@ class QueueProcess(Process):
             if fetched is None:  # pragma: no cover - is_empty said otherwise
                 return
             tag = fetched.ack_tag
+            stats = self.message_stats
             if not consumer.no_ack:
                 consumer.unacked += 1
+                stats.deliver += 1
+            else:
+                stats.deliver_no_ack += 1
+            if fetched.redelivered:
+                stats.redeliver += 1
             if self._tracks:
                 tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag,
                                                consumer.channel)
@@ -432,11 +480,25 @@ class QueueProcess(Process):
         fetched = self.bq.fetch(not no_ack)
         if fetched is None:
             return None
+        stats = self.message_stats
+        if no_ack:
+            stats.get_no_ack += 1
+        else:
+            stats.get += 1
+        if fetched.redelivered:
+            stats.redeliver += 1
         if self._tracks:
             fetched.ack_tag = self.confirms.on_deliver(self, fetched.message.msg_id,
                                                        fetched.ack_tag, channel)
             self._flush_confirms()  # auto-ack: released now, not at the next batch
         return fetched, self.bq.len()
+
+    def browse(self, offset: int, count: int) -> list[tuple[Message, bool]]:
+        """Management: ready messages from `offset`, unconsumed (expired ones dropped
+        first, as a consumer would never see them)."""
+        if self._expiring:
+            self._drop_expired()
+        return self.bq.peek(offset, count)
 
     def purge(self) -> int:
         """queue.purge: drop ready messages (not unacked ones); returns the count. In the

@@ -92,6 +92,9 @@ class Reader(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None  # waits for close-ok
         self._socket_gone = False  # connection_lost ran: finish once channels are done
         self._finished = False  # vhost and broker were told the connection is gone
+        self.connected_at = int(time.time() * 1000)  # ms since the epoch (management)
+        self.recv_oct = 0  # bytes received (management)
+        self.recv_cnt = 0  # socket reads (management)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
@@ -111,6 +114,8 @@ class Reader(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.state == AWAIT_HEADER:
             data = self._protocol_header(data)
             if not data:
@@ -309,6 +314,7 @@ class Reader(asyncio.Protocol):
         self._discarding.discard(channel)
         if ch is not None:
             self._blocked_on.discard(ch)
+            self.vhost.closed_stats.add(ch.message_stats)  # kept in the vhost's totals
             self._maybe_resume_reading()
 
     def _channel0(self, frame: Any) -> None:

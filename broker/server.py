@@ -49,6 +49,7 @@ class Broker:
         self.connections: set[Reader] = set()  # live connections
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
+        self.management: Any = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
@@ -215,6 +216,13 @@ class Broker:
             where.append(f"{host}:{self.ssl_port} (amqps)")
         if not self._servers:
             raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
+        if cfg.load_definitions:
+            self._load_definitions(cfg.load_definitions)
+        if cfg.management_tcp_port or cfg.prometheus_tcp_port:
+            from broker.management.app import ManagementServer  # aiohttp only when used
+
+            self.management = ManagementServer(self)
+            await self.management.start()
         self.ready.set()
         log.info("ready to accept connections on %s", ", ".join(where))
 
@@ -228,9 +236,26 @@ class Broker:
         if not self.connections and self._all_closed is not None:
             self._all_closed.set()
 
+    def _load_definitions(self, path: str) -> None:
+        """`load_definitions = FILE` (rabbitmq.com/definitions.html#import-on-boot): import
+        a definitions JSON file at boot; failures are logged, the broker still starts."""
+        import json
+
+        from broker.management.definitions import import_definitions
+
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        failures = import_definitions(self, data)
+        for failure in failures:
+            log.warning("load_definitions %s: %s", path, failure)
+        log.info("definitions imported from %s (%d failures)", path, len(failures))
+
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, close clients with 320 CONNECTION_FORCED (waiting
         up to `SHUTDOWN_GRACE` seconds for their close-ok), stop queues."""
+        if self.management is not None:
+            await self.management.stop()
+            self.management = None
         for server in self._servers:
             server.close()
         self._all_closed = asyncio.Event()

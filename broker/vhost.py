@@ -15,13 +15,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from broker import errors, limits
+from broker import errors, limits, policies
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
-from broker.definitions import BindingDef, Definitions, ExchangeDef, QueueDef
+from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, QueueDef
 from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
+from broker.stats import MessageStats
 
 log = logging.getLogger("broker.vhost")
 
@@ -54,12 +55,16 @@ class VHost:
         self.name = name  # vhost name, e.g. "/"
         self.definitions = definitions  # durable metadata store (None: nothing persists)
         self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
+        self.closed_stats = MessageStats()  # message counts of this vhost's closed channels
         self._loop = loop  # handed to new queue processes
         self._config = config  # BrokerConfig (credit flow settings)
         self._bq_factory = bq_factory  # builds a queue's backing queue
         self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
+        # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
+        self.policies: dict[str, PolicyDef] = {
+            p.name: p for p in (definitions.list_policies(name) if definitions else [])}
         self.declare_exchange("", "direct", durable=True)
         for ex_name, ex_type in PREDECLARED:
             self.declare_exchange(ex_name, ex_type, durable=True)
@@ -112,7 +117,8 @@ class VHost:
             return existing
         routing = new_routing(type_, arguments)  # 503 for an unknown type, 406 bad args
         exchange = Exchange(name=name, type=type_, durable=durable, auto_delete=auto_delete,
-                            internal=internal, arguments=arguments, routing=routing)
+                            internal=internal, arguments=arguments, routing=routing,
+                            policy=self.policy_for("exchanges", name))
         self.exchanges[name] = exchange
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
@@ -267,7 +273,8 @@ class VHost:
             bq_factory=self._bq_factory,
             credit_initial=self._config.credit_flow_initial,
             credit_more_after=self._config.credit_flow_more_after,
-            confirm_on=self._config.confirm_on)
+            confirm_on=self._config.confirm_on,
+            policy=self.policy_for("queues", name))
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
         if durable and not exclusive and self.definitions is not None and not recovering:
             self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
@@ -379,6 +386,45 @@ class VHost:
             if exchange is not None:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
         return len(queues)
+
+    # -- policies ---------------------------------------------------------------------------
+    def policy_for(self, kind: str, name: str) -> PolicyDef | None:
+        """The policy that applies to queue or exchange `name` (`kind` "queues" or
+        "exchanges"), see broker/policies.py."""
+        if not self.policies:
+            return None
+        return policies.match(self.policies.values(), self.name, name, kind)
+
+    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
+                   apply_to: str = "all") -> PolicyDef:
+        """Create or replace policy `name` (durable) and apply it to every matching queue
+        and exchange at once (rabbitmqctl set_policy). Raises ValueError for an invalid
+        policy (HTTP 400)."""
+        policies.validate(pattern, definition, priority, apply_to)
+        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
+        if self.definitions is not None:
+            self.definitions.set_policy(p)
+        self.policies[name] = p
+        self.apply_policies()
+        return p
+
+    def clear_policy(self, name: str) -> bool:
+        """Delete policy `name` and re-apply (another may match now); False if unknown."""
+        if self.policies.pop(name, None) is None:
+            return False
+        if self.definitions is not None:
+            self.definitions.clear_policy(self.name, name)
+        self.apply_policies()
+        return True
+
+    def apply_policies(self) -> None:
+        """Give every queue and exchange the policy that matches it now."""
+        for q in list(self.queues.values()):
+            p = self.policy_for("queues", q.name)
+            if p != q.policy:
+                q.call(q.apply_policy, p)
+        for x in self.exchanges.values():
+            x.policy = self.policy_for("exchanges", x.name)
 
     def shutdown(self) -> None:
         """Clean stop: terminate every queue without deleting durable state, then close the

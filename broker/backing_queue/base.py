@@ -98,6 +98,11 @@ class BackingQueue(Protocol):
     def peek_props(self) -> MessageProps | None:
         """Props of the head ready message, or None if there is none (TTL checks)."""
 
+    def peek(self, offset: int, count: int) -> list[tuple[Message, bool]]:
+        """Up to `count` ready messages from position `offset` (0 = the head) in delivery
+        order, as (message, redelivered), leaving the queue unchanged (the management API's
+        browse). Costs O(offset + count) plus the index segments they sit in."""
+
     def purge(self) -> int:
         """Drop every ready message (not pending acks); returns how many."""
 

@@ -9,6 +9,7 @@ the same as this class in every observable way (Hypothesis tests compare them).
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -110,6 +111,9 @@ class MemoryBackingQueue:
 
     def peek_props(self) -> MessageProps | None:
         return self._ready[0][2] if self._ready else None
+
+    def peek(self, offset: int, count: int) -> list[tuple[Message, bool]]:
+        return [(m, d) for _s, m, _p, d in itertools.islice(self._ready, offset, offset + count)]
 
     # -- whole-queue operations -------------------------------------------------------------
     def purge(self) -> int:

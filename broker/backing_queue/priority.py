@@ -167,6 +167,21 @@ class PriorityBackingQueue:
         p = self._head()
         return None if p is None else self.inner[p].peek_props()
 
+    def peek(self, offset: int, count: int) -> list[tuple[Message, bool]]:
+        """Ready messages in delivery order: the highest priority's first."""
+        out: list[tuple[Message, bool]] = []
+        for p in range(self.max_priority, -1, -1):
+            bq = self.inner[p]
+            n = bq.len()
+            if offset >= n:
+                offset -= n
+                continue
+            out += bq.peek(offset, count - len(out))
+            offset = 0
+            if len(out) >= count:
+                break
+        return out
+
     # -- whole queue -----------------------------------------------------------------------
     def purge(self) -> int:
         return sum(bq.purge() for bq in self.inner)
@@ -199,6 +214,12 @@ class PriorityBackingQueue:
     def sync(self) -> None:
         for bq in self.inner:
             bq.sync()
+
+    def set_queue_mode(self, mode: str) -> None:
+        for bq in self.inner:
+            set_mode = getattr(bq, "set_queue_mode", None)
+            if set_mode is not None:
+                set_mode(mode)
 
     def set_ram_duration_target(self, duration: float | None) -> None:
         for bq in self.inner:

@@ -72,6 +72,7 @@ class Exchange:
     internal: bool = False  # basic.publish to it is refused (403); only e2e reaches it
     arguments: dict[str, Any] = field(default_factory=dict)  # declare arguments, as sent
     routing: Routing | None = None  # the bindings; built from `type` when not given
+    policy: Any = None  # the PolicyDef that applies (its alternate-exchange), or None
 
     def __post_init__(self) -> None:
         if self.routing is None:
@@ -84,6 +85,8 @@ class Exchange:
         Source: https://www.rabbitmq.com/ae.html (policies setting it are the vhost's job).
         """
         ae = self.arguments.get("alternate-exchange") if self.arguments else None
+        if ae is None and self.policy is not None:  # the argument wins over a policy
+            ae = self.policy.definition.get("alternate-exchange")
         return ae if isinstance(ae, str) else None
 
 

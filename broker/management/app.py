@@ -1,0 +1,154 @@
+"""The management server: RabbitMQ's HTTP API and the web UI on `management.tcp.port`
+(15672) and the Prometheus endpoint on `prometheus.tcp.port` (15692), both aiohttp apps
+run by `web.AppRunner` inside the broker's event loop (no thread, no second loop).
+
+Owns: building the apps (routes of every API module, the basic-auth middleware, JSON
+errors, the UI's static files), starting and stopping their sites, and the 5 s rate
+sampler. Port 0 turns a server off; -1 binds a free port (tests). Errors: 401 without valid
+credentials or a management tag, 404 unknown path or object, 400 bad input, 500 (logged
+with its traceback) for a bug, never a dropped broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from broker.management import (
+    bindings,
+    connections,
+    definitions,
+    exchanges,
+    metrics,
+    overview,
+    policies,
+    queues,
+    shapes,
+    users,
+)
+from broker.management.auth import authenticate
+from broker.management.context import BROKER, SAMPLER
+from broker.management.http import reply
+from broker.management.rates import RateSampler
+from broker.stats import MessageStats
+
+log = logging.getLogger("broker.management")
+UI_DIR = Path(__file__).resolve().parent / "ui"
+
+
+@web.middleware
+async def api_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Basic auth for /api/*, and JSON for every error (RabbitMQ's shapes)."""
+    if request.path.startswith("/api/"):
+        request["api_user"] = authenticate(request.app[BROKER],
+                                           request.headers.get("Authorization"))
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json" or not request.path.startswith("/api/"):
+            raise
+        if exc.status == 404:
+            return reply({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        if exc.status == 405:
+            return reply({"error": "bad_request", "reason": "method not allowed"}, status=405)
+        raise
+    except Exception as exc:  # a bug: log it, answer 500, keep the broker serving
+        log.exception("management API %s %s failed", request.method, request.path)
+        return reply({"error": "internal_server_error", "reason": repr(exc)}, status=500)
+
+
+def make_app(broker: Any, sampler: RateSampler) -> web.Application:
+    """The HTTP API + UI application."""
+    app = web.Application(middlewares=[api_middleware], client_max_size=64 * 1024 * 1024)
+    app[BROKER] = broker
+    app[SAMPLER] = sampler
+    for module in (overview, queues, exchanges, bindings, connections, users, policies,
+                   definitions):
+        app.router.add_routes(module.routes)
+    if UI_DIR.is_dir():
+        async def index(_request: web.Request) -> web.FileResponse:
+            return web.FileResponse(UI_DIR / "index.html")
+
+        app.router.add_get("/", index)
+        app.router.add_static("/ui/", UI_DIR)
+    return app
+
+
+def sample(broker: Any, sampler: RateSampler) -> None:
+    """One pass over every counter: queues, channels, connections, vhosts, the overview."""
+    live: set = set()
+    total = MessageStats()
+    lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+    for vname, v in broker.vhosts.items():
+        vlen = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+        for q in v.queues.values():
+            key = shapes.queue_key(vname, q.name)
+            ql = shapes.queue_lengths(q)
+            sampler.observe(key, {**q.message_stats.as_dict(), **ql})
+            live.add(key)
+            for k, n in ql.items():
+                vlen[k] += n
+        vstats = shapes.vhost_stats(broker, v)
+        total.add(vstats)
+        sampler.observe(("vhost", vname), {**vstats.as_dict(), **vlen})
+        live.add(("vhost", vname))
+        for k, n in vlen.items():
+            lengths[k] += n
+    for conn in broker.connections:
+        key = ("connection", id(conn))
+        sampler.observe(key, {"recv_oct": conn.recv_oct,
+                              "send_oct": conn.writer.bytes_sent if conn.writer else 0})
+        live.add(key)
+        for ch in conn.channels.values():
+            ckey = ("channel", id(ch))
+            sampler.observe(ckey, ch.message_stats.as_dict())
+            live.add(ckey)
+    sampler.observe(("overview",), {**total.as_dict(), **lengths})
+    live.add(("overview",))
+    sampler.forget_missing(live)
+
+
+class ManagementServer:
+    """Starts and stops the API/UI site and the Prometheus site for `broker`.
+
+    `port` / `prometheus_port` are the bound ports after `start()` (None when off)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.sampler = RateSampler()
+        self.port: int | None = None
+        self.prometheus_port: int | None = None
+        self._runners: list[web.AppRunner] = []
+
+    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, 0 if port < 0 else port, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        server = site._server  # the asyncio server: the bound port when asked for 0
+        return server.sockets[0].getsockname()[1] if server is not None else port
+
+    async def start(self) -> None:
+        """Bind the sites the configuration turns on and start sampling rates."""
+        cfg = self.broker.config
+        if cfg.management_tcp_port:
+            self.port = await self._serve(make_app(self.broker, self.sampler),
+                                          cfg.management_tcp_ip, cfg.management_tcp_port)
+            log.info("management API and UI on http://%s:%d/", cfg.management_tcp_ip,
+                     self.port)
+            self.sampler.start(lambda s: sample(self.broker, s))
+        if cfg.prometheus_tcp_port:
+            self.prometheus_port = await self._serve(
+                metrics.make_app(self.broker), cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)
+            log.info("Prometheus metrics on http://%s:%d/metrics", cfg.prometheus_tcp_ip,
+                     self.prometheus_port)
+
+    async def stop(self) -> None:
+        self.sampler.stop()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners = []

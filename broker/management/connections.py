@@ -1,0 +1,123 @@
+"""/api/connections (GET, DELETE = close with 320 CONNECTION_FORCED and the reason from the
+`X-Reason` header), /api/channels, /api/consumers and the per-vhost and per-connection
+forms. Users tagged monitoring or administrator see everyone's; others their own.
+Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from broker.management import shapes
+from broker.management.auth import ApiUser, current, require_vhost, visible_vhosts
+from broker.management.context import broker, sampler
+from broker.management.http import list_reply, no_content, not_found, param, reply
+
+routes = web.RouteTableDef()
+
+
+def _mine(user: ApiUser, conn: Any) -> bool:
+    return user.is_monitor or conn.username == user.name
+
+
+def connections_of(request: web.Request, vhost: str | None = None) -> list[Any]:
+    b = broker(request)
+    user = current(request)
+    return [c for c in b.connections if c.vhost is not None and _mine(user, c)
+            and (vhost is None or c.vhost.name == vhost)]
+
+
+def find_connection(request: web.Request) -> Any:
+    name = param(request, "name")
+    for conn in connections_of(request):
+        if shapes.connection_name(conn) == name:
+            return conn
+    raise not_found()
+
+
+def _conn_list(request: web.Request, conns: list[Any]) -> web.Response:
+    b, s = broker(request), sampler(request)
+    return list_reply(request, sorted((shapes.connection(b, s, c) for c in conns),
+                                      key=lambda i: i["name"]))
+
+
+@routes.get("/api/connections")
+async def list_all(request: web.Request) -> web.Response:
+    return _conn_list(request, connections_of(request))
+
+
+@routes.get("/api/vhosts/{vhost}/connections")
+async def list_vhost(request: web.Request) -> web.Response:
+    vhost = param(request, "vhost")
+    require_vhost(broker(request), current(request), vhost)
+    return _conn_list(request, connections_of(request, vhost))
+
+
+@routes.get("/api/connections/{name}")
+async def get_one(request: web.Request) -> web.Response:
+    return reply(shapes.connection(broker(request), sampler(request), find_connection(request)))
+
+
+@routes.delete("/api/connections/{name}")
+async def close(request: web.Request) -> web.Response:
+    """Close the connection: connection.close 320 "CONNECTION_FORCED - <X-Reason or
+    'Closed via management plugin'>" (RabbitMQ's text)."""
+    conn = find_connection(request)
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    conn.close(320, f"CONNECTION_FORCED - {reason}")
+    return no_content()
+
+
+def _channels(request: web.Request, conns: list[Any]) -> web.Response:
+    b, s = broker(request), sampler(request)
+    items = [shapes.channel(b, s, ch) for c in conns for ch in c.channels.values()
+             if ch.opened]
+    return list_reply(request, sorted(items, key=lambda i: i["name"]))
+
+
+@routes.get("/api/connections/{name}/channels")
+async def connection_channels(request: web.Request) -> web.Response:
+    return _channels(request, [find_connection(request)])
+
+
+@routes.get("/api/channels")
+async def channels(request: web.Request) -> web.Response:
+    return _channels(request, connections_of(request))
+
+
+@routes.get("/api/vhosts/{vhost}/channels")
+async def vhost_channels(request: web.Request) -> web.Response:
+    vhost = param(request, "vhost")
+    require_vhost(broker(request), current(request), vhost)
+    return _channels(request, connections_of(request, vhost))
+
+
+@routes.get("/api/channels/{name}")
+async def channel(request: web.Request) -> web.Response:
+    name = param(request, "name")
+    b, s = broker(request), sampler(request)
+    for conn in connections_of(request):
+        for ch in conn.channels.values():
+            if shapes.channel_name(ch) == name:
+                return reply(shapes.channel(b, s, ch))
+    raise not_found()
+
+
+def _consumers(request: web.Request, vhosts: list[str]) -> web.Response:
+    b = broker(request)
+    items = [shapes.consumer(b, q, c) for v in vhosts for q in b.vhosts[v].queues.values()
+             for c in q.consumers]
+    return list_reply(request, items, name_of=lambda i: i["consumer_tag"])
+
+
+@routes.get("/api/consumers")
+async def consumers(request: web.Request) -> web.Response:
+    return _consumers(request, visible_vhosts(broker(request), current(request)))
+
+
+@routes.get("/api/consumers/{vhost}")
+async def vhost_consumers(request: web.Request) -> web.Response:
+    vhost = param(request, "vhost")
+    require_vhost(broker(request), current(request), vhost)
+    return _consumers(request, [vhost])

@@ -1,0 +1,136 @@
+"""/api/exchanges: list, declare (PUT), delete, publish (POST .../publish), and an
+exchange's bindings as source or destination. The default exchange is `amq.default` in
+paths and "" in JSON, as in RabbitMQ. Sources: rabbitmq.com/management.html, RabbitMQ 3.10
+/api/index.html."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from broker.management import shapes
+from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.context import broker
+from broker.management.http import (
+    amqp_errors,
+    bad_request,
+    body,
+    created,
+    list_reply,
+    no_content,
+    not_found,
+    param,
+    reply,
+)
+from broker.management.messages import message_from_json
+from broker.queue_process import PUBLISH
+
+routes = web.RouteTableDef()
+DEFAULT = "amq.default"
+
+
+def exchange_name(request: web.Request) -> str:
+    name = param(request, "name")
+    return "" if name == DEFAULT else name
+
+
+def find_exchange(request: web.Request) -> tuple[Any, Any]:
+    """(vhost, exchange) named in the path; 404 if missing, 401 without vhost access."""
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    v = b.vhosts[vhost]
+    x = v.exchanges.get(exchange_name(request))
+    if x is None:
+        raise not_found()
+    return v, x
+
+
+def _json(request: web.Request, v: Any, x: Any) -> dict:
+    return shapes.exchange(x, v.name, current(request).name)
+
+
+@routes.get("/api/exchanges")
+async def list_all(request: web.Request) -> web.Response:
+    b = broker(request)
+    items = [_json(request, b.vhosts[v], x) for v in visible_vhosts(b, current(request))
+             for x in b.vhosts[v].exchanges.values()]
+    return list_reply(request, sorted(items, key=lambda i: (i["vhost"], i["name"])))
+
+
+@routes.get("/api/exchanges/{vhost}")
+async def list_vhost(request: web.Request) -> web.Response:
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    v = b.vhosts[vhost]
+    items = [_json(request, v, x) for x in v.exchanges.values()]
+    return list_reply(request, sorted(items, key=lambda i: i["name"]))
+
+
+@routes.get("/api/exchanges/{vhost}/{name}")
+async def get_exchange(request: web.Request) -> web.Response:
+    v, x = find_exchange(request)
+    return reply(_json(request, v, x))
+
+
+@routes.put("/api/exchanges/{vhost}/{name}")
+async def put_exchange(request: web.Request) -> web.Response:
+    """Declare: {"type": "direct", "durable": true, "auto_delete": false, "internal": false,
+    "arguments": {}}; 201 created, 204 equivalent, 400 otherwise (the AMQP text)."""
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    data = await body(request)
+    if "type" not in data:
+        raise bad_request("key_missing: type")
+    arguments = data.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise bad_request("arguments must be an object")
+    v = b.vhosts[vhost]
+    name = exchange_name(request)
+    existed = name in v.exchanges
+    with amqp_errors():
+        v.declare_exchange(name, str(data["type"]), durable=bool(data.get("durable", True)),
+                           auto_delete=bool(data.get("auto_delete", False)),
+                           internal=bool(data.get("internal", False)), arguments=arguments,
+                           check_reserved=True)
+    return no_content() if existed else created()
+
+
+@routes.delete("/api/exchanges/{vhost}/{name}")
+async def delete_exchange(request: web.Request) -> web.Response:
+    v, x = find_exchange(request)
+    with amqp_errors():
+        v.delete_exchange(x.name, request.query.get("if-unused") == "true")
+    return no_content()
+
+
+@routes.post("/api/exchanges/{vhost}/{name}/publish")
+async def publish(request: web.Request) -> web.Response:
+    """{"routing_key", "payload", "payload_encoding", "properties"} → {"routed": bool}:
+    routed like basic.publish (no confirm, no mandatory return)."""
+    v, x = find_exchange(request)
+    message = message_from_json(x.name, await body(request))
+    with amqp_errors():
+        queues = v.route(x.name, message.routing_key, message.properties.headers,
+                         message.properties)
+    for q in queues:
+        q.cast((PUBLISH, None, message, None))
+    return reply({"routed": bool(queues)})
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
+async def as_source(request: web.Request) -> web.Response:
+    v, x = find_exchange(request)
+    items = [bd for bd in shapes.bindings_of_vhost(v) if bd["source"] == x.name]
+    return list_reply(request, items, name_of=lambda i: i["destination"])
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
+async def as_destination(request: web.Request) -> web.Response:
+    v, x = find_exchange(request)
+    items = [bd for bd in shapes.bindings_of_vhost(v)
+             if bd["destination_type"] == "exchange" and bd["destination"] == x.name]
+    return list_reply(request, items, name_of=lambda i: i["source"])

@@ -1,0 +1,173 @@
+"""Prometheus metrics at /metrics (aggregated) and /metrics/per-object (one series per
+queue), on their own port (`prometheus.tcp.port`, 15692), with rabbitmq_prometheus's metric
+names and labels for what exists here, so the public "RabbitMQ-Overview" Grafana dashboard
+shows data (rabbitmq.com/prometheus.html). Rendered with prometheus_client's text
+exposition format from a custom collector: nothing is counted per message here, the values
+are read from the processes' counters when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from broker import __version__
+from broker.management import overview, shapes
+from broker.stats import MessageStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# rabbitmq_prometheus name -> our MessageStats field (channel-level totals)
+CHANNEL_COUNTERS = {
+    "channel_messages_published": ("publish", "Total number of messages published into an exchange on a channel"),
+    "channel_messages_confirmed": ("confirm", "Total number of messages published into an exchange and confirmed on the channel"),
+    "channel_messages_unroutable_dropped": ("drop_unroutable", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable"),
+    "channel_messages_unroutable_returned": ("return_unroutable", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable"),
+    "channel_messages_delivered_ack": ("deliver", "Total number of messages delivered to consumers in manual acknowledgement mode"),
+    "channel_messages_delivered": ("deliver_no_ack", "Total number of messages delivered to consumers in automatic acknowledgement mode"),
+    "channel_messages_redelivered": ("redeliver", "Total number of messages redelivered to consumers"),
+    "channel_messages_acked": ("ack", "Total number of messages acknowledged by consumers"),
+    "channel_get_ack": ("get", "Total number of messages fetched with basic.get in manual acknowledgement mode"),
+    "channel_get": ("get_no_ack", "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
+}
+GLOBAL_COUNTERS = {
+    "global_messages_received": "publish",
+    "global_messages_confirmed": "confirm",
+    "global_messages_unroutable_dropped": "drop_unroutable",
+    "global_messages_unroutable_returned": "return_unroutable",
+    "global_messages_delivered_consume_manual_ack": "deliver",
+    "global_messages_delivered_consume_auto_ack": "deliver_no_ack",
+    "global_messages_delivered_get_manual_ack": "get",
+    "global_messages_delivered_get_auto_ack": "get_no_ack",
+    "global_messages_redelivered": "redeliver",
+    "global_messages_acknowledged": "ack",
+}
+
+
+class BrokerCollector:
+    """prometheus_client collector over the live broker; `per_object` adds one series per
+    queue (labels vhost, queue) instead of totals."""
+
+    def __init__(self, broker: Any, per_object: bool = False) -> None:
+        self.broker = broker
+        self.per_object = per_object
+
+    def collect(self) -> Iterator[Metric]:
+        b = self.broker
+        node = shapes.node_name(b)
+        info = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+                                 labels=["rabbitmq_node", "rabbitmq_cluster",
+                                         "rabbitmq_cluster_permanent_id"])
+        info.add_metric([node, node, f"rabbitmq-cluster-id-{node}"], 1)
+        yield info
+        build = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
+                                  labels=["rabbitmq_version", "prometheus_plugin_version",
+                                          "product_version"])
+        build.add_metric(["3.10.8", __version__, __version__], 1)
+        yield build
+        names = sorted(b.vhosts)
+        lengths, objects, stats = overview.totals(b, names)
+        for key in ("connections", "channels", "consumers", "queues"):
+            yield GaugeMetricFamily(f"rabbitmq_{key}", f"{key.capitalize()} currently open"
+                                    if key != "queues" else "Queues available",
+                                    value=objects[key])
+        yield from self._queue_lengths(lengths)
+        yield from self._counters(stats)
+        yield from self._process()
+
+    def _queue_lengths(self, lengths: dict[str, int]) -> Iterator[Metric]:
+        pairs = (("queue_messages_ready", "messages_ready", "Messages ready to be delivered to consumers"),
+                 ("queue_messages_unacked", "messages_unacknowledged", "Messages delivered to consumers but not yet acknowledged"),
+                 ("queue_messages", "messages", "Sum of ready and unacknowledged messages - total queue depth"))
+        if not self.per_object:
+            for name, key, doc in pairs:
+                yield GaugeMetricFamily(f"rabbitmq_{name}", doc, value=lengths[key])
+            return
+        b = self.broker
+        fams = {name: GaugeMetricFamily(f"rabbitmq_{name}", doc, labels=["vhost", "queue"])
+                for name, _k, doc in pairs}
+        consumers = GaugeMetricFamily("rabbitmq_queue_consumers",
+                                      "Consumers on a queue", labels=["vhost", "queue"])
+        published = CounterMetricFamily("rabbitmq_queue_messages_published",
+                                        "Total number of messages published to queues",
+                                        labels=["vhost", "queue"])
+        for vname in sorted(b.vhosts):
+            for q in sorted(b.vhosts[vname].queues.values(), key=lambda q: q.name):
+                ql = shapes.queue_lengths(q)
+                for name, key, _doc in pairs:
+                    fams[name].add_metric([vname, q.name], ql[key])
+                consumers.add_metric([vname, q.name], len(q.consumers))
+                published.add_metric([vname, q.name], q.message_stats.publish)
+        yield from fams.values()
+        yield consumers
+        yield published
+
+    def _counters(self, stats: MessageStats) -> Iterator[Metric]:
+        for name, (field, doc) in CHANNEL_COUNTERS.items():
+            yield CounterMetricFamily(f"rabbitmq_{name}", doc, value=getattr(stats, field))
+        for name, field in GLOBAL_COUNTERS.items():
+            yield CounterMetricFamily(f"rabbitmq_{name}", name.replace("_", " "),
+                                      value=getattr(stats, field))
+        if not self.per_object:  # per object, each queue has its own series
+            queued = sum(q.message_stats.publish for v in self.broker.vhosts.values()
+                         for q in v.queues.values())
+            yield CounterMetricFamily("rabbitmq_queue_messages_published",
+                                      "Total number of messages published to queues",
+                                      value=queued)
+
+    def _process(self) -> Iterator[Metric]:
+        b = self.broker
+        node = overview.node_json(b)
+        active = {a["resource"] for a in overview.alarms(b)}
+        yield GaugeMetricFamily("rabbitmq_process_resident_memory_bytes",
+                                "Memory used in bytes", value=node["mem_used"])
+        yield GaugeMetricFamily("rabbitmq_resident_memory_limit_bytes",
+                                "Memory high watermark in bytes", value=node["mem_limit"])
+        yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes",
+                                "Disk space available in bytes", value=node["disk_free"])
+        yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes",
+                                "Free disk space low watermark in bytes",
+                                value=node["disk_free_limit"])
+        yield GaugeMetricFamily("rabbitmq_alarms_memory_used_watermark",
+                                "is 1 if VM memory watermark alarm is in effect",
+                                value=int("memory" in active))
+        yield GaugeMetricFamily("rabbitmq_alarms_free_disk_space_watermark",
+                                "is 1 if free disk space watermark alarm is in effect",
+                                value=int("disk" in active))
+        yield GaugeMetricFamily("rabbitmq_alarms_file_descriptor_limit",
+                                "is 1 if file descriptor limit alarm is in effect", value=0)
+        yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors",
+                                value=node["fd_used"])
+        yield GaugeMetricFamily("rabbitmq_process_max_fds",
+                                "Open file descriptors limit", value=node["fd_total"])
+        yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets",
+                                value=len(b.connections))
+        yield CounterMetricFamily("rabbitmq_process_cpu_seconds",
+                                  "CPU time (user + system) of the broker process in seconds",
+                                  value=sum(os.times()[:2]))
+
+
+def render(broker: Any, per_object: bool) -> bytes:
+    """The text exposition of every metric."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker, per_object))  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+def make_app(broker: Any) -> web.Application:
+    """The Prometheus endpoint's aiohttp app (no auth, as rabbitmq_prometheus)."""
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=render(broker, False), headers={"Content-Type": CONTENT_TYPE})
+
+    async def per_object(request: web.Request) -> web.Response:
+        return web.Response(body=render(broker, True), headers={"Content-Type": CONTENT_TYPE})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/per-object", per_object)
+    return app

@@ -1,0 +1,200 @@
+"""GET /api/overview, /api/nodes, /api/whoami, /api/aliveness-test/{vhost},
+/api/health/checks/alarms and /local-alarms, /api/cluster-name, /api/extensions
+(rabbitmq.com/management.html, RabbitMQ 3.10's /api/index.html)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from broker import __version__
+from broker.management import shapes
+from broker.management.auth import current, require_monitor, require_vhost, visible_vhosts
+from broker.management.context import broker, sampler
+from broker.management.http import not_found, param, reply
+from broker.management.rates import with_details
+from broker.stats import MessageStats
+
+routes = web.RouteTableDef()
+
+EXCHANGE_TYPES = [
+    ("direct", "AMQP direct exchange, as per the AMQP specification"),
+    ("fanout", "AMQP fanout exchange, as per the AMQP specification"),
+    ("headers", "AMQP headers exchange, as per the AMQP specification"),
+    ("topic", "AMQP topic exchange, as per the AMQP specification"),
+    ("x-consistent-hash", "Consistent Hashing Exchange"),
+    ("x-modulus-hash", "Modulus Hashing Exchange"),
+]
+STARTED = time.monotonic()
+
+
+def alarms(b: Any) -> list[dict]:
+    """Active resource alarms as [{"node", "resource": "memory"|"disk"}] (empty when the
+    broker has no alarm source yet)."""
+    active = getattr(b, "active_alarms", None)
+    names = active() if callable(active) else []
+    return [{"node": shapes.node_name(b), "resource": r} for r in names]
+
+
+def totals(b: Any, vhosts: list[str]) -> tuple[dict, dict, MessageStats]:
+    """(queue_totals, object_totals, message stats) over `vhosts`."""
+    lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+    stats = MessageStats()
+    objects = {"connections": 0, "channels": 0, "consumers": 0, "exchanges": 0, "queues": 0}
+    for name in vhosts:
+        v = b.vhosts[name]
+        objects["exchanges"] += len(v.exchanges)
+        objects["queues"] += len(v.queues)
+        for q in v.queues.values():
+            objects["consumers"] += len(q.consumers)
+            for k, n in shapes.queue_lengths(q).items():
+                lengths[k] += n
+        stats.add(shapes.vhost_stats(b, v))
+    for conn in b.connections:
+        if conn.vhost is not None and conn.vhost.name in vhosts:
+            objects["connections"] += 1
+            objects["channels"] += len(conn.channels)
+    return lengths, objects, stats
+
+
+@routes.get("/api/overview")
+async def overview(request: web.Request) -> web.Response:
+    b, s = broker(request), sampler(request)
+    user = current(request)
+    lengths, objects, stats = totals(b, visible_vhosts(b, user))
+    node = shapes.node_name(b)
+    cfg = b.config
+    listeners = [{"node": node, "protocol": "amqp", "ip_address": cfg.host, "port": b.port,
+                  "socket_opts": {}}]
+    if b.ssl_port:
+        listeners.append({"node": node, "protocol": "amqp/ssl", "ip_address": cfg.host,
+                          "port": b.ssl_port, "socket_opts": {}})
+    mgmt = getattr(b, "management", None)
+    return reply({
+        "management_version": __version__,
+        "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
+                                      "basic": [600, 3600], "detailed": [600]},
+        "exchange_types": [{"name": n, "description": d, "enabled": True}
+                           for n, d in EXCHANGE_TYPES],
+        "product_version": __version__,
+        "product_name": cfg.product,
+        "rabbitmq_version": "3.10.8",
+        "cluster_name": node,
+        "erlang_version": "n/a",
+        "erlang_full_version": "n/a",
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "message_stats": with_details(s, ("overview",), stats.as_dict()),
+        "queue_totals": with_details(s, ("overview",), lengths),
+        "object_totals": objects,
+        "statistics_db_event_queue": 0,
+        "node": node,
+        "listeners": listeners,
+        "contexts": [{"node": node, "description": "RabbitMQ Management", "path": "/",
+                      "port": str(mgmt.port if mgmt else cfg.management_tcp_port)}],
+    })
+
+
+def node_json(b: Any) -> dict:
+    """The one node, as GET /api/nodes/{name} shows it."""
+    rss = _rss()
+    limit = getattr(b, "memory_limit", None)
+    limit = limit() if callable(limit) else int(os.sysconf("SC_PAGE_SIZE")
+                                                * os.sysconf("SC_PHYS_PAGES")
+                                                * b.config.vm_memory_high_watermark)
+    st = os.statvfs(b.config.data_dir)
+    active = {a["resource"] for a in alarms(b)}
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
+    try:
+        import resource
+
+        fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError):  # pragma: no cover
+        fd_total = 0
+    return {
+        "name": shapes.node_name(b), "type": "disc", "running": True, "os_pid": str(os.getpid()),
+        "mem_used": rss, "mem_limit": limit, "mem_alarm": "memory" in active,
+        "disk_free": st.f_bavail * st.f_frsize, "disk_free_limit": b.config.disk_free_limit,
+        "disk_free_alarm": "disk" in active,
+        "fd_used": fds, "fd_total": fd_total,
+        "sockets_used": len(b.connections), "sockets_total": fd_total,
+        "proc_used": 0, "proc_total": 0,
+        "uptime": int((time.monotonic() - STARTED) * 1000),
+        "processors": os.cpu_count() or 1, "run_queue": 0, "rates_mode": "basic",
+        "partitions": [], "applications": [], "exchange_types": [
+            {"name": n, "description": d, "enabled": True} for n, d in EXCHANGE_TYPES],
+    }
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # pragma: no cover - not Linux
+        return 0
+
+
+@routes.get("/api/nodes")
+async def nodes(request: web.Request) -> web.Response:
+    require_monitor(current(request))
+    return reply([node_json(broker(request))])
+
+
+@routes.get("/api/nodes/{name}")
+async def node(request: web.Request) -> web.Response:
+    require_monitor(current(request))
+    b = broker(request)
+    if param(request, "name") != shapes.node_name(b):
+        raise not_found()
+    return reply(node_json(b))
+
+
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    user = current(request)
+    return reply({"name": user.name, "tags": list(user.tags)})
+
+
+@routes.get("/api/cluster-name")
+async def cluster_name(request: web.Request) -> web.Response:
+    return reply({"name": shapes.node_name(broker(request))})
+
+
+@routes.get("/api/extensions")
+async def extensions(request: web.Request) -> web.Response:
+    return reply([])
+
+
+@routes.get("/api/aliveness-test/{vhost}")
+async def aliveness(request: web.Request) -> web.Response:
+    """Declares `aliveness-test` in the vhost, publishes to it and gets the message back
+    (RabbitMQ's aliveness check). {"status": "ok"}."""
+    b = broker(request)
+    name = param(request, "vhost")
+    require_vhost(b, current(request), name)
+    v = b.vhosts[name]
+    q = v.declare_queue("aliveness-test", durable=False)
+    from broker.message import Message, Properties
+    from broker.queue_process import PUBLISH
+
+    q.cast((PUBLISH, None, Message("", "aliveness-test", Properties(), b"test_message"), None))
+    got = q.call(q.basic_get, None, True)
+    if got is None or got[0].message.body != b"test_message":
+        return reply({"status": "failed", "reason": "message not received"}, status=503)
+    return reply({"status": "ok"})
+
+
+@routes.get("/api/health/checks/alarms")
+@routes.get("/api/health/checks/local-alarms")
+async def alarm_check(request: web.Request) -> web.Response:
+    """200 {"status": "ok"} without alarms; 503 {"status": "failed", "reason": ...,
+    "alarms": [...]} with any (rabbitmq.com/monitoring.html#health-checks)."""
+    active = alarms(broker(request))
+    if not active:
+        return reply({"status": "ok"})
+    return reply({"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
+                  "alarms": active}, status=503)

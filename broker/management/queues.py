@@ -1,0 +1,228 @@
+"""/api/queues: list, declare (PUT), delete, purge (DELETE .../contents), get messages
+(POST .../get), the queue's bindings, and beyond RabbitMQ: browse without consuming
+(GET .../messages), the unacked deliveries (GET .../unacked) and moving messages to another
+queue (POST .../move). Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from broker.management import shapes
+from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.context import broker, sampler
+from broker.management.http import (
+    amqp_errors,
+    bad_request,
+    body,
+    created,
+    list_reply,
+    no_content,
+    not_found,
+    param,
+    reply,
+)
+from broker.management.messages import message_json
+from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+
+routes = web.RouteTableDef()
+ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
+             "reject_requeue_false")
+
+
+def find_queue(request: web.Request) -> Any:
+    """The queue named in the path; 404 if it or its vhost does not exist, 401 without
+    access to the vhost."""
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    q = b.vhosts[vhost].queues.get(param(request, "name"))
+    if q is None:
+        raise not_found()
+    return q
+
+
+def queue_json(request: web.Request, q: Any) -> dict:
+    b = broker(request)
+    engine = getattr(b, "policies", None)
+    policy = engine.effective_for_queue(q) if engine is not None else None
+    return shapes.queue(b, sampler(request), q, policy)
+
+
+@routes.get("/api/queues")
+async def list_all(request: web.Request) -> web.Response:
+    b = broker(request)
+    items = [queue_json(request, q) for v in visible_vhosts(b, current(request))
+             for q in b.vhosts[v].queues.values()]
+    return list_reply(request, sorted(items, key=lambda i: (i["vhost"], i["name"])))
+
+
+@routes.get("/api/queues/{vhost}")
+async def list_vhost(request: web.Request) -> web.Response:
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    items = [queue_json(request, q) for q in b.vhosts[vhost].queues.values()]
+    return list_reply(request, sorted(items, key=lambda i: i["name"]))
+
+
+@routes.get("/api/queues/{vhost}/{name}")
+async def get_queue(request: web.Request) -> web.Response:
+    return reply(queue_json(request, find_queue(request)))
+
+
+@routes.put("/api/queues/{vhost}/{name}")
+async def put_queue(request: web.Request) -> web.Response:
+    """Declare: {"durable": true, "auto_delete": false, "arguments": {}}; 201 when created,
+    204 when an equivalent queue exists, 400 (the AMQP 406 text) when it is not
+    equivalent."""
+    b = broker(request)
+    vhost = param(request, "vhost")
+    require_vhost(b, current(request), vhost)
+    name = param(request, "name")
+    data = await body(request)
+    arguments = data.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise bad_request("arguments must be an object")
+    v = b.vhosts[vhost]
+    existed = name in v.queues
+    with amqp_errors():
+        v.declare_queue(name, durable=bool(data.get("durable", True)),
+                        auto_delete=bool(data.get("auto_delete", False)),
+                        arguments=arguments)
+    return no_content() if existed else created()
+
+
+@routes.delete("/api/queues/{vhost}/{name}")
+async def delete_queue(request: web.Request) -> web.Response:
+    """Delete; `?if-unused=true` / `?if-empty=true` as queue.delete (400 when not)."""
+    q = find_queue(request)
+    flags = request.query
+    with amqp_errors():
+        q.vhost.delete_queue(q.name, flags.get("if-unused") == "true",
+                             flags.get("if-empty") == "true", owner=q.exclusive_owner)
+    return no_content()
+
+
+@routes.delete("/api/queues/{vhost}/{name}/contents")
+async def purge(request: web.Request) -> web.Response:
+    q = find_queue(request)
+    q.call(q.purge)
+    return no_content()
+
+
+@routes.get("/api/queues/{vhost}/{name}/bindings")
+async def queue_bindings(request: web.Request) -> web.Response:
+    q = find_queue(request)
+    items = [bd for bd in shapes.bindings_of_vhost(q.vhost)
+             if bd["destination_type"] == "queue" and bd["destination"] == q.name]
+    return list_reply(request, items, name_of=lambda i: i["source"])
+
+
+def _fetch(q: Any, count: int) -> list[tuple[Any, int]]:
+    """Up to `count` (Fetched, messages left) taken with acks pending."""
+    out = []
+    for _ in range(count):
+        got = q.call(q.basic_get, None, False)
+        if got is None:
+            break
+        out.append(got)
+    return out
+
+
+@routes.post("/api/queues/{vhost}/{name}/get")
+async def get_messages(request: web.Request) -> web.Response:
+    """{"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000}:
+    the messages at the head, then acked, requeued (redelivered) or rejected (dead-lettered)
+    as `ackmode` says, as RabbitMQ's get-messages."""
+    q = find_queue(request)
+    data = await body(request)
+    ackmode = data.get("ackmode", "ack_requeue_true")
+    if ackmode not in ACK_MODES:
+        raise bad_request(f"ackmode must be one of {', '.join(ACK_MODES)}")
+    try:
+        count = int(data.get("count", 1))
+    except (TypeError, ValueError):
+        raise bad_request("count must be an integer") from None
+    encoding = data.get("encoding", "auto")
+    if encoding not in ("auto", "base64"):
+        raise bad_request("encoding must be auto or base64")
+    truncate = data.get("truncate")
+    got = _fetch(q, max(0, count))
+    out = [message_json(f.message, f.redelivered, left, encoding,
+                        int(truncate) if truncate is not None else None) for f, left in got]
+    entries = [(f.ack_tag, None) for f, _left in got if f.ack_tag is not None]
+    if entries:
+        kind = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
+                "ack_requeue_false": ACK, "reject_requeue_false": DISCARD}[ackmode]
+        q.call(q.handle, (kind, None, entries))
+    return reply(out)
+
+
+@routes.get("/api/queues/{vhost}/{name}/messages")
+async def browse(request: web.Request) -> web.Response:
+    """Beyond RabbitMQ: `?offset=0&count=20` ready messages from the head, without
+    consuming them or setting `redelivered` (they stay where they are)."""
+    q = find_queue(request)
+    try:
+        offset = int(request.query.get("offset", "0"))
+        count = int(request.query.get("count", "20"))
+    except ValueError:
+        raise bad_request("offset and count must be integers") from None
+    if offset < 0 or not 0 <= count <= 1000:
+        raise bad_request("offset must be >= 0 and count 0..1000")
+    items = q.call(q.browse, offset, count)
+    return reply([{"position": offset + i, "redelivered": redelivered,
+                   **message_json(m, redelivered, 0)} for i, (m, redelivered) in
+                  enumerate(items)])
+
+
+@routes.get("/api/queues/{vhost}/{name}/unacked")
+async def unacked(request: web.Request) -> web.Response:
+    """Beyond RabbitMQ: the queue's deliveries waiting for an ack, with the consumer tag,
+    channel and age in ms (oldest first)."""
+    q = find_queue(request)
+    now = time.monotonic()
+    out = []
+    for conn in broker(request).connections:
+        for ch in conn.channels.values():
+            for tag, (queue, _ack, ctag) in ch.unacked.items():
+                if queue is q:
+                    out.append({"delivery_tag": tag, "consumer_tag": ctag,
+                                "channel_details": {"name": shapes.channel_name(ch),
+                                                    "number": ch.number,
+                                                    "connection_name":
+                                                        shapes.connection_name(conn)},
+                                "age_ms": int((now - ch.delivered_at(tag)) * 1000)})
+    out.sort(key=lambda i: -i["age_ms"])
+    return reply(out)
+
+
+@routes.post("/api/queues/{vhost}/{name}/move")
+async def move(request: web.Request) -> web.Response:
+    """Beyond RabbitMQ (a shovel's most common use): {"destination": "other-queue",
+    "count": N (default: all ready)} moves ready messages, in order, to another queue of
+    the same vhost; each is enqueued there before it is acked here, so a failure leaves a
+    copy, never a loss. {"moved": n}."""
+    q = find_queue(request)
+    data = await body(request)
+    dest_name = data.get("destination")
+    if not isinstance(dest_name, str) or not dest_name:
+        raise bad_request("destination (a queue name) is required")
+    dest = q.vhost.queues.get(dest_name)
+    if dest is None or dest is q:
+        raise bad_request(f"no other queue '{dest_name}' in vhost '{q.vhost.name}'")
+    count = data.get("count")
+    limit = q.bq.len() if count is None else max(0, int(count))
+    moved = 0
+    while moved < limit:
+        got = q.call(q.basic_get, None, False)
+        if got is None:
+            break
+        fetched = got[0]
+        dest.call(dest.handle, (PUBLISH, None, fetched.message, None))
+        q.call(q.handle, (ACK, None, [(fetched.ack_tag, None)]))
+        moved += 1
+    return reply({"moved": moved})

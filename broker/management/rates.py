@@ -1,0 +1,69 @@
+"""Rates for the API's `*_details` objects: every `SAMPLE_INTERVAL` seconds the counters of
+every channel, queue and vhost (broker/stats.py) and the queue lengths are read once, and
+each value's rate (per second, over the last interval) is kept until the next sample.
+
+Cost: one pass over channels and queues every 5 s while the management server runs; nothing
+per message (RabbitMQ's collect_statistics_interval is 5000 ms too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Hashable
+from typing import Any
+
+SAMPLE_INTERVAL = 5.0  # seconds (RabbitMQ collect_statistics_interval = 5000 ms)
+
+
+class RateSampler:
+    """Keeps, per object key, the last sampled values and their rates (per second)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, tuple[float, dict[str, float]]] = {}
+        self._rates: dict[Hashable, dict[str, float]] = {}
+        self._task: asyncio.Task | None = None
+
+    def observe(self, key: Hashable, values: dict[str, float], now: float | None = None) -> None:
+        """Record `values` of object `key` at `now` (monotonic s); rates are the change
+        since the previous observation divided by the time between them."""
+        now = time.monotonic() if now is None else now
+        prev = self._last.get(key)
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            self._rates[key] = {k: (v - prev[1].get(k, v)) / dt for k, v in values.items()}
+        self._last[key] = (now, dict(values))
+
+    def rate(self, key: Hashable, field: str) -> float:
+        """Last rate of `field` of `key` (0.0 before two samples)."""
+        return round(self._rates.get(key, {}).get(field, 0.0), 1)
+
+    def forget_missing(self, live: set[Hashable]) -> None:
+        """Drop state of objects that no longer exist."""
+        for key in [k for k in self._last if k not in live]:
+            self._last.pop(key, None)
+            self._rates.pop(key, None)
+
+    def start(self, sample: Any) -> None:
+        """Run `sample(self)` now and every SAMPLE_INTERVAL seconds on the running loop."""
+        async def loop() -> None:
+            while True:
+                sample(self)
+                await asyncio.sleep(SAMPLE_INTERVAL)
+
+        self._task = asyncio.get_running_loop().create_task(loop())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+def with_details(sampler: RateSampler, key: Hashable, values: dict[str, Any]) -> dict[str, Any]:
+    """{"publish": 5, "publish_details": {"rate": 1.0}, ...}: RabbitMQ's shape for counters
+    and lengths."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        out[name] = value
+        out[f"{name}_details"] = {"rate": sampler.rate(key, name)}
+    return out

@@ -1,0 +1,299 @@
+"""JSON objects of the HTTP API with RabbitMQ 3.10's field names (rabbitmq.com/management.html
+and the reference at /api/index.html): queues, exchanges, bindings, connections, channels,
+consumers, vhosts, users, permissions, policies.
+
+Pure functions of the broker's live objects plus a `RateSampler` for `*_details.rate`; no
+I/O, nothing changed. Fields RabbitMQ has that mean nothing here (Erlang reductions, garbage
+collection) are left out; fields tools read (messages*, consumers, state, node, ...) are all
+present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+from urllib.parse import quote
+
+from broker.management.rates import RateSampler, with_details
+from broker.passwords import encode_hash
+from broker.stats import MessageStats
+
+PROTOCOL = "AMQP 0-9-1"
+
+
+def node_name(broker: Any) -> str:
+    """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
+    import socket
+
+    return broker.config.node_name or f"rabbit@{socket.gethostname().split('.')[0]}"
+
+
+def message_stats(sampler: RateSampler, key: Any, stats: MessageStats) -> dict[str, Any]:
+    """`message_stats` with counts and `_details.rate` for every counter."""
+    return with_details(sampler, key, stats.as_dict())
+
+
+def queue_key(vhost: str, name: str) -> tuple:
+    return ("queue", vhost, name)
+
+
+def queue_lengths(queue: Any) -> dict[str, int]:
+    """messages, messages_ready, messages_unacknowledged of a queue process."""
+    bq = queue.bq
+    ready = bq.len()
+    unacked = bq.depth() - ready
+    return {"messages": ready + unacked, "messages_ready": ready,
+            "messages_unacknowledged": unacked}
+
+
+def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None) -> dict:
+    """A queue as GET /api/queues/{vhost}/{name} returns it."""
+    vhost = q.vhost.name
+    key = queue_key(vhost, q.name)
+    stats = q.bq.stats()
+    lengths = queue_lengths(q)
+    active = q.consumers.active() if q.consumers.single_active else None
+    out: dict[str, Any] = {
+        "name": q.name,
+        "vhost": vhost,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner is not None,
+        "arguments": q.arguments,
+        "node": node_name(broker),
+        "type": "classic",
+        "state": "running",
+        "consumers": len(q.consumers),
+        "consumer_capacity": 1.0 if len(q.consumers) else 0.0,
+        "consumer_utilisation": 1.0 if len(q.consumers) else 0.0,
+        "exclusive_consumer_tag": next(
+            (c.tag for c in q.consumers if c.exclusive), None),
+        "single_active_consumer_tag": active.tag if active is not None else None,
+        "policy": policy["name"] if policy else None,
+        "operator_policy": None,
+        "effective_policy_definition": policy["definition"] if policy else {},
+        "head_message_timestamp": None,
+        "memory": 0,
+        "message_bytes": stats.get("bytes", 0),
+        "message_bytes_ready": q.bq.ready_bytes(),
+        "message_bytes_unacknowledged": stats.get("bytes", 0) - q.bq.ready_bytes(),
+        "message_bytes_persistent": 0,
+        "messages_persistent": stats.get("persistent", 0),
+        "messages_ram": stats.get("ram_msgs", lengths["messages"]),
+        "messages_ready_ram": stats.get("ram_msgs", lengths["messages"]),
+        "messages_unacknowledged_ram": stats.get("ram_ack_count", 0),
+        "messages_paged_out": stats.get("delta", 0),
+        "backing_queue_status": {
+            "mode": "lazy" if q.arguments.get("x-queue-mode") == "lazy" else "default",
+            **{k: stats[k] for k in ("q1", "q2", "delta", "q3", "q4", "len",
+                                     "target_ram_count") if k in stats},
+        },
+        "message_stats": message_stats(sampler, key, q.message_stats),
+        **with_details(sampler, key, lengths),
+    }
+    if q.exclusive_owner is not None:
+        out["owner_pid_details"] = connection_details(q.exclusive_owner)
+    return out
+
+
+def exchange(x: Any, vhost: str, user: str = "") -> dict:
+    """An exchange as GET /api/exchanges/{vhost}/{name} returns it."""
+    return {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": x.arguments,
+            "user_who_performed_action": user}
+
+
+def properties_key(routing_key: str, arguments: dict) -> str:
+    """The `properties_key` that names a binding in URLs: the routing key alone ("~" for an
+    empty one) without arguments, else routing key, "~" and a hash of the arguments (as
+    RabbitMQ's rabbit_mgmt_format:pack_binding_props)."""
+    if not arguments:
+        return quote(routing_key, safe="") if routing_key else "~"
+    digest = hashlib.sha1(repr(sorted(arguments.items())).encode()).hexdigest()[:12]
+    return f"{quote(routing_key, safe='')}~{digest}"
+
+
+def binding(vhost: str, source: str, destination: str, kind: str, routing_key: str,
+            arguments: dict) -> dict:
+    """A binding as GET /api/bindings returns it."""
+    return {"source": source, "vhost": vhost, "destination": destination,
+            "destination_type": kind, "routing_key": routing_key, "arguments": arguments,
+            "properties_key": properties_key(routing_key, arguments)}
+
+
+def bindings_of_vhost(vhost: Any) -> list[dict]:
+    """Every binding of a vhost, the default exchange's implicit ones first (one per queue,
+    routing key = queue name), as RabbitMQ lists them."""
+    name = vhost.name
+    out = [binding(name, "", q, "queue", q, {}) for q in sorted(vhost.queues)]
+    for xname in sorted(vhost.exchanges):
+        if not xname:
+            continue
+        routing = vhost.exchanges[xname].routing
+        for dest, key, args in routing.bindings():
+            if isinstance(dest, tuple):
+                out.append(binding(name, xname, dest[1], "exchange", key, dict(args)))
+            else:
+                qname = dest if isinstance(dest, str) else getattr(dest, "name", str(dest))
+                out.append(binding(name, xname, qname, "queue", key, dict(args)))
+    return out
+
+
+def connection_name(conn: Any) -> str:
+    """"client_host:client_port -> server_host:server_port", RabbitMQ's connection name."""
+    peer = conn.peer or ("?", 0)
+    sock = conn.transport.get_extra_info("sockname") if conn.transport else None
+    local = sock or ("?", 0)
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+
+def connection_details(conn: Any) -> dict:
+    peer = conn.peer or ("", 0)
+    return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
+
+
+def connection(broker: Any, sampler: RateSampler, conn: Any) -> dict:
+    """A connection as GET /api/connections/{name} returns it."""
+    hs = conn.handshake
+    props = hs.client_properties if hs is not None else {}
+    peer = conn.peer or ("", 0)
+    sock = conn.transport.get_extra_info("sockname") if conn.transport else None
+    key = ("connection", id(conn))
+    return {
+        "name": connection_name(conn),
+        "node": node_name(broker),
+        "type": "network",
+        "protocol": PROTOCOL,
+        "state": conn.flow_state() if hasattr(conn, "flow_state") else "running",
+        "user": conn.username,
+        "user_who_performed_action": conn.username,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+        "host": sock[0] if sock else None,
+        "port": sock[1] if sock else None,
+        "peer_host": peer[0],
+        "peer_port": peer[1],
+        "ssl": conn.tls,
+        "auth_mechanism": hs.mechanism if hs is not None else "",
+        "client_properties": props,
+        "user_provided_name": props.get("connection_name"),
+        "channels": len(conn.channels),
+        "channel_max": conn.channel_max,
+        "frame_max": conn.frame_max,
+        "timeout": conn.heartbeat,
+        "connected_at": conn.connected_at,
+        **with_details(sampler, key, {"recv_oct": conn.recv_oct,
+                                      "send_oct": conn.writer.bytes_sent if conn.writer else 0}),
+        "recv_cnt": conn.recv_cnt,
+        "send_pend": 0,
+    }
+
+
+def channel_name(ch: Any) -> str:
+    return f"{connection_name(ch.conn)} ({ch.number})"
+
+
+def channel(broker: Any, sampler: RateSampler, ch: Any) -> dict:
+    """A channel as GET /api/channels/{name} returns it."""
+    conn = ch.conn
+    lim = ch.limiter
+    return {
+        "name": channel_name(ch),
+        "node": node_name(broker),
+        "number": ch.number,
+        "user": conn.username,
+        "user_who_performed_action": conn.username,
+        "vhost": ch.vhost.name,
+        "connection_details": connection_details(conn),
+        "state": "running",
+        "confirm": ch.confirm is not None,
+        "transactional": ch.tx is not None,
+        "consumer_count": len(ch.consumers),
+        "messages_unacknowledged": len(ch.unacked),
+        "messages_unconfirmed": ch.confirm.unconfirmed if ch.confirm is not None else 0,
+        "messages_uncommitted": len(ch.tx.publishes) if ch.tx is not None else 0,
+        "acks_uncommitted": len(ch.tx.settles) if ch.tx is not None else 0,
+        "prefetch_count": lim.consumer_prefetch,
+        "global_prefetch_count": lim.prefetch_count,
+        "message_stats": message_stats(sampler, ("channel", id(ch)), ch.message_stats),
+    }
+
+
+def consumer(broker: Any, q: Any, c: Any) -> dict:
+    """A consumer as GET /api/consumers returns it."""
+    ch = c.channel
+    active = q.consumers.active() if q.consumers.single_active else c
+    return {
+        "consumer_tag": c.tag,
+        "queue": {"name": q.name, "vhost": q.vhost.name},
+        "channel_details": {
+            "name": channel_name(ch), "number": ch.number, "user": ch.conn.username,
+            "connection_name": connection_name(ch.conn), "node": node_name(broker),
+            "peer_host": (ch.conn.peer or ("", 0))[0], "peer_port": (ch.conn.peer or ("", 0))[1],
+        },
+        "ack_required": not c.no_ack,
+        "exclusive": c.exclusive,
+        "prefetch_count": c.prefetch,
+        "arguments": c.arguments,
+        "active": active is c,
+        "activity_status": "single_active" if q.consumers.single_active and active is c
+        else ("waiting" if active is not c else "up"),
+        "consumer_timeout": None,
+    }
+
+
+def vhost(broker: Any, sampler: RateSampler, v: Any, description: str = "",
+          tags: tuple = ()) -> dict:
+    """A vhost as GET /api/vhosts/{name} returns it (message totals over its queues)."""
+    totals = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+    for q in v.queues.values():
+        for k, n in queue_lengths(q).items():
+            totals[k] += n
+    key = ("vhost", v.name)
+    return {
+        "name": v.name,
+        "description": description,
+        "tags": list(tags),
+        "metadata": {"description": description, "tags": list(tags)},
+        "default_queue_type": "undefined",
+        "tracing": False,
+        "cluster_state": {node_name(broker): "running"},
+        "message_stats": message_stats(sampler, key, vhost_stats(broker, v)),
+        **with_details(sampler, key, totals),
+    }
+
+
+def vhost_stats(broker: Any, v: Any) -> MessageStats:
+    """Message counts of a vhost: its closed channels' totals plus its open channels."""
+    out = MessageStats()
+    out.add(v.closed_stats)
+    for conn in broker.connections:
+        if conn.vhost is v:
+            for ch in conn.channels.values():
+                out.add(ch.message_stats)
+    return out
+
+
+def user(u: Any) -> dict:
+    """A user as GET /api/users/{name} returns it (the hash is base64, as RabbitMQ)."""
+    return {"name": u.name, "password_hash": encode_hash(u.password_hash),
+            "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags), "limits": {}}
+
+
+def permission(p: Any) -> dict:
+    return {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write,
+            "read": p.read}
+
+
+def topic_permission(p: Any) -> dict:
+    return {"user": p.user, "vhost": p.vhost, "exchange": p.exchange, "write": p.write,
+            "read": p.read}
+
+
+def policy(p: Any) -> dict:
+    return {"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
+            "definition": p.definition, "priority": p.priority}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

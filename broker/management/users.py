@@ -1,0 +1,254 @@
+"""/api/users, /api/vhosts, /api/permissions, /api/topic-permissions and their per-user /
+per-vhost forms: list, create or update (PUT: 201 created, 204 updated), delete.
+Writes need the administrator tag (401 otherwise); reads of other users' data too.
+Sources: rabbitmq.com/management.html, rabbitmq.com/access-control.html, RabbitMQ 3.10
+/api/index.html."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from broker.management import shapes
+from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
+from broker.management.context import broker, sampler
+from broker.management.http import (
+    bad_request,
+    body,
+    created,
+    list_reply,
+    no_content,
+    not_found,
+    param,
+    reply,
+)
+from broker.passwords import decode_hash
+from broker.users import NoSuchUser, NoSuchVhost
+
+routes = web.RouteTableDef()
+
+
+def tags_of(value: Any) -> list[str]:
+    """RabbitMQ accepts tags as "a,b" or ["a", "b"]."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    if isinstance(value, list):
+        return [str(t) for t in value]
+    raise bad_request("tags must be a string or a list")
+
+
+# -- users --------------------------------------------------------------------------------
+@routes.get("/api/users")
+async def list_users(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    return list_reply(request, [shapes.user(u) for u in broker(request).users.list_users()])
+
+
+@routes.get("/api/users/without-permissions")
+async def without_permissions(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    users = broker(request).users
+    have = {p.user for p in users.list_permissions()}
+    return reply([shapes.user(u) for u in users.list_users() if u.name not in have])
+
+
+def _user(request: web.Request) -> Any:
+    require_admin(current(request))
+    u = broker(request).users.user(param(request, "name"))
+    if u is None:
+        raise not_found()
+    return u
+
+
+@routes.get("/api/users/{name}")
+async def get_user(request: web.Request) -> web.Response:
+    return reply(shapes.user(_user(request)))
+
+
+@routes.put("/api/users/{name}")
+async def put_user(request: web.Request) -> web.Response:
+    """{"password": "...", "tags": "administrator"} or {"password_hash": base64,
+    "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": [...]}; an empty
+    password_hash makes a user that can log in only with EXTERNAL."""
+    require_admin(current(request))
+    users = broker(request).users
+    name = param(request, "name")
+    data = await body(request)
+    existed = users.user(name) is not None
+    tags = tags_of(data.get("tags"))
+    try:
+        if "password" in data:
+            users.add_user(name, str(data["password"]), tags=tags)
+        elif "password_hash" in data:
+            users.add_user(name, password_hash=decode_hash(str(data["password_hash"])),
+                           hashing_algorithm=data.get("hashing_algorithm") or
+                           "rabbit_password_hashing_sha256", tags=tags)
+        elif existed:
+            users.set_user_tags(name, tags)
+        else:
+            raise bad_request("key_missing: password or password_hash")
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    return no_content() if existed else created()
+
+
+@routes.delete("/api/users/{name}")
+async def delete_user(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    if not broker(request).users.delete_user(param(request, "name")):
+        raise not_found()
+    return no_content()
+
+
+@routes.get("/api/users/{name}/permissions")
+async def user_permissions(request: web.Request) -> web.Response:
+    u = _user(request)
+    return reply([shapes.permission(p) for p in broker(request).users.list_permissions()
+                  if p.user == u.name])
+
+
+# -- vhosts -------------------------------------------------------------------------------
+def _vhost_defs(b: Any) -> dict[str, Any]:
+    return {d.name: d for d in b.definitions.list_vhosts()}
+
+
+@routes.get("/api/vhosts")
+async def list_vhosts(request: web.Request) -> web.Response:
+    b, s = broker(request), sampler(request)
+    defs = _vhost_defs(b)
+    items = [shapes.vhost(b, s, b.vhosts[n], getattr(defs.get(n), "description", ""),
+                          getattr(defs.get(n), "tags", ()))
+             for n in visible_vhosts(b, current(request))]
+    return list_reply(request, items)
+
+
+@routes.get("/api/vhosts/{name}")
+async def get_vhost(request: web.Request) -> web.Response:
+    b = broker(request)
+    name = param(request, "name")
+    require_vhost(b, current(request), name)
+    d = _vhost_defs(b).get(name)
+    return reply(shapes.vhost(b, sampler(request), b.vhosts[name],
+                              getattr(d, "description", ""), getattr(d, "tags", ())))
+
+
+@routes.put("/api/vhosts/{name}")
+async def put_vhost(request: web.Request) -> web.Response:
+    """{"description": "...", "tags": "a,b"} (both optional): 201 created, 204 updated."""
+    require_admin(current(request))
+    b = broker(request)
+    name = param(request, "name")
+    if not name:
+        raise bad_request("vhost name must not be empty")
+    data = await body(request)
+    existed = name in b.vhosts
+    b.definitions.add_vhost(name, str(data.get("description", "")), tags_of(data.get("tags")))
+    b.add_vhost(name)
+    return no_content() if existed else created()
+
+
+@routes.delete("/api/vhosts/{name}")
+async def delete_vhost(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    b = broker(request)
+    name = param(request, "name")
+    if name not in b.vhosts:
+        raise not_found()
+    await b.delete_vhost(name)
+    return no_content()
+
+
+@routes.get("/api/vhosts/{name}/permissions")
+async def vhost_permissions(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    b = broker(request)
+    name = param(request, "name")
+    if name not in b.vhosts:
+        raise not_found()
+    return reply([shapes.permission(p) for p in b.users.list_permissions() if p.vhost == name])
+
+
+# -- permissions --------------------------------------------------------------------------
+@routes.get("/api/permissions")
+async def list_permissions(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    return list_reply(request, [shapes.permission(p)
+                                for p in broker(request).users.list_permissions()],
+                      name_of=lambda i: i["user"])
+
+
+def _perm_key(request: web.Request) -> tuple[str, str]:
+    require_admin(current(request))
+    return param(request, "vhost"), param(request, "user")
+
+
+@routes.get("/api/permissions/{vhost}/{user}")
+async def get_permission(request: web.Request) -> web.Response:
+    vhost, user = _perm_key(request)
+    for p in broker(request).users.list_permissions():
+        if p.vhost == vhost and p.user == user:
+            return reply(shapes.permission(p))
+    raise not_found()
+
+
+@routes.put("/api/permissions/{vhost}/{user}")
+async def put_permission(request: web.Request) -> web.Response:
+    """{"configure": ".*", "write": ".*", "read": ".*"}: 201 created, 204 updated; 400 for a
+    missing key or bad regex, 404 for an unknown user or vhost."""
+    vhost, user = _perm_key(request)
+    data = await body(request)
+    users = broker(request).users
+    missing = [k for k in ("configure", "write", "read") if k not in data]
+    if missing:
+        raise bad_request(f"key_missing: {missing[0]}")
+    existed = any(p.vhost == vhost and p.user == user for p in users.list_permissions())
+    try:
+        users.set_permissions(user, vhost, str(data["configure"]), str(data["write"]),
+                              str(data["read"]))
+    except (NoSuchUser, NoSuchVhost):
+        raise not_found() from None
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    return no_content() if existed else created()
+
+
+@routes.delete("/api/permissions/{vhost}/{user}")
+async def delete_permission(request: web.Request) -> web.Response:
+    vhost, user = _perm_key(request)
+    if not broker(request).users.clear_permissions(user, vhost):
+        raise not_found()
+    return no_content()
+
+
+@routes.get("/api/topic-permissions")
+async def list_topic_permissions(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    return reply([shapes.topic_permission(p)
+                  for p in broker(request).users.list_topic_permissions()])
+
+
+@routes.put("/api/topic-permissions/{vhost}/{user}")
+async def put_topic_permission(request: web.Request) -> web.Response:
+    """{"exchange": "amq.topic", "write": "^a", "read": ".*"}: 201/204."""
+    vhost, user = _perm_key(request)
+    data = await body(request)
+    try:
+        broker(request).users.set_topic_permissions(
+            user, vhost, str(data.get("exchange", "")), str(data.get("write", "")),
+            str(data.get("read", "")))
+    except (NoSuchUser, NoSuchVhost):
+        raise not_found() from None
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    return created()
+
+
+@routes.delete("/api/topic-permissions/{vhost}/{user}")
+async def delete_topic_permission(request: web.Request) -> web.Response:
+    vhost, user = _perm_key(request)
+    if not broker(request).users.clear_topic_permissions(user, vhost):
+        raise not_found()
+    return no_content()

@@ -1,0 +1,125 @@
+"""Policies (rabbitmq.com/parameters.html#policies): which policy applies to a queue or an
+exchange, what its definition may hold, and how it merges with declared arguments.
+
+Owns: `validate` (400-style ValueError texts), `match` (the highest-priority policy of the
+vhost whose pattern matches the name and whose `apply-to` covers the kind), and
+`effective_queue_arguments` / `effective_exchange_arguments`, which fold a policy's
+definition into `x-` arguments with RabbitMQ's rule for each key
+(rabbit_amqqueue_process `process_args_policy`): for `message-ttl`, `expires`,
+`max-length` and `max-length-bytes` the lower of the argument and the policy wins; for
+`dead-letter-exchange`, `dead-letter-routing-key`, `overflow`, `queue-mode`,
+`confirm-on` (ours) and the exchanges' `alternate-exchange` the declared argument wins.
+Pure: no I/O; the vhost applies the result (broker/vhost.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from broker.definitions import PolicyDef
+
+APPLY_TO = ("all", "queues", "exchanges")
+LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes")
+ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "queue-mode",
+                 "confirm-on")
+EXCHANGE_KEYS = ("alternate-exchange",)
+# keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, federation,
+# quorum queues, streams): accepted so definitions from a RabbitMQ import, and ignored
+IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
+                "ha-promote-on-failure", "ha-sync-batch-size", "federation-upstream",
+                "federation-upstream-set", "queue-master-locator", "queue-leader-locator",
+                "delivery-limit", "dead-letter-strategy", "max-age",
+                "stream-max-segment-size-bytes", "initial-cluster-size", "max-in-memory-length",
+                "max-in-memory-bytes", "single-active-consumer")
+_OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+_CONFIRM = ("persist", "ack", "ack-lite")
+
+
+def _non_negative(key: str, value: Any, positive: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < (1 if positive else 0):
+        raise ValueError(f"{key}: {'positive' if positive else 'non-negative'} integer "
+                         f"expected, got {value!r}")
+
+
+def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> None:
+    """Raise ValueError (the HTTP API's 400 reason) unless the policy is valid: a regex
+    pattern, a non-empty object definition with known keys and well-typed values, an
+    integer priority and apply-to all|queues|exchanges."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    if apply_to not in APPLY_TO:
+        raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
+    if not isinstance(definition, dict) or not definition:
+        raise ValueError("definition must be a non-empty object")
+    known = set(LOWER_WINS) | set(ARGUMENT_WINS) | set(EXCHANGE_KEYS) | set(IGNORED_KEYS)
+    unknown = sorted(k for k in definition if k not in known)
+    if unknown:
+        raise ValueError(f"Validation failed\n\n{unknown} are not recognised policy settings")
+    for key, value in definition.items():
+        if key in ("message-ttl", "max-length", "max-length-bytes"):
+            _non_negative(key, value)
+        elif key == "expires":
+            _non_negative(key, value, positive=True)
+        elif key in ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange"):
+            if not isinstance(value, str):
+                raise ValueError(f"{key}: a string expected, got {value!r}")
+        elif key == "overflow" and value not in _OVERFLOW:
+            raise ValueError(f"overflow: one of {', '.join(_OVERFLOW)} expected")
+        elif key == "queue-mode" and value not in ("default", "lazy"):
+            raise ValueError("queue-mode: default or lazy expected")
+        elif key == "confirm-on" and value not in _CONFIRM:
+            raise ValueError(f"confirm-on: one of {', '.join(_CONFIRM)} expected")
+
+
+def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> PolicyDef | None:
+    """The policy of `vhost` for the queue or exchange `name` (`kind` "queues" or
+    "exchanges"): the highest priority among those whose apply-to covers the kind and whose
+    pattern matches the name (re.search, as RabbitMQ's re:run); ties go to the policy name
+    that sorts first. None if no policy applies. Exchanges named "" or "amq.*" get none
+    (RabbitMQ does not apply policies to its predeclared exchanges)."""
+    if kind == "exchanges" and (not name or name.startswith("amq.")):
+        return None
+    best: PolicyDef | None = None
+    for p in policies:
+        if p.vhost != vhost or p.apply_to not in ("all", kind):
+            continue
+        if not re.search(p.pattern, name):
+            continue
+        if best is None or (p.priority, _neg(p.name)) > (best.priority, _neg(best.name)):
+            best = p
+    return best
+
+
+def _neg(name: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in name)
+
+
+def effective_queue_arguments(arguments: dict, policy: PolicyDef | None) -> dict:
+    """The queue's `x-` arguments with the policy folded in (see the module docstring)."""
+    if policy is None:
+        return arguments
+    out = dict(arguments)
+    for key, value in policy.definition.items():
+        arg = f"x-{key}"
+        if key in LOWER_WINS:
+            current = out.get(arg)
+            out[arg] = value if current is None else min(current, value)
+        elif key in ARGUMENT_WINS and arg not in out:
+            out[arg] = value
+    return out
+
+
+def effective_exchange_arguments(arguments: dict, policy: PolicyDef | None) -> dict:
+    """The exchange's arguments with the policy's `alternate-exchange` when the exchange
+    declared none."""
+    if policy is None or "alternate-exchange" not in policy.definition:
+        return arguments
+    if "alternate-exchange" in arguments:
+        return arguments
+    return {**arguments, "alternate-exchange": policy.definition["alternate-exchange"]}

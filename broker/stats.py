@@ -1,0 +1,45 @@
+"""Message counters: the integers channels and queues bump on the hot path, read by the
+management API and Prometheus (a sampler turns them into rates every 5 s).
+
+Owns: `MessageStats`, one per channel, per queue and per vhost (totals of closed channels),
+with RabbitMQ's `message_stats` field names (rabbitmq.com/management.html, the HTTP API's
+"message_stats" objects: publish, confirm, deliver, deliver_no_ack, get, get_no_ack,
+deliver_get, ack, redeliver, return_unroutable, drop_unroutable). Nothing here runs per
+message beyond the caller's `+= 1`; adding up happens only when someone asks.
+"""
+
+from __future__ import annotations
+
+# every counter, in RabbitMQ's names; deliver_get is derived (deliver + deliver_no_ack +
+# get + get_no_ack), as RabbitMQ reports it
+FIELDS = ("publish", "confirm", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack",
+          "redeliver", "return_unroutable", "drop_unroutable")
+
+
+class MessageStats:
+    """Monotonic message counts of one channel, queue or vhost (messages, not bytes)."""
+
+    __slots__ = FIELDS
+
+    def __init__(self) -> None:
+        for name in FIELDS:
+            setattr(self, name, 0)
+
+    def add(self, other: MessageStats) -> None:
+        """Add `other`'s counts to these (a closed channel's into its vhost's totals)."""
+        for name in FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        """{field: count} with `deliver_get` added."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        out["deliver_get"] = out["deliver"] + out["deliver_no_ack"] + out["get"] + out["get_no_ack"]
+        return out
+
+
+def total(items: list[MessageStats]) -> MessageStats:
+    """The sum of several counters (a new object)."""
+    out = MessageStats()
+    for item in items:
+        out.add(item)
+    return out
