@@ -87,6 +87,7 @@ class BrokerConfig:
     prometheus_tcp_port: int = 15692
     prometheus_tcp_ip: str = "127.0.0.1"
     node_name: str = ""  # "" = rabbit@<short hostname>, as RabbitMQ names its node
+    collect_statistics_interval: int = 5000  # ms between samples of counters into rates
     load_definitions: str = ""  # a definitions JSON file imported at boot (definitions.html)
 
     # writer: flush the outbound buffer early once it holds this many bytes

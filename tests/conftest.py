@@ -25,7 +25,9 @@ def broker() -> Iterator[object]:
         return
     from broker.embedded import EmbeddedBroker
 
-    b = EmbeddedBroker().start()
+    # the management API and Prometheus endpoint on free ports (tests/ops), rates every 0.2 s
+    b = EmbeddedBroker(management_tcp_port=-1, prometheus_tcp_port=-1,
+                       collect_statistics_interval=200).start()
     try:
         yield b
     finally:

@@ -29,7 +29,7 @@ from broker.management import (
     shapes,
     users,
 )
-from broker.management.auth import authenticate
+from broker.management.auth import API_USER, authenticate
 from broker.management.context import BROKER, SAMPLER
 from broker.management.http import reply
 from broker.management.rates import RateSampler
@@ -43,7 +43,7 @@ UI_DIR = Path(__file__).resolve().parent / "ui"
 async def api_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Basic auth for /api/*, and JSON for every error (RabbitMQ's shapes)."""
     if request.path.startswith("/api/"):
-        request["api_user"] = authenticate(request.app[BROKER],
+        request[API_USER] = authenticate(request.app[BROKER],
                                            request.headers.get("Authorization"))
     try:
         return await handler(request)
@@ -140,7 +140,8 @@ class ManagementServer:
                                           cfg.management_tcp_ip, cfg.management_tcp_port)
             log.info("management API and UI on http://%s:%d/", cfg.management_tcp_ip,
                      self.port)
-            self.sampler.start(lambda s: sample(self.broker, s))
+            self.sampler.start(lambda s: sample(self.broker, s),
+                               max(cfg.collect_statistics_interval, 100) / 1000)
         if cfg.prometheus_tcp_port:
             self.prometheus_port = await self._serve(
                 metrics.make_app(self.broker), cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)

@@ -102,6 +102,9 @@ def require_vhost(broker: Any, user: ApiUser, vhost: str) -> None:
         raise not_authorised("User not authorised to access virtual host")
 
 
+API_USER = web.RequestKey("api_user", ApiUser)  # set by the app's middleware
+
+
 def current(request: web.Request) -> ApiUser:
     """The request's authenticated user (set by the app's middleware)."""
-    return request["api_user"]
+    return request[API_USER]

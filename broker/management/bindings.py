@@ -85,10 +85,15 @@ async def create(request: web.Request) -> web.Response:
     arguments = data.get("arguments") or {}
     if not isinstance(key, str) or not isinstance(arguments, dict):
         raise bad_request("routing_key must be a string and arguments an object")
-    with amqp_errors():
-        v.bind(kind, dest, source, key, arguments)
+    with amqp_errors():  # the API may bind an exclusive queue, as RabbitMQ's does
+        v.bind(kind, dest, source, key, arguments, owner=_owner(v, kind, dest))
     location = shapes.properties_key(key, arguments)
     return web.Response(status=201, headers={"Location": location})
+
+
+def _owner(v: Any, kind: str, dest: str) -> Any:
+    q = v.queues.get(dest) if kind == "queue" else None
+    return q.exclusive_owner if q is not None else None
 
 
 def _one(request: web.Request) -> tuple[Any, str, str, str, dict]:
@@ -109,5 +114,6 @@ async def get_one(request: web.Request) -> web.Response:
 async def delete_one(request: web.Request) -> web.Response:
     v, source, kind, dest, bd = _one(request)
     with amqp_errors():
-        v.unbind(kind, dest, source, bd["routing_key"], bd["arguments"])
+        v.unbind(kind, dest, source, bd["routing_key"], bd["arguments"],
+                 owner=_owner(v, kind, dest))
     return no_content()

@@ -45,10 +45,9 @@ def find_queue(request: web.Request) -> Any:
 
 
 def queue_json(request: web.Request, q: Any) -> dict:
-    b = broker(request)
-    engine = getattr(b, "policies", None)
-    policy = engine.effective_for_queue(q) if engine is not None else None
-    return shapes.queue(b, sampler(request), q, policy)
+    p = q.policy
+    policy = {"name": p.name, "definition": p.definition} if p is not None else None
+    return shapes.queue(broker(request), sampler(request), q, policy)
 
 
 @routes.get("/api/queues")

@@ -44,12 +44,12 @@ class RateSampler:
             self._last.pop(key, None)
             self._rates.pop(key, None)
 
-    def start(self, sample: Any) -> None:
-        """Run `sample(self)` now and every SAMPLE_INTERVAL seconds on the running loop."""
+    def start(self, sample: Any, interval: float = SAMPLE_INTERVAL) -> None:
+        """Run `sample(self)` now and every `interval` seconds on the running loop."""
         async def loop() -> None:
             while True:
                 sample(self)
-                await asyncio.sleep(SAMPLE_INTERVAL)
+                await asyncio.sleep(interval)
 
         self._task = asyncio.get_running_loop().create_task(loop())
 
