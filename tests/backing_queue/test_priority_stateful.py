@@ -166,6 +166,12 @@ class PriorityVsModel(RuleBasedStateMachine):
         if key is not None:
             assert got.expiry == self.model.ready[key][1]
 
+    @rule(offset=st.integers(0, 8), count=st.integers(0, 8))
+    def peek_range(self, offset, count):
+        want = [(self.model.ready[k][0].msg_id, self.model.ready[k][2])
+                for k in sorted(self.model.ready)][offset:offset + count]
+        assert [(m.msg_id, d) for m, d in self.pq.peek(offset, count)] == want
+
     @rule()
     def purge(self):
         assert self.pq.purge() == len(self.model.ready)

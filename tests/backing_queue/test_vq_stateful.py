@@ -133,6 +133,12 @@ class VqVsMemory(RuleBasedStateMachine):
         if want is not None:
             assert got.expiry == want.expiry
 
+    @rule(offset=st.integers(0, 12), count=st.integers(0, 12))
+    def peek_range(self, offset, count):
+        """Browsing (management API) shows the ready messages in order and moves nothing."""
+        want = [(m.msg_id, d) for m, d in self.model.peek(offset, count)]
+        assert [(m.msg_id, d) for m, d in self.vq.peek(offset, count)] == want
+
     @rule(count=st.one_of(st.none(), st.integers(0, 30)))
     def set_target(self, count):
         self.vq.set_target_ram_count(count)

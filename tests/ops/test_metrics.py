@@ -1,0 +1,78 @@
+"""Prometheus metrics (rabbitmq.com/prometheus.html): /metrics in the text exposition
+format with rabbitmq_prometheus's names (aggregated), /metrics/per-object with one series
+per queue. Parsed with prometheus_client's parser. Also passes against RabbitMQ 3.10.8 with
+rabbitmq_prometheus."""
+
+from __future__ import annotations
+
+import uuid
+
+import pika
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.polling import wait_for
+
+
+def scrape(url: str) -> dict[str, list]:
+    r = requests.get(url, timeout=10)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/plain")
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def value(metrics: dict, name: str, **labels: str) -> float:
+    for s in metrics[name]:
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise KeyError((name, labels))
+
+
+def test_aggregated_metrics_have_rabbitmq_names(metrics_url, broker):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    q = f"m-{uuid.uuid4().hex[:8]}"
+    ch.queue_declare(q, exclusive=True)
+    ch.confirm_delivery()
+    for _ in range(4):
+        ch.basic_publish("", q, b"x")
+    try:
+        m = wait_for(lambda: (lambda m: m if value(m, "rabbitmq_queue_messages_ready") >= 4
+                              else None)(scrape(metrics_url + "/metrics")), timeout=15)
+        for name in ("rabbitmq_connections", "rabbitmq_channels", "rabbitmq_queues",
+                     "rabbitmq_consumers", "rabbitmq_queue_messages_unacked",
+                     "rabbitmq_channel_messages_published_total",
+                     "rabbitmq_channel_messages_confirmed_total",
+                     "rabbitmq_process_resident_memory_bytes",
+                     "rabbitmq_resident_memory_limit_bytes",
+                     "rabbitmq_disk_space_available_bytes", "rabbitmq_identity_info"):
+            assert name in m, name
+        assert value(m, "rabbitmq_connections") >= 1
+        assert value(m, "rabbitmq_queues") >= 1
+        assert value(m, "rabbitmq_process_resident_memory_bytes") > 0
+        assert "rabbitmq_node" in m["rabbitmq_identity_info"][0].labels
+    finally:
+        conn.close()
+
+
+def test_per_object_metrics_label_each_queue(metrics_url, broker):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    q = f"po-{uuid.uuid4().hex[:8]}"
+    ch.queue_declare(q, exclusive=True)
+    ch.confirm_delivery()
+    for _ in range(3):
+        ch.basic_publish("", q, b"x")
+    try:
+        m = wait_for(lambda: (lambda m: m if any(
+            s.labels.get("queue") == q and s.value == 3
+            for s in m.get("rabbitmq_queue_messages_ready", [])) else None)(
+            scrape(metrics_url + "/metrics/per-object")), timeout=15)
+        assert value(m, "rabbitmq_queue_messages_ready", vhost="/", queue=q) == 3
+        assert value(m, "rabbitmq_queue_messages", vhost="/", queue=q) == 3
+    finally:
+        conn.close()
