@@ -1,0 +1,337 @@
+// The management UI: one page per hash route, every figure from the HTTP API (/api/...),
+// with the user's credentials kept in sessionStorage for the tab's life. No build step.
+import uPlot from "/ui/vendor/uplot-1.6.32/uPlot.esm.js";
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+let charts = [];
+let timer = null;
+const history = { t: [], publish: [], deliver: [], ack: [], ready: [], unacked: [] };
+
+const enc = encodeURIComponent;
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) =>
+  ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+
+function auth() { return sessionStorage.getItem("auth"); }
+
+async function api(method, path, body) {
+  const resp = await fetch(path, {
+    method,
+    headers: { Authorization: "Basic " + auth(), "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (resp.status === 401) { logout(); throw new Error("login required"); }
+  const text = await resp.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!resp.ok) throw new Error((data && data.reason) || resp.statusText);
+  return data;
+}
+
+function table(columns, rows, id) {
+  const head = columns.map(([title]) => `<th>${esc(title)}</th>`).join("");
+  const body = rows.map((r) => "<tr>" + columns.map(([, f]) => `<td>${f(r)}</td>`).join("")
+    + "</tr>").join("");
+  return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+
+function show(html) { main.innerHTML = html; }
+function fail(err) {
+  const p = document.getElementById("page-error");
+  if (p) p.textContent = err.message; else show(`<p class="error" id="page-error">${esc(err.message)}</p>`);
+}
+
+function stopCharts() {
+  if (timer) clearInterval(timer);
+  timer = null;
+  charts.forEach((c) => c.destroy());
+  charts = [];
+}
+
+// -- pages ------------------------------------------------------------------------------
+async function overview() {
+  const o = await api("GET", "/api/overview");
+  const nodes = await api("GET", "/api/nodes").catch(() => []);
+  const alarms = nodes.flatMap((n) => [n.mem_alarm && "memory", n.disk_free_alarm && "disk"]).filter(Boolean);
+  const t = o.object_totals, q = o.queue_totals;
+  show(`<section class="card"><h2>Overview</h2>
+    ${alarms.length ? `<p class="alarm" id="alarms">Resource alarm: ${alarms.join(", ")}</p>`
+      : `<p id="alarms">No resource alarms.</p>`}
+    <div class="totals" id="totals">
+      ${["connections", "channels", "exchanges", "queues", "consumers"].map((k) =>
+        `<span><b id="total-${k}">${t[k]}</b>${k}</span>`).join("")}
+      <span><b id="total-messages">${q.messages}</b>messages</span>
+    </div><p>Node ${esc(o.node)} · ${esc(o.product_name)} ${esc(o.product_version)}</p></section>
+    <section class="card"><h3>Queued messages</h3><div id="chart-queued"></div></section>
+    <section class="card"><h3>Message rates (msg/s)</h3><div id="chart-rates"></div></section>`);
+  const opts = (title, series) => ({
+    title, width: Math.min(900, main.clientWidth - 40), height: 220,
+    series: [{}, ...series.map((label, i) => ({ label, stroke: ["#1d3557", "#e63946", "#2a9d8f"][i] }))],
+  });
+  const queued = new uPlot(opts("Queued messages", ["ready", "unacked"]),
+    [history.t, history.ready, history.unacked], document.getElementById("chart-queued"));
+  const rates = new uPlot(opts("Message rates", ["publish", "deliver/get", "ack"]),
+    [history.t, history.publish, history.deliver, history.ack], document.getElementById("chart-rates"));
+  charts = [queued, rates];
+  const sample = async () => {
+    const s = await api("GET", "/api/overview");
+    const m = s.message_stats, l = s.queue_totals;
+    history.t.push(Date.now() / 1000);
+    history.publish.push(m.publish_details.rate);
+    history.deliver.push(m.deliver_get_details.rate);
+    history.ack.push(m.ack_details.rate);
+    history.ready.push(l.messages_ready);
+    history.unacked.push(l.messages_unacknowledged);
+    for (const k of Object.keys(history)) if (history[k].length > 120) history[k].shift();
+    queued.setData([history.t, history.ready, history.unacked]);
+    rates.setData([history.t, history.publish, history.deliver, history.ack]);
+  };
+  await sample();
+  timer = setInterval(() => sample().catch(() => {}), 5000);
+}
+
+async function connections() {
+  const rows = await api("GET", "/api/connections");
+  show(`<h2>Connections</h2>` + table([
+    ["Name", (r) => esc(r.name)], ["User", (r) => esc(r.user)], ["Vhost", (r) => esc(r.vhost)],
+    ["Client", (r) => esc(r.user_provided_name || (r.client_properties || {}).product || "")],
+    ["Channels", (r) => r.channels], ["State", (r) => esc(r.state)],
+    ["", (r) => `<button class="close-connection" data-name="${esc(r.name)}">Close</button>`],
+  ], rows, "connections-table"));
+  main.querySelectorAll(".close-connection").forEach((b) => b.onclick = async () => {
+    await api("DELETE", `/api/connections/${enc(b.dataset.name)}`).catch(fail);
+    route();
+  });
+}
+
+async function channels() {
+  const rows = await api("GET", "/api/channels");
+  show(`<h2>Channels</h2>` + table([
+    ["Channel", (r) => esc(r.name)], ["User", (r) => esc(r.user)],
+    ["Confirm", (r) => r.confirm], ["Prefetch", (r) => r.prefetch_count],
+    ["Unacked", (r) => r.messages_unacknowledged], ["Consumers", (r) => r.consumer_count],
+  ], rows, "channels-table"));
+}
+
+async function exchanges() {
+  const rows = await api("GET", "/api/exchanges");
+  show(`<h2>Exchanges</h2>` + table([
+    ["Vhost", (r) => esc(r.vhost)], ["Name", (r) => esc(r.name || "(AMQP default)")],
+    ["Type", (r) => esc(r.type)], ["Durable", (r) => r.durable],
+  ], rows, "exchanges-table") + `<form id="add-exchange" class="card"><h3>Add an exchange</h3>
+    <label>Name <input id="add-exchange-name" required></label>
+    <label>Type <select id="add-exchange-type">${["direct", "fanout", "topic", "headers",
+      "x-consistent-hash", "x-modulus-hash"].map((t) => `<option>${t}</option>`).join("")}</select></label>
+    <label>Vhost <input id="add-exchange-vhost" value="/"></label>
+    <button id="add-exchange-button" type="submit">Add exchange</button>
+    <p class="error" id="page-error"></p></form>`);
+  document.getElementById("add-exchange").onsubmit = async (e) => {
+    e.preventDefault();
+    const name = document.getElementById("add-exchange-name").value;
+    const vhost = document.getElementById("add-exchange-vhost").value;
+    await api("PUT", `/api/exchanges/${enc(vhost)}/${enc(name)}`,
+      { type: document.getElementById("add-exchange-type").value, durable: true })
+      .then(route, fail);
+  };
+}
+
+async function queues() {
+  const rows = await api("GET", "/api/queues");
+  show(`<h2>Queues</h2>` + table([
+    ["Vhost", (r) => esc(r.vhost)],
+    ["Name", (r) => `<a class="queue-link" href="#/queue/${enc(r.vhost)}/${enc(r.name)}">${esc(r.name)}</a>`],
+    ["Ready", (r) => r.messages_ready], ["Unacked", (r) => r.messages_unacknowledged],
+    ["Total", (r) => r.messages], ["Consumers", (r) => r.consumers],
+    ["Policy", (r) => esc(r.policy || "")],
+  ], rows, "queues-table") + `<form id="add-queue" class="card"><h3>Add a queue</h3>
+    <label>Name <input id="add-queue-name" required></label>
+    <label>Vhost <input id="add-queue-vhost" value="/"></label>
+    <label>Durable <input id="add-queue-durable" type="checkbox" checked></label>
+    <button id="add-queue-button" type="submit">Add queue</button>
+    <p class="error" id="page-error"></p></form>`);
+  document.getElementById("add-queue").onsubmit = async (e) => {
+    e.preventDefault();
+    const name = document.getElementById("add-queue-name").value;
+    const vhost = document.getElementById("add-queue-vhost").value;
+    await api("PUT", `/api/queues/${enc(vhost)}/${enc(name)}`,
+      { durable: document.getElementById("add-queue-durable").checked, arguments: {} })
+      .then(route, fail);
+  };
+}
+
+async function queue(vhost, name) {
+  const base = `/api/queues/${enc(vhost)}/${enc(name)}`;
+  const q = await api("GET", base);
+  show(`<h2 id="queue-title">Queue ${esc(q.name)} <small>(vhost ${esc(q.vhost)})</small></h2>
+    <section class="card"><span id="queue-ready">${q.messages_ready}</span> ready,
+      <span id="queue-unacked">${q.messages_unacknowledged}</span> unacked,
+      ${q.consumers} consumers; arguments <code>${esc(JSON.stringify(q.arguments))}</code>;
+      policy ${esc(q.policy || "none")}</section>
+    <form id="publish-form" class="card"><h3>Publish message</h3>
+      <label>Payload <textarea id="publish-payload" rows="2" cols="50"></textarea></label>
+      <label>Delivery mode <select id="publish-mode"><option value="1">1 - non-persistent</option>
+        <option value="2">2 - persistent</option></select></label>
+      <button id="publish-button" type="submit">Publish message</button>
+      <span id="publish-result"></span></form>
+    <form id="get-form" class="card"><h3>Get messages</h3>
+      <label>Ack mode <select id="get-ackmode"><option>ack_requeue_true</option>
+        <option>ack_requeue_false</option><option>reject_requeue_true</option>
+        <option>reject_requeue_false</option></select></label>
+      <label>Messages <input id="get-count" type="number" value="1" min="1"></label>
+      <button id="get-button" type="submit">Get message(s)</button>
+      <div id="get-results"></div></form>
+    <section class="card"><h3>Browse (without consuming)</h3>
+      <button id="browse-button" type="button">Show ready messages</button><div id="browse-results"></div></section>
+    <section class="card"><button id="purge-button" type="button">Purge messages</button>
+      <button id="delete-button" type="button">Delete queue</button>
+      <p class="error" id="page-error"></p></section>`);
+  document.getElementById("publish-form").onsubmit = async (e) => {
+    e.preventDefault();
+    const r = await api("POST", `/api/exchanges/${enc(vhost)}/amq.default/publish`, {
+      routing_key: name, payload: document.getElementById("publish-payload").value,
+      payload_encoding: "string",
+      properties: { delivery_mode: Number(document.getElementById("publish-mode").value) },
+    }).catch(fail);
+    if (r) document.getElementById("publish-result").textContent =
+      r.routed ? "Message published." : "Message published, but not routed.";
+  };
+  const render = (msgs) => msgs.map((m, i) => `<div class="message"><b>Message ${i + 1}</b>
+    (redelivered: ${m.redelivered})<pre class="payload">${esc(m.payload)}</pre></div>`).join("")
+    || "<p>Queue is empty</p>";
+  document.getElementById("get-form").onsubmit = async (e) => {
+    e.preventDefault();
+    const msgs = await api("POST", `${base}/get`, {
+      count: Number(document.getElementById("get-count").value),
+      ackmode: document.getElementById("get-ackmode").value, encoding: "auto", truncate: 50000,
+    }).catch(fail);
+    if (msgs) document.getElementById("get-results").innerHTML = render(msgs);
+  };
+  document.getElementById("browse-button").onclick = async () => {
+    const msgs = await api("GET", `${base}/messages?count=50`).catch(fail);
+    if (msgs) document.getElementById("browse-results").innerHTML = render(msgs);
+  };
+  document.getElementById("purge-button").onclick = async () => {
+    await api("DELETE", `${base}/contents`).then(() => queue(vhost, name), fail);
+  };
+  document.getElementById("delete-button").onclick = async () => {
+    await api("DELETE", base).then(() => { location.hash = "#/queues"; }, fail);
+  };
+}
+
+async function users() {
+  const rows = await api("GET", "/api/users");
+  show(`<h2>Users</h2>` + table([["Name", (r) => esc(r.name)],
+    ["Tags", (r) => esc([].concat(r.tags).join(", "))]], rows, "users-table")
+    + `<form id="add-user" class="card"><h3>Add a user</h3>
+    <label>Username <input id="add-user-name" required></label>
+    <label>Password <input id="add-user-password" type="password" required></label>
+    <label>Tags <input id="add-user-tags" placeholder="administrator, management"></label>
+    <button id="add-user-button" type="submit">Add user</button><p class="error" id="page-error"></p></form>`);
+  document.getElementById("add-user").onsubmit = async (e) => {
+    e.preventDefault();
+    await api("PUT", `/api/users/${enc(document.getElementById("add-user-name").value)}`, {
+      password: document.getElementById("add-user-password").value,
+      tags: document.getElementById("add-user-tags").value,
+    }).then(route, fail);
+  };
+}
+
+async function vhosts() {
+  const rows = await api("GET", "/api/vhosts");
+  show(`<h2>Virtual hosts</h2>` + table([["Name", (r) => esc(r.name)],
+    ["Messages", (r) => r.messages], ["Description", (r) => esc(r.description)]], rows, "vhosts-table")
+    + `<form id="add-vhost" class="card"><h3>Add a virtual host</h3>
+    <label>Name <input id="add-vhost-name" required></label>
+    <button id="add-vhost-button" type="submit">Add virtual host</button><p class="error" id="page-error"></p></form>`);
+  document.getElementById("add-vhost").onsubmit = async (e) => {
+    e.preventDefault();
+    await api("PUT", `/api/vhosts/${enc(document.getElementById("add-vhost-name").value)}`, {})
+      .then(route, fail);
+  };
+}
+
+async function permissions() {
+  const rows = await api("GET", "/api/permissions");
+  show(`<h2>Permissions</h2>` + table([["User", (r) => esc(r.user)], ["Vhost", (r) => esc(r.vhost)],
+    ["Configure", (r) => esc(r.configure)], ["Write", (r) => esc(r.write)], ["Read", (r) => esc(r.read)]],
+    rows, "permissions-table") + `<form id="set-permission" class="card"><h3>Set permission</h3>
+    <label>User <input id="perm-user" required></label><label>Vhost <input id="perm-vhost" value="/"></label>
+    <label>Configure <input id="perm-configure" value=".*"></label>
+    <label>Write <input id="perm-write" value=".*"></label><label>Read <input id="perm-read" value=".*"></label>
+    <button id="set-permission-button" type="submit">Set permission</button><p class="error" id="page-error"></p></form>`);
+  document.getElementById("set-permission").onsubmit = async (e) => {
+    e.preventDefault();
+    const v = (id) => document.getElementById(id).value;
+    await api("PUT", `/api/permissions/${enc(v("perm-vhost"))}/${enc(v("perm-user"))}`,
+      { configure: v("perm-configure"), write: v("perm-write"), read: v("perm-read") })
+      .then(route, fail);
+  };
+}
+
+async function policies() {
+  const rows = await api("GET", "/api/policies");
+  show(`<h2>Policies</h2>` + table([["Vhost", (r) => esc(r.vhost)], ["Name", (r) => esc(r.name)],
+    ["Pattern", (r) => esc(r.pattern)], ["Apply to", (r) => esc(r["apply-to"])],
+    ["Definition", (r) => esc(JSON.stringify(r.definition))], ["Priority", (r) => r.priority],
+    ["", (r) => `<button class="clear-policy" data-vhost="${esc(r.vhost)}" data-name="${esc(r.name)}">Delete</button>`]],
+    rows, "policies-table") + `<form id="add-policy" class="card"><h3>Add / update a policy</h3>
+    <label>Name <input id="policy-name" required></label><label>Vhost <input id="policy-vhost" value="/"></label>
+    <label>Pattern <input id="policy-pattern" required></label>
+    <label>Apply to <select id="policy-apply-to"><option>all</option><option>queues</option><option>exchanges</option></select></label>
+    <label>Priority <input id="policy-priority" type="number" value="0"></label>
+    <label>Definition (JSON) <input id="policy-definition" value='{"max-length": 1000}' size="40"></label>
+    <button id="add-policy-button" type="submit">Add / update policy</button><p class="error" id="page-error"></p></form>`);
+  main.querySelectorAll(".clear-policy").forEach((b) => b.onclick = async () => {
+    await api("DELETE", `/api/policies/${enc(b.dataset.vhost)}/${enc(b.dataset.name)}`).then(route, fail);
+  });
+  document.getElementById("add-policy").onsubmit = async (e) => {
+    e.preventDefault();
+    const v = (id) => document.getElementById(id).value;
+    let definition;
+    try { definition = JSON.parse(v("policy-definition")); } catch (err) { fail(err); return; }
+    await api("PUT", `/api/policies/${enc(v("policy-vhost"))}/${enc(v("policy-name"))}`, {
+      pattern: v("policy-pattern"), definition, priority: Number(v("policy-priority")),
+      "apply-to": v("policy-apply-to"),
+    }).then(route, fail);
+  };
+}
+
+const PAGES = { overview, connections, channels, exchanges, queues, users, vhosts, permissions, policies };
+
+async function route() {
+  stopCharts();
+  if (!auth()) { showLogin(); return; }
+  nav.hidden = false;
+  const [, page = "overview", ...rest] = location.hash.replace(/^#/, "").split("/");
+  nav.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
+  try {
+    if (page === "queue") await queue(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
+    else await (PAGES[page] || overview)();
+  } catch (err) { fail(err); }
+}
+
+function showLogin() {
+  nav.hidden = true;
+  show(`<form id="login-form" class="card"><h2>Log in</h2>
+    <label>Username <input id="username" autocomplete="username"></label>
+    <label>Password <input id="password" type="password" autocomplete="current-password"></label>
+    <button id="login-button" type="submit">Log in</button><p id="login-error" class="error"></p></form>`);
+  document.getElementById("login-form").onsubmit = async (e) => {
+    e.preventDefault();
+    const token = btoa(`${document.getElementById("username").value}:${document.getElementById("password").value}`);
+    const resp = await fetch("/api/whoami", { headers: { Authorization: "Basic " + token } });
+    if (!resp.ok) {
+      document.getElementById("login-error").textContent = "Login failed";
+      return;
+    }
+    const me = await resp.json();
+    sessionStorage.setItem("auth", token);
+    document.getElementById("whoami").textContent = `User ${me.name}`;
+    route();
+  };
+}
+
+function logout() { sessionStorage.removeItem("auth"); stopCharts(); showLogin(); }
+
+document.getElementById("logout-button").onclick = logout;
+window.addEventListener("hashchange", route);
+route();
