@@ -73,6 +73,8 @@ def wait_text(driver, element_id: str, text: str, timeout: float = 15) -> None:
 
 def login(driver, base: str) -> None:
     driver.get(base + "/")
+    driver.execute_script("sessionStorage.clear()")  # a fresh login each time
+    driver.refresh()
     wait_id(driver, "username").send_keys("guest")
     driver.find_element("id", "password").send_keys("guest")
     driver.find_element("id", "login-button").click()
