@@ -174,6 +174,8 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(tags)
             self.bq.requeue(tags)
             self._expiring = True  # a requeued message may carry an expiry: look again
+            if self._limited and self._over_limit():  # RabbitMQ enforces the limit after
+                self._drop_head()                     # a requeue too (3.10.8, checked)
         elif kind == DISCARD:  # reject/nack without requeue: dead-lettered as "rejected"
             tags = self._settle(msg[1], msg[2])
             if self._tracks:
@@ -468,6 +470,8 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(unacked)
             self.bq.requeue(unacked)
             self._expiring = True
+            if self._limited and self._over_limit():
+                self._drop_head()
         if not self._maybe_auto_delete():
             self.cast((RUN,))
 

@@ -114,10 +114,26 @@ def test_max_length_bytes_counts_ready_messages_only(channel, unique):
     method, _p, _body = channel.basic_get(q)  # unacked: its bytes no longer count
     channel.basic_publish("", q, b"abcde")
     assert message_count(channel, q) == 1
-    channel.basic_nack(method.delivery_tag, requeue=True)  # back: 10 bytes ready, allowed
-    assert message_count(channel, q) == 2  # requeue does not drop (RabbitMQ checks publishes)
-    channel.basic_publish("", q, b"x")  # now over: drop from the head until <= 5 bytes
-    assert get_all(channel, q) == [b"x"]
+    channel.basic_nack(method.delivery_tag, requeue=True)  # back at the head: 10 bytes
+    assert get_all(channel, q) == [b"abcde"]  # the limit holds after a requeue too
+
+
+@pytest.mark.parametrize("args", [{"x-max-length": 1}, {"x-max-length-bytes": 5}])
+def test_limits_hold_after_requeue_and_channel_close(connect, unique, args):
+    """RabbitMQ 3.10.8 (checked) drops from the head when a requeue (basic.nack, or the
+    unacked messages of a closed channel) takes the queue past its limit."""
+    ch = connect().channel()
+    q = unique("mlr")
+    ch.queue_declare(q, auto_delete=False, arguments=args)
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"first")
+    other = connect().channel()
+    method, _p, _b = other.basic_get(q)
+    ch.basic_publish("", q, b"secnd")
+    other.close()  # "first" comes back at the head, over the limit: dropped
+    wait_for(lambda: message_count(ch, q) == 1)
+    assert get_all(ch, q) == [b"secnd"]
+    ch.queue_delete(q)
 
 
 def test_max_length_bytes_drops_a_body_larger_than_the_limit(channel, unique):
