@@ -219,10 +219,12 @@ class VHost:
         if queue is None:
             raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
-            raise self._locked(name, method)
+            raise self.locked_error(name, method)
         return queue
 
-    def _locked(self, name: str, method: Any) -> Exception:
+    def locked_error(self, name: str, method: Any = None) -> Exception:
+        """405 RESOURCE_LOCKED for queue `name`, RabbitMQ's text (str() is the text
+        without the reply code name)."""
         return errors.amqp_error(
             errors.ResourceLocked,
             f"cannot obtain exclusive access to locked {self._q(name)}. It could be "
@@ -283,7 +285,7 @@ class VHost:
     def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
                           auto_delete: bool, arguments: dict, method: Any) -> None:
         if exclusive != (q.exclusive_owner is not None):
-            raise self._locked(q.name, method)
+            raise self.locked_error(q.name, method)
         for field, new, old in (("durable", durable, q.durable),
                                 ("auto_delete", auto_delete, q.auto_delete)):
             if new != old:

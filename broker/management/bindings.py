@@ -73,8 +73,12 @@ def _between(v: Any, source: str, kind: str, dest: str) -> list[dict]:
 
 @routes.get("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{destination}")
 async def list_between(request: web.Request) -> web.Response:
-    v, source, kind, dest = _ends(request)
-    return list_reply(request, _between(v, source, kind, dest))
+    """The bindings between two objects; [] when either does not exist (as RabbitMQ)."""
+    v = _vhost(request)
+    source = param(request, "source")
+    source = "" if source == "amq.default" else source
+    kind = KINDS[request.match_info["kind"]]
+    return list_reply(request, _between(v, source, kind, param(request, "destination")))
 
 
 @routes.post("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{destination}")
@@ -85,15 +89,10 @@ async def create(request: web.Request) -> web.Response:
     arguments = data.get("arguments") or {}
     if not isinstance(key, str) or not isinstance(arguments, dict):
         raise bad_request("routing_key must be a string and arguments an object")
-    with amqp_errors():  # the API may bind an exclusive queue, as RabbitMQ's does
-        v.bind(kind, dest, source, key, arguments, owner=_owner(v, kind, dest))
+    with amqp_errors():  # an exclusive queue: 400 RESOURCE_LOCKED text, as RabbitMQ
+        v.bind(kind, dest, source, key, arguments)
     location = shapes.properties_key(key, arguments)
     return web.Response(status=201, headers={"Location": location})
-
-
-def _owner(v: Any, kind: str, dest: str) -> Any:
-    q = v.queues.get(dest) if kind == "queue" else None
-    return q.exclusive_owner if q is not None else None
 
 
 def _one(request: web.Request) -> tuple[Any, str, str, str, dict]:
@@ -114,6 +113,5 @@ async def get_one(request: web.Request) -> web.Response:
 async def delete_one(request: web.Request) -> web.Response:
     v, source, kind, dest, bd = _one(request)
     with amqp_errors():
-        v.unbind(kind, dest, source, bd["routing_key"], bd["arguments"],
-                 owner=_owner(v, kind, dest))
+        v.unbind(kind, dest, source, bd["routing_key"], bd["arguments"])
     return no_content()

@@ -57,10 +57,11 @@ def bad_request(reason: str) -> web.HTTPException:
 
 
 def not_authorised(reason: str, challenge: bool = False) -> web.HTTPException:
-    """401 {"error": "not_authorised", "reason": reason}; with `challenge` the
-    WWW-Authenticate header that makes a browser ask for a login."""
+    """401 {"error": "not_authorized", "reason": reason} (RabbitMQ 3.10 spells it with a
+    z); with `challenge` the WWW-Authenticate header that makes a browser ask for a
+    login."""
     headers = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'} if challenge else None
-    return _error(web.HTTPUnauthorized, "not_authorised", reason, headers)
+    return _error(web.HTTPUnauthorized, "not_authorized", reason, headers)
 
 
 def no_content() -> web.Response:

@@ -88,8 +88,8 @@ def message_from_json(exchange: str, data: dict) -> Message:
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         name = "message_type" if key == "type" else key
-        if name not in FIELDS:
-            raise bad_request(f"unknown property '{key}'")
+        if name not in FIELDS:  # RabbitMQ ignores properties it does not know
+            continue
         if name == "timestamp" and isinstance(value, (int, float)):
             value = datetime.datetime.fromtimestamp(value, datetime.UTC)
         if name in ("delivery_mode", "priority"):

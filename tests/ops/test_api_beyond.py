@@ -83,7 +83,7 @@ def test_unacked_deliveries_with_consumer_and_age(api, ch):
 
 def test_move_messages_to_another_queue(api, ch):
     src, dst = uniq("dlq"), uniq("replay")
-    ch.queue_declare(src, exclusive=True)
+    ch.queue_declare(src)  # moving consumes: not from another connection's exclusive queue
     ch.queue_declare(dst, exclusive=True)
     for i in range(5):
         ch.basic_publish("", src, b"m%d" % i, pika.BasicProperties(headers={"n": i}))
@@ -101,3 +101,4 @@ def test_move_messages_to_another_queue(api, ch):
                     ).json() == {"moved": 2}
     assert api.post(f"/api/queues/%2F/{src}/move", json={"destination": "nope"}
                     ).status_code == 400
+    ch.queue_delete(src)

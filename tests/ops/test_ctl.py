@@ -12,6 +12,8 @@ import uuid
 import pika
 import pytest
 
+from tests.polling import wait_for
+
 
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -43,8 +45,9 @@ def test_list_queues_columns_like_rabbitmqctl(ctl, ch):
     ch.queue_declare(q, exclusive=True)
     for _ in range(3):
         ch.basic_publish("", q, b"x")
-    out = ctl("list_queues", "name", "messages", "messages_ready",
-              "messages_unacknowledged", "consumers").stdout.splitlines()
+    out = wait_for(lambda: (lambda out: out if f"{q}\t3\t3\t0\t0" in out else None)(
+        ctl("list_queues", "name", "messages", "messages_ready", "messages_unacknowledged",
+            "consumers").stdout.splitlines()), timeout=15)
     assert out[0] == "Listing queues for vhost / ..."
     assert out[1] == "name\tmessages\tmessages_ready\tmessages_unacknowledged\tconsumers"
     assert f"{q}\t3\t3\t0\t0" in out
@@ -67,10 +70,13 @@ def test_lists_of_other_objects(ctl, ch):
     assert bindings[0] == ("source_name\tsource_kind\tdestination_name\tdestination_kind"
                            "\trouting_key\targuments")
     assert f"{x}\texchange\t{q}\tqueue\tk.#\t{{}}" in bindings
-    assert any(line.startswith("guest\t127.0.0.1\t") for line in
-               ctl("-q", "list_connections").stdout.splitlines()[1:])
-    assert any("\tguest\t" in line for line in ctl("-q", "list_channels").stdout.splitlines())
-    consumers = ctl("-q", "list_consumers").stdout
+    assert wait_for(lambda: any(line.startswith("guest\t127.0.0.1\t") for line in
+                                ctl("-q", "list_connections").stdout.splitlines()[1:]),
+                    timeout=15)
+    assert wait_for(lambda: any("\tguest\t" in line for line in
+                                ctl("-q", "list_channels").stdout.splitlines()), timeout=15)
+    consumers = wait_for(lambda: (lambda out: out if "ctl-consumer" in out else None)(
+        ctl("-q", "list_consumers").stdout), timeout=15)
     assert f"{q}\t" in consumers and "ctl-consumer" in consumers
     assert "guest\t[administrator]" in ctl("-q", "list_users").stdout.splitlines()
     assert "/" in ctl("-q", "list_vhosts").stdout.splitlines()
@@ -128,10 +134,13 @@ def test_close_connection(ctl, broker):
     params = pika.URLParameters(broker.url)
     params.client_properties = {"connection_name": name}
     conn = pika.BlockingConnection(params)
-    rows = json.loads(ctl("--formatter", "json", "list_connections", "name",
-                          "client_properties").stdout)
-    target = next(r["name"] for r in rows
-                  if (r["client_properties"] or {}).get("connection_name") == name)
+    def find():
+        rows = json.loads(ctl("--formatter", "json", "list_connections", "name",
+                              "client_properties").stdout)
+        return next((r["name"] for r in rows
+                     if (r["client_properties"] or {}).get("connection_name") == name), None)
+
+    target = wait_for(find, timeout=15)
     ctl("close_connection", target, "go away")
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         for _ in range(100):

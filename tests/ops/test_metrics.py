@@ -41,8 +41,15 @@ def test_aggregated_metrics_have_rabbitmq_names(metrics_url, broker):
     for _ in range(4):
         ch.basic_publish("", q, b"x")
     try:
-        m = wait_for(lambda: (lambda m: m if value(m, "rabbitmq_queue_messages_ready") >= 4
-                              else None)(scrape(metrics_url + "/metrics")), timeout=15)
+        def ready():
+            m = scrape(metrics_url + "/metrics")
+            try:
+                return m if value(m, "rabbitmq_queue_messages_ready") >= 4 and value(
+                    m, "rabbitmq_connections") >= 1 else None
+            except KeyError:  # RabbitMQ: no series before its first statistics emission
+                return None
+
+        m = wait_for(ready, timeout=20)
         for name in ("rabbitmq_connections", "rabbitmq_channels", "rabbitmq_queues",
                      "rabbitmq_consumers", "rabbitmq_queue_messages_unacked",
                      "rabbitmq_channel_messages_published_total",
