@@ -110,6 +110,7 @@ class Reader(asyncio.Protocol):
                 pass
         self.writer = Writer(transport, self.loop, self.config.writer_flush_threshold)
         self.broker.connections.add(self)
+        self.broker.churn.connections_opened += 1
         self._timer = self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -304,6 +305,7 @@ class Reader(asyncio.Protocol):
                 raise errors.amqp_error(
                     errors.NotAllowed, limits.user_channels_text(self.username, user_limit))
         ch = ChannelProcess(self, channel)
+        self.broker.churn.channels_opened += 1
         self.channels[channel] = ch
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)
         ch.cast((CMD, Command(frame, None, None)))  # open-ok comes from the channel, in order
@@ -315,6 +317,7 @@ class Reader(asyncio.Protocol):
         if ch is not None:
             self._blocked_on.discard(ch)
             self.vhost.closed_stats.add(ch.message_stats)  # kept in the vhost's totals
+            self.broker.churn.channels_closed += 1
             self._maybe_resume_reading()
 
     def _channel0(self, frame: Any) -> None:

@@ -26,6 +26,7 @@ from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
+from broker.stats import Churn
 from broker.users import Users
 from broker.vhost import VHost
 
@@ -50,6 +51,7 @@ class Broker:
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.management: Any = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
+        self.churn = Churn()  # connections/channels opened and closed (metrics)
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
@@ -228,6 +230,8 @@ class Broker:
 
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""
+        if conn in self.connections:
+            self.churn.connections_closed += 1
         self.connections.discard(conn)
         for waiting, event in self._gone_waiters:  # delete_vhost waits for its connections
             waiting.discard(conn)

@@ -37,6 +37,18 @@ class MessageStats:
         return out
 
 
+class Churn:
+    """Counts of objects opened and closed since boot (rabbitmq_prometheus's
+    rabbitmq_connections_opened_total, ..._channels_closed_total, rabbitmq_queues_*_total)."""
+
+    __slots__ = ("connections_opened", "connections_closed", "channels_opened",
+                 "channels_closed", "queues_declared", "queues_created", "queues_deleted")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
 def total(items: list[MessageStats]) -> MessageStats:
     """The sum of several counters (a new object)."""
     out = MessageStats()

@@ -22,7 +22,7 @@ from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, 
 from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
-from broker.stats import MessageStats
+from broker.stats import Churn, MessageStats
 
 log = logging.getLogger("broker.vhost")
 
@@ -56,6 +56,7 @@ class VHost:
         self.definitions = definitions  # durable metadata store (None: nothing persists)
         self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
         self.closed_stats = MessageStats()  # message counts of this vhost's closed channels
+        self.churn = Churn()  # queues declared, created, deleted (metrics)
         self._loop = loop  # handed to new queue processes
         self._config = config  # BrokerConfig (credit flow settings)
         self._bq_factory = bq_factory  # builds a queue's backing queue
@@ -257,6 +258,7 @@ class VHost:
         existing = self.queues.get(name)
         if authorize is not None:
             authorize(name, existing is not None)
+        self.churn.queues_declared += 1
         _validate_queue_args(arguments, self._q(name), method)
         durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
         if existing is not None:
@@ -278,6 +280,7 @@ class VHost:
             confirm_on=self._config.confirm_on,
             policy=self.policy_for("queues", name))
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
+        self.churn.queues_created += 1
         if durable and not exclusive and self.definitions is not None and not recovering:
             self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
         return queue
@@ -324,6 +327,7 @@ class VHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self.churn.queues_deleted += 1
         if queue.durable and self.definitions is not None:
             self.definitions.remove_queue(self.name, queue.name)
         for exchange in list(self.exchanges.values()):

@@ -76,9 +76,25 @@ class BrokerCollector:
             yield GaugeMetricFamily(f"rabbitmq_{key}", f"{key.capitalize()} currently open"
                                     if key != "queues" else "Queues available",
                                     value=objects[key])
+        yield from self._churn()
         yield from self._queue_lengths(lengths)
         yield from self._counters(stats)
         yield from self._process()
+
+    def _churn(self) -> Iterator[Metric]:
+        b = self.broker
+        c = b.churn
+        for name, value, doc in (
+                ("connections_opened", c.connections_opened, "Total number of connections opened"),
+                ("connections_closed", c.connections_closed, "Total number of connections closed or terminated"),
+                ("channels_opened", c.channels_opened, "Total number of channels opened"),
+                ("channels_closed", c.channels_closed, "Total number of channels closed")):
+            yield CounterMetricFamily(f"rabbitmq_{name}", doc, value=value)
+        for name, doc in (("queues_declared", "Total number of queues declared"),
+                          ("queues_created", "Total number of queues created"),
+                          ("queues_deleted", "Total number of queues deleted")):
+            yield CounterMetricFamily(f"rabbitmq_{name}", doc, value=sum(
+                getattr(v.churn, name) for v in b.vhosts.values()))
 
     def _queue_lengths(self, lengths: dict[str, int]) -> Iterator[Metric]:
         pairs = (("queue_messages_ready", "messages_ready", "Messages ready to be delivered to consumers"),

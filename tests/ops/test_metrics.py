@@ -56,10 +56,15 @@ def test_aggregated_metrics_have_rabbitmq_names(metrics_url, broker):
                      "rabbitmq_channel_messages_confirmed_total",
                      "rabbitmq_process_resident_memory_bytes",
                      "rabbitmq_resident_memory_limit_bytes",
-                     "rabbitmq_disk_space_available_bytes", "rabbitmq_identity_info"):
+                     "rabbitmq_disk_space_available_bytes", "rabbitmq_identity_info",
+                     "rabbitmq_connections_opened_total", "rabbitmq_channels_opened_total",
+                     "rabbitmq_queues_declared_total", "rabbitmq_queues_created_total",
+                     "rabbitmq_queues_deleted_total"):
             assert name in m, name
         assert value(m, "rabbitmq_connections") >= 1
         assert value(m, "rabbitmq_queues") >= 1
+        assert value(m, "rabbitmq_connections_opened_total") >= 1
+        assert value(m, "rabbitmq_queues_created_total") >= 1
         assert value(m, "rabbitmq_process_resident_memory_bytes") > 0
         assert "rabbitmq_node" in m["rabbitmq_identity_info"][0].labels
     finally:
