@@ -50,6 +50,9 @@ class Scenario:
     producer_channel_count: int = 1
     consumer_channel_count: int = 1
     queue_args: tuple[tuple[str, Any], ...] = ()  # --queue-args x-max-length=10,...
+    # (bench) --message-priorities N: producer channel k publishes with priority k mod (N+1)
+    # (0 = no priority property), to load priority queues with a mix of priorities
+    message_priorities: int = 0
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
     confirm_timeout: float = 30.0  # --confirm-timeout: give up (or resend) after (s)
@@ -142,6 +145,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("--producer-channel-count", type=int, help="channels per producer connection")
     a("--consumer-channel-count", type=int, help="channels per consumer connection")
     a("--queue-args", type=parse_queue_args, help="queue arguments, e.g. x-max-length=10")
+    a("--message-priorities", type=int,
+      help="(bench) producer channel k publishes with priority k mod (N+1); 0 = none")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

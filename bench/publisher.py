@@ -42,6 +42,8 @@ class Publisher:
         self.template = wire.PublishTemplate(
             ch.id, exchange, routing_key, sc.size, persistent=sc.persistent,
             mandatory=sc.mandatory, frame_max=ch.conn.frame_max,
+            priority=(producer_id % (sc.message_priorities + 1)
+                      if sc.message_priorities else None),
         )
         self.window = sc.confirm
         self.next_seq = 0

@@ -102,6 +102,7 @@ class PublishTemplate:
         persistent: bool = False,
         mandatory: bool = False,
         frame_max: int = 131072,
+        priority: int | None = None,
     ) -> None:
         if body_size < BODY_HEADER_SIZE:
             raise ValueError(f"body size must be >= {BODY_HEADER_SIZE} bytes, got {body_size}")
@@ -109,7 +110,8 @@ class PublishTemplate:
             commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=mandatory),
             channel,
         )
-        props = commands.Basic.Properties(delivery_mode=2 if persistent else 1)
+        props = commands.Basic.Properties(delivery_mode=2 if persistent else 1,
+                                          priority=priority)
         head = frame.marshal(header.ContentHeader(0, body_size, props), channel)
         chunk = frame_max - FRAME_OVERHEAD
         body = bytes(body_size)

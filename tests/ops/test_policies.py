@@ -166,3 +166,24 @@ def test_policies_survive_a_restart(tmp_path, ours_only):
             c.basic_publish("", "kept-q", b"%d" % i)
         assert c.queue_declare("kept-q", passive=True).method.message_count == 1
         conn.close()
+
+
+def test_confirm_on_policy_selects_the_confirm_mode(api, broker, policy, ours_only):
+    """The policy key confirm-on (ours, ARCHITECTURE §6): under `ack` a publish to a queue
+    without consumers is confirmed only once a consumer has acked it."""
+    prefix = uniq("con")
+    q = f"{prefix}-q"
+    policy(prefix, f"^{prefix}", {"confirm-on": "ack"})
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.queue_declare(q, exclusive=True)
+    ch.confirm_delivery()
+    other = conn.channel()  # the consumer arrives 0.5 s later, on the same connection
+    conn.call_later(0.5, lambda: other.basic_consume(
+        q, lambda c, m, p, b: c.basic_ack(m.delivery_tag)))
+    t0 = time.monotonic()
+    ch.basic_publish("", q, b"confirmed after the ack")  # returns when the confirm arrives
+    assert time.monotonic() - t0 >= 0.45
+    assert api.get(f"/api/queues/%2F/{q}").json()["effective_policy_definition"] == {
+        "confirm-on": "ack"}
+    conn.close()
