@@ -171,19 +171,34 @@ def test_policies_survive_a_restart(tmp_path, ours_only):
 def test_confirm_on_policy_selects_the_confirm_mode(api, broker, policy, ours_only):
     """The policy key confirm-on (ours, ARCHITECTURE §6): under `ack` a publish to a queue
     without consumers is confirmed only once a consumer has acked it."""
+    import threading
+
     prefix = uniq("con")
     q = f"{prefix}-q"
     policy(prefix, f"^{prefix}", {"confirm-on": "ack"})
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
-    ch.queue_declare(q, exclusive=True)
+    ch.queue_declare(q)
     ch.confirm_delivery()
-    other = conn.channel()  # the consumer arrives 0.5 s later, on the same connection
-    conn.call_later(0.5, lambda: other.basic_consume(
-        q, lambda c, m, p, b: c.basic_ack(m.delivery_tag)))
-    t0 = time.monotonic()
+    acked_at: list[float] = []
+
+    def consume_later() -> None:
+        time.sleep(0.5)
+        c2 = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch2 = c2.channel()
+        method, _p, _b = wait_for(lambda: (lambda g: g if g[0] else None)(ch2.basic_get(q)),
+                                  timeout=10)
+        acked_at.append(time.monotonic())
+        ch2.basic_ack(method.delivery_tag)
+        c2.close()
+
+    t = threading.Thread(target=consume_later)
+    t.start()
     ch.basic_publish("", q, b"confirmed after the ack")  # returns when the confirm arrives
-    assert time.monotonic() - t0 >= 0.45
+    confirmed_at = time.monotonic()
+    t.join(10)
+    assert acked_at and confirmed_at >= acked_at[0]
     assert api.get(f"/api/queues/%2F/{q}").json()["effective_policy_definition"] == {
         "confirm-on": "ack"}
+    ch.queue_delete(q)
     conn.close()
