@@ -88,6 +88,10 @@ class PriorityBackingQueue:
             for p in range(max_priority + 1)
         ]
         self.confirms_on_disk = getattr(self.inner[0], "confirms_on_disk", False)
+        # no priority above this has a ready message (a bound the scans start from, lowered
+        # as they find empty priorities, raised by publish/requeue): fetch and is_empty
+        # cost O(1) while the priorities in use stay the same
+        self._top = max_priority
 
     def _priority(self, message: Message) -> int:
         p = message.properties.priority
@@ -97,22 +101,36 @@ class PriorityBackingQueue:
 
     def _split(self, ack_tags: Iterable[AckTag]) -> dict[int, list[AckTag]]:
         """Combined tags grouped by priority, highest first."""
+        tags = list(ack_tags)
+        if not tags:
+            return {}
+        first = tags[0] & _MASK
+        if all(tag & _MASK == first for tag in tags):  # the usual case: one priority
+            return {first: [tag >> _SHIFT for tag in tags]}
         groups: dict[int, list[AckTag]] = {}
-        for tag in ack_tags:
+        for tag in tags:
             groups.setdefault(tag & _MASK, []).append(tag >> _SHIFT)
         return dict(sorted(groups.items(), reverse=True))
 
     def _head(self) -> int | None:
         """Highest priority with a ready message, or None."""
-        for p in range(self.max_priority, -1, -1):
-            if not self.inner[p].is_empty():
+        inner = self.inner
+        p = self._top
+        while p >= 0:
+            if not inner[p].is_empty():
+                self._top = p
                 return p
+            p -= 1
+        self._top = 0
         return None
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, message: Message, props: MessageProps, delivered: bool = False) -> None:
         """Append to the tail of the message's priority."""
-        self.inner[self._priority(message)].publish(message, props, delivered)
+        p = self._priority(message)
+        self.inner[p].publish(message, props, delivered)
+        if p > self._top:
+            self._top = p
 
     def publish_delivered(self, message: Message, props: MessageProps) -> AckTag:
         """Straight to a consumer: a pending ack in the message's priority."""
@@ -141,6 +159,8 @@ class PriorityBackingQueue:
         """Back into each message's own priority, at its original position."""
         for p, tags in self._split(ack_tags).items():
             self.inner[p].requeue(tags)
+            if p > self._top:
+                self._top = p
 
     def discard_pending(self, ack_tags: Iterable[AckTag]) -> list[tuple[Message, MessageProps]]:
         """Drop pending acks; (message, props) highest priority first, publish order within."""
@@ -155,7 +175,7 @@ class PriorityBackingQueue:
         """From the highest priority down, drop heads while `pred` holds; stop at the first
         priority whose head stays (rabbit_priority_queue `dropwhile`)."""
         out: list[tuple[Message, MessageProps]] = []
-        for p in range(self.max_priority, -1, -1):
+        for p in range(self._top, -1, -1):  # nothing is ready above _top
             bq = self.inner[p]
             out += bq.dropwhile(pred)
             if not bq.is_empty():
@@ -194,7 +214,7 @@ class PriorityBackingQueue:
         return sum(bq.len() for bq in self.inner)
 
     def is_empty(self) -> bool:
-        return all(bq.is_empty() for bq in self.inner)
+        return self._head() is None
 
     def depth(self) -> int:
         return sum(bq.depth() for bq in self.inner)
