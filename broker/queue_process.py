@@ -287,14 +287,15 @@ class QueueProcess(Process):
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
-        props = MessageProps()
+        now = _wall()
+        props = MessageProps(enqueued_at=now)
         expiration = message.properties.expiration
         if self.message_ttl is not None or expiration is not None:
             try:
                 msg_ttl = parse_expiration(expiration)
             except ValueError:  # the channel refused it; a recovered oddity never expires
                 msg_ttl = None
-            props.expiry = expiry_ms(_now_ms(), self.message_ttl, msg_ttl)
+            props.expiry = expiry_ms(int(now * 1000), self.message_ttl, msg_ttl)
             self._expiring = True
         bq = self.bq
         if self._rejects and self._limited and self._would_overflow(len(message.body)):
@@ -497,6 +498,22 @@ class QueueProcess(Process):
             self._flush_confirms()  # auto-ack: released now, not at the next batch
         return fetched, self.bq.len()
 
+    def head_message_age(self) -> float | None:
+        """Management: seconds the next message to deliver has waited, from when this
+        queue took it, or from its `timestamp` property when it was read back from disk
+        (the index does not keep the enqueue time); None when the queue is empty or
+        neither is known."""
+        props = self.bq.peek_props()
+        if props is None:
+            return None
+        if props.enqueued_at is not None:
+            return max(0.0, _wall() - props.enqueued_at)
+        head = self.bq.peek(0, 1)
+        stamp = head[0][0].properties.timestamp if head else None
+        if stamp is None:
+            return None
+        return max(0.0, _wall() - stamp.replace(tzinfo=stamp.tzinfo or datetime.UTC).timestamp())
+
     def browse(self, offset: int, count: int) -> list[tuple[Message, bool]]:
         """Management: ready messages from `offset`, unconsumed (expired ones dropped
         first, as a consumer would never see them)."""
@@ -581,6 +598,9 @@ def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_wall = time.time  # s since the epoch, one call per enqueue
 
 
 def _channel_ok(consumer: Consumer) -> bool:

@@ -38,6 +38,7 @@ class MessageProps:
     skip_persist: treat a persistent message as transient (confirm modes `ack`, `ack-lite`:
       the publisher resends what was never confirmed, so nothing is written before delivery;
       under memory pressure it pages to the transient store).
+    enqueued_at: when the queue took the message, s since the epoch (RAM only).
     """
 
     expiry: int | None = None
@@ -45,6 +46,9 @@ class MessageProps:
     # confirm modes `ack`/`ack-lite` (ARCHITECTURE §6): a persistent message whose confirm
     # waits for a consumer is kept like a transient one (never written before delivery)
     skip_persist: bool = False
+    # when the queue took the message (s since the epoch) for the management API's oldest
+    # message age; None for a message read back from disk (the index does not keep it)
+    enqueued_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -103,6 +103,11 @@ class BrokerCollector:
         if not self.per_object:
             for name, key, doc in pairs:
                 yield GaugeMetricFamily(f"rabbitmq_{name}", doc, value=lengths[key])
+            ages = [a for v in self.broker.vhosts.values() for q in v.queues.values()
+                    if (a := q.head_message_age()) is not None]
+            yield GaugeMetricFamily("rabbitmq_queue_oldest_message_age_seconds",
+                                    "The longest any queue's next message has waited (s)",
+                                    value=max(ages, default=0.0))
             return
         b = self.broker
         fams = {name: GaugeMetricFamily(f"rabbitmq_{name}", doc, labels=["vhost", "queue"])
@@ -112,6 +117,9 @@ class BrokerCollector:
         published = CounterMetricFamily("rabbitmq_queue_messages_published",
                                         "Total number of messages published to queues",
                                         labels=["vhost", "queue"])
+        age = GaugeMetricFamily("rabbitmq_queue_oldest_message_age_seconds",
+                                "Seconds the next message to deliver has waited (consumer lag)",
+                                labels=["vhost", "queue"])
         for vname in sorted(b.vhosts):
             for q in sorted(b.vhosts[vname].queues.values(), key=lambda q: q.name):
                 ql = shapes.queue_lengths(q)
@@ -119,9 +127,13 @@ class BrokerCollector:
                     fams[name].add_metric([vname, q.name], ql[key])
                 consumers.add_metric([vname, q.name], len(q.consumers))
                 published.add_metric([vname, q.name], q.message_stats.publish)
+                lag = q.head_message_age()
+                if lag is not None:
+                    age.add_metric([vname, q.name], lag)
         yield from fams.values()
         yield consumers
         yield published
+        yield age
 
     def _counters(self, stats: MessageStats) -> Iterator[Metric]:
         for name, (field, doc) in CHANNEL_COUNTERS.items():

@@ -74,6 +74,9 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
         "operator_policy": None,
         "effective_policy_definition": policy["definition"] if policy else {},
         "head_message_timestamp": None,
+        # beyond RabbitMQ: seconds the next message to deliver has waited (consumer lag;
+        # the oldest message in a FIFO queue), None when empty or unknown
+        "oldest_message_age": _round(q.head_message_age()),
         "memory": 0,
         "message_bytes": stats.get("bytes", 0),
         "message_bytes_ready": q.bq.ready_bytes(),
@@ -95,6 +98,10 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
     if q.exclusive_owner is not None:
         out["owner_pid_details"] = connection_details(q.exclusive_owner)
     return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def exchange(x: Any, vhost: str, user: str = "") -> dict:

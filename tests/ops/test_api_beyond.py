@@ -102,3 +102,34 @@ def test_move_messages_to_another_queue(api, ch):
     assert api.post(f"/api/queues/%2F/{src}/move", json={"destination": "nope"}
                     ).status_code == 400
     ch.queue_delete(src)
+
+
+def test_oldest_message_age_in_json_and_metrics(api, ch, metrics_url):
+    import requests
+
+    q = uniq("lag")
+    ch.queue_declare(q, exclusive=True)
+    assert api.get(f"/api/queues/%2F/{q}").json()["oldest_message_age"] is None
+    ch.basic_publish("", q, b"waiting")
+    time.sleep(0.3)
+    ch.basic_publish("", q, b"newer")
+    age = api.get(f"/api/queues/%2F/{q}").json()["oldest_message_age"]
+    assert 0.25 <= age < 30
+    text = requests.get(metrics_url + "/metrics/per-object", timeout=10).text
+    line = next(s for s in text.splitlines()
+                if s.startswith("rabbitmq_queue_oldest_message_age_seconds{")
+                and f'queue="{q}"' in s)
+    assert float(line.rsplit(" ", 1)[1]) >= 0.25
+    ch.basic_get(q, auto_ack=True)  # the head goes: the age is the newer message's
+    assert api.get(f"/api/queues/%2F/{q}").json()["oldest_message_age"] < age
+
+
+def test_oldest_message_age_from_the_timestamp_after_paging(api, ch):
+    """A lazy queue keeps nothing in RAM: the age comes from the timestamp property."""
+    q = uniq("lazylag")
+    ch.queue_declare(q, exclusive=True, arguments={"x-queue-mode": "lazy"})
+    stamp = int(time.time()) - 60
+    ch.basic_publish("", q, b"old", pika.BasicProperties(
+        delivery_mode=2, timestamp=stamp))
+    age = api.get(f"/api/queues/%2F/{q}").json()["oldest_message_age"]
+    assert 59 <= age < 120
