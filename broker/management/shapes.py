@@ -77,7 +77,7 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
         # beyond RabbitMQ: seconds the next message to deliver has waited (consumer lag;
         # the oldest message in a FIFO queue), None when empty or unknown
         "oldest_message_age": _round(q.head_message_age()),
-        "memory": 0,
+        "memory": _memory_estimate(stats, lengths["messages"]),
         "message_bytes": stats.get("bytes", 0),
         "message_bytes_ready": q.bq.ready_bytes(),
         "message_bytes_unacknowledged": stats.get("bytes", 0) - q.bq.ready_bytes(),
@@ -98,6 +98,19 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
     if q.exclusive_owner is not None:
         out["owner_pid_details"] = connection_details(q.exclusive_owner)
     return out
+
+
+MSG_OVERHEAD = 200  # bytes of bookkeeping per message held in RAM (MsgStatus + Message)
+
+
+def _memory_estimate(stats: dict, messages: int) -> int:
+    """Bytes of RAM the queue's messages use, estimated: the RAM-resident share of their
+    body bytes plus a fixed overhead each (RabbitMQ reports its Erlang process memory;
+    there is no per-queue heap here to measure)."""
+    ram = stats.get("ram_msgs", messages)
+    if not messages:
+        return 0
+    return int(stats.get("bytes", 0) * min(1.0, ram / messages)) + ram * MSG_OVERHEAD
 
 
 def _round(value: float | None) -> float | None:

@@ -105,6 +105,7 @@ def test_queue_depths_and_consumers(api, amqp):
 
     j = wait_for(settled, timeout=15)
     assert (j["messages"], j["messages_ready"], j["consumers"]) == (5, 3, 1)
+    assert j["memory"] > 0
     assert j["exclusive"] is True
     consumers = [c for c in api.get("/api/consumers").json() if c["queue"]["name"] == q]
     assert len(consumers) == 1
