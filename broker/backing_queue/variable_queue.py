@@ -397,15 +397,8 @@ class VariableQueue(VqDisk):
         while start < end:
             stop = min(next_segment_boundary(start), end)
             for e in self._qi.read(start, stop):
-                if any(e.seq_id in p for p in pending):
-                    continue
-                pub = e.pub
-                embedded = bool(pub.embedded)
-                msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
-                yield MsgStatus(e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
-                                QUEUE_INDEX if embedded else MSG_STORE, pub.size,
-                                MessageProps(), msg_in_store=not embedded,
-                                index_on_disk=True)
+                if not any(e.seq_id in p for p in pending):
+                    yield self._status_of(e)
             start = stop
 
     # -- whole queue -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker import storage_codec
 from broker.backing_queue.base import MessageProps
@@ -270,6 +270,19 @@ class VqDisk:
         if excess < before:  # a fold (segment + journal fsyncs) only when something moved
             self._qi.fold()
 
+    def _status_of(self, e: Any) -> MsgStatus:
+        """The MsgStatus of index entry `e` read back from disk (embedded bodies decoded,
+        others left in their store; props from the index: expiry, confirm owed)."""
+        pub = e.pub
+        embedded = bool(pub.embedded)
+        msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
+        with self._confirm_lock:
+            owed = pub.msg_id in self._unconfirmed
+        props = MessageProps(pub.expiry_us // 1000 if pub.expiry_us else None, owed)
+        return MsgStatus(e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
+                         QUEUE_INDEX if embedded else MSG_STORE, pub.size, props,
+                         msg_in_store=not embedded, index_on_disk=True)
+
     def _deltas_to_betas(self) -> None:
         """Refill an empty q3 from delta, one index segment per read (RabbitMQ
         `maybe_deltas_to_betas`); once delta is empty, q2 joins q3."""
@@ -283,22 +296,12 @@ class VqDisk:
             for e in self._qi.read(start, end):
                 if any(e.seq_id in p for p in pending):
                     continue
-                pub = e.pub
-                embedded = bool(pub.embedded)
-                msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
-                with self._confirm_lock:
-                    owed = pub.msg_id in self._unconfirmed
-                props = MessageProps(pub.expiry_us // 1000 if pub.expiry_us else None, owed)
-                ms = MsgStatus(
-                    e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
-                    QUEUE_INDEX if embedded else MSG_STORE, pub.size, props,
-                    msg_in_store=not embedded, index_on_disk=True,
-                )
+                ms = self._status_of(e)
                 self.q3.append(ms)
                 loaded += 1
-                if msg is not None:
+                if ms.msg is not None:
                     self._ram_msgs += 1
-                d.took(pub.is_persistent, pub.size)
+                d.took(ms.is_persistent, ms.size)
             d.count -= loaded
             d.start_seq_id = end
             if d.count <= 0 or end >= d.end_seq_id:

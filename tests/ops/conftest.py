@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from urllib.parse import quote
 
+import pika
 import pytest
 import requests
 
@@ -74,3 +75,14 @@ def ours_only() -> None:
     """Skip a test of a feature RabbitMQ does not have when BROKER_TEST_URI is set."""
     if EXTERNAL:
         pytest.skip("a feature beyond RabbitMQ's API")
+
+
+@pytest.fixture
+def ch(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    """A pika channel in confirm mode on the broker under test (closed afterwards)."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = conn.channel()
+    channel.confirm_delivery()
+    yield channel
+    if conn.is_open:
+        conn.close()

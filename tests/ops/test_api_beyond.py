@@ -15,16 +15,6 @@ from tests.polling import wait_for
 pytestmark = pytest.mark.usefixtures("ours_only")
 
 
-@pytest.fixture
-def ch(broker):
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    channel = conn.channel()
-    channel.confirm_delivery()
-    yield channel
-    if conn.is_open:
-        conn.close()
-
-
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

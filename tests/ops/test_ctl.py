@@ -30,16 +30,6 @@ def ctl(api_base):
     return run
 
 
-@pytest.fixture
-def ch(broker):
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    channel = conn.channel()
-    channel.confirm_delivery()
-    yield channel
-    if conn.is_open:
-        conn.close()
-
-
 def test_list_queues_columns_like_rabbitmqctl(ctl, ch):
     q = uniq("ctlq")
     ch.queue_declare(q, exclusive=True)

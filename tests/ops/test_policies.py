@@ -19,15 +19,6 @@ def uniq(prefix: str) -> str:
 
 
 @pytest.fixture
-def ch(broker):
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    channel = conn.channel()
-    channel.confirm_delivery()
-    yield channel
-    conn.close()
-
-
-@pytest.fixture
 def policy(api):
     made: list[str] = []
 
