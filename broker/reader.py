@@ -44,6 +44,7 @@ CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for connection.close-ok before droppin
 # CLOSING: we sent connection.close and wait for close-ok. DRAINING: the client sent
 # connection.close; its channels finish what they had received, then close-ok is sent.
 AWAIT_HEADER, HANDSHAKE, RUNNING, CLOSING, DRAINING, CLOSED = range(6)
+CLOSING_TIMEOUT = 30  # s a client has to close the socket after close-ok (rabbit_reader)
 
 
 class Reader(asyncio.Protocol):
@@ -92,6 +93,7 @@ class Reader(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None  # waits for close-ok
         self._socket_gone = False  # connection_lost ran: finish once channels are done
         self._finished = False  # vhost and broker were told the connection is gone
+        self._vhost_released = False  # exclusive queues deleted, vhost told
         self.connected_at = int(time.time() * 1000)  # ms since the epoch (management)
         self.recv_oct = 0  # bytes received (management)
         self.recv_cnt = 0  # socket reads (management)
@@ -412,12 +414,37 @@ class Reader(asyncio.Protocol):
             return
         if self.state == DRAINING:
             self._send0(C.CloseOk())
-            self._drop()
+            self._linger()
+            self._release_vhost()
         if self._socket_gone and not self._finished:
             self._finished = True
-            if self.vhost is not None:
-                self.vhost.connection_closed(self)
+            self._release_vhost()
             self.broker.connection_gone(self)
+
+    def _release_vhost(self) -> None:
+        """Delete our exclusive queues and leave the vhost (once)."""
+        if self.vhost is not None and not self._vhost_released:
+            self._vhost_released = True
+            self.vhost.connection_closed(self)
+
+    def _linger(self) -> None:
+        """close-ok is out: as RabbitMQ (rabbit_reader close_connection), the client closes
+        the socket (AMQP 0-9-1: close-ok tells the recipient it may close it); until it does
+        we read and discard what it still sends — a client may have queued frames on other
+        channels behind its connection.close (amqplib's round-robin writer does), and
+        closing with unread data would reset the connection under it — for at most the
+        heartbeat interval or CLOSING_TIMEOUT seconds, whichever is shorter."""
+        if self.writer is not None:
+            self.writer.flush()
+        self.state = CLOSED
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        timeout = self.heartbeat if 0 < self.heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
+        self._close_timer = self.loop.call_later(timeout, self._drop)
 
     def crashed(self, exc: BaseException) -> None:
         """An unexpected exception in this connection or one of its channels: log the

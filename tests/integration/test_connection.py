@@ -373,3 +373,29 @@ def test_embedded_non_default_frame_max_and_channel_max():
         assert close.reply_code == 501
     finally:
         b.stop()
+
+
+def test_frames_behind_connection_close_do_not_reset_the_connection(broker):
+    """A client may have frames of other channels queued behind its connection.close
+    (amqplib's round-robin writer does: its callback_api tests hung on this). The broker
+    answers close-ok, discards what follows and leaves closing the socket to the client,
+    as RabbitMQ's reader does; closing with that data unread would send a TCP reset and the
+    client would see ECONNRESET instead of close-ok."""
+    from pamqp import frame
+    from pamqp import header as pheader
+    from pamqp.body import ContentBody
+
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        burst = frame.marshal(commands.Connection.Close(
+            reply_code=200, reply_text="bye", class_id=0, method_id=0), 0)
+        one = (frame.marshal(commands.Basic.Publish(exchange="", routing_key="nowhere"), 1)
+               + frame.marshal(pheader.ContentHeader(0, 100, commands.Basic.Properties()), 1)
+               + frame.marshal(ContentBody(b"x" * 100), 1))
+        c.send_bytes(burst + one * 2000)  # ~400 KB after the close
+        c.expect(commands.Connection.CloseOk, timeout=10)
+        time.sleep(0.2)
+        c.send_bytes(one * 100)  # the broker still reads: no reset, no broken pipe
+        time.sleep(0.1)
+        c.send_bytes(one)
