@@ -134,6 +134,8 @@ def parse_information_unit(value: int | float | str) -> int:
         raise ValueError(f"not a size: {value!r}")
     if isinstance(value, int | float):
         number, unit = float(value), ""
+    elif not isinstance(value, str):
+        raise ValueError(f"not a size: {value!r}")
     else:
         text = value.strip()
         i = len(text)
@@ -199,12 +201,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """TOML dotted keys (`ssl_options.certfile = "x"`, or an `[ssl_options]` table) become
-    flat RabbitMQ-style keys ("ssl_options.certfile") unless the table is itself a field."""
+    flat RabbitMQ-style keys ("ssl_options.certfile"), also under a key that is itself a
+    field (`[disk_free_limit] relative = 1.5` is "disk_free_limit.relative")."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         full = f"{prefix}.{key}" if prefix else key
         name = full.replace(".", "_").replace("-", "_")
-        if isinstance(value, dict) and name not in _FIELDS:
+        if isinstance(value, dict) and name != "extra":
             out.update(_flatten(value, full))
         else:
             out[full] = value
