@@ -49,6 +49,7 @@ EXPIRE = 6  # (EXPIRE,) the expiry timer fired: drop expired messages at the hea
 UNUSED = 7  # (UNUSED,) the x-expires timer fired: delete the queue if it stayed unused
 RAM_DURATION = 8  # (RAM_DURATION,) report the RAM duration, take the desired one
 RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the desired duration
+RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
 RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
@@ -119,7 +120,8 @@ class QueueProcess(Process):
         self._monitor = memory_monitor  # gets our RAM duration, casts us RAM targets
         self._ram_timer: asyncio.TimerHandle | None = None  # the 5 s RAM duration report
         if memory_monitor is not None:
-            memory_monitor.register(self, self._ram_target)
+            memory_monitor.register(self, self._ram_target,
+                                    lambda: self.cast((RAM_REPORT,)))
             self._ram_timer = loop.call_later(RAM_DURATION_INTERVAL, self.cast, (RAM_DURATION,))
 
     def _apply(self, args: dict) -> None:
@@ -206,6 +208,12 @@ class QueueProcess(Process):
             if self.bq.needs_resume():  # the next paging pass, or store credit came back
                 self.bq.resume()
         elif kind == RAM_DURATION:
+            self._ram_timer = None
+            self._report_ram_duration()
+            if not self.deleted:
+                self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
+                                                        (RAM_DURATION,))
+        elif kind == RAM_REPORT:
             self._report_ram_duration()
         elif kind == RAM_TARGET:
             self.bq.set_ram_duration_target(msg[1])
@@ -228,14 +236,12 @@ class QueueProcess(Process):
         self.cast((RAM_TARGET, duration))
 
     def _report_ram_duration(self) -> None:
-        """Every 5 s: report how many seconds of traffic we hold in RAM, apply the answer."""
-        self._ram_timer = None
+        """Report how many seconds of traffic we hold in RAM, apply the answer (every 5 s,
+        and when the monitor asks)."""
         if self.deleted or self._monitor is None:
             return
         desired = self._monitor.report(self, self.bq.ram_duration())
         self.bq.set_ram_duration_target(desired)
-        self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
-                                                (RAM_DURATION,))
 
     def flow_state(self) -> str:
         """"flow" while the backing queue is out of message-store credit, else "running"."""

@@ -30,7 +30,9 @@ What the server and queue process do:
               every 5 s: report `bq.ram_duration()`, apply `bq.set_ram_duration_target(d)`.
 
 Memory (ARCHITECTURE §7): paging to meet `target_ram_count` runs in passes of at most
-`page_pass_limit` (8000, RabbitMQ's 2 x msg_store_credit_disc_bound) messages; a pass that
+`page_pass_limit` (8000, RabbitMQ's 2 x msg_store_credit_disc_bound) alphas to betas and as
+many betas to delta; betas count against the target too, so RAM holds about target_ram_count
+messages (plus the q3 working set of io_batch_size) whatever their state; a pass that
 stops short asks for `resume` through `notify` so the event loop serves others in between.
 With `msg_store_credit_disc_bound` every store write spends one credit, returned by the store
 after the sync that covers it; without credit paging stops until it comes back
@@ -135,7 +137,8 @@ class VariableQueue(VqDisk):
         self._qi_done: set[bytes] = set()  # index fsynced, store not yet
         self._confirmed: list[bytes] = []  # ready for drain_confirmed
         self.page_pass_limit = page_pass_limit  # messages one paging pass may move
-        self._budget = page_pass_limit  # what the current pass may still move
+        self._budget = page_pass_limit  # alphas/acks the current pass may still page
+        self._b2d_budget = page_pass_limit  # betas the current pass may still push to delta
         self._resume_wanted = False  # a pass stopped short or credit came back: resume()
         # credit towards the stores (sender side); None: unlimited
         self._store_credit = (CreditFlow(*msg_store_credit_disc_bound)
@@ -523,7 +526,7 @@ class VariableQueue(VqDisk):
         resume / the bump_reduce_memory_use message)."""
         self._resume_wanted = False
         self._take_store_credit()
-        self._budget = self.page_pass_limit
+        self._budget = self._b2d_budget = self.page_pass_limit
         self._reduce_memory_use()
 
     def flow_blocked(self) -> bool:

@@ -65,6 +65,7 @@ class VqDisk:
     _qi_done: set[bytes]
     _confirmed: list[bytes]
     _budget: int
+    _b2d_budget: int
     _resume_wanted: bool
     _store_credit: CreditFlow | None
     _credit_back: dict[object, int]
@@ -248,7 +249,13 @@ class VqDisk:
             self._budget -= done
             # cut by the pass limit (out of credit instead: the credit's return resumes us)
             more = done < total - target and self._budget <= 0
-        if self._push_betas_to_deltas(target):
+            ram_acks = len(self.ram_pending_ack)
+            alphas = len(self.q1) + len(self.q4)
+        # betas count against the target too (embedded ones keep their message in RAM), so
+        # RAM holds about `target` messages, not `target` alphas plus as many betas; at least
+        # io_batch_size betas are permitted (q3's working set), so that delta is written in
+        # io_batch_size chunks, not one message and one fold per publish
+        if self._push_betas_to_deltas(max(self.io_batch_size, target - alphas - ram_acks)):
             more = True
         if more:
             self._want_resume()
@@ -321,14 +328,15 @@ class VqDisk:
     def _push_betas_to_deltas(self, permitted: int) -> bool:
         """Betas beyond `permitted` go to delta once there are io_batch_size of them: all of
         q2, then q3 from the back, keeping the first io_batch_size of q3 (its working set, so
-        a segment just read is not pushed straight back); at most `_budget` of them. Returns
-        True when the budget stopped it with a chunk still to move."""
+        a segment just read is not pushed straight back); at most `_b2d_budget` of them (a
+        pass's own chunk, as RabbitMQ's B2DChunk). Returns True when the budget stopped it
+        with a chunk still to move."""
         excess = len(self.q2) + len(self.q3) - permitted
         if excess <= 0 or excess < self.io_batch_size:
             return False
-        if self._budget <= 0:
+        if self._b2d_budget <= 0:
             return True
-        excess = min(excess, self._budget)
+        excess = min(excess, self._b2d_budget)
         before = excess
         while excess > 0 and self.q2:
             self._to_delta(self.q2.popleft())
@@ -346,10 +354,10 @@ class VqDisk:
             ms = q3.pop()
             self._to_delta(ms)
             excess -= 1
-        self._budget -= before - excess
+        self._b2d_budget -= before - excess
         if excess < before:  # a fold (segment + journal fsyncs) only when something moved
             self._qi.fold()
-        return self._budget <= 0 and (
+        return self._b2d_budget <= 0 and (
             len(self.q2) + len(self.q3) - permitted >= self.io_batch_size)
 
     def _deltas_to_betas(self) -> None:

@@ -35,7 +35,7 @@ def test_paging_runs_in_passes_and_asks_to_resume(tmp_path):
     while bq.needs_resume():
         bq.resume()
         passes += 1
-    assert passes == 7  # 36 alphas -> betas, 32 betas -> delta (q3 keeps 4): 10 per pass
+    assert passes == 4  # 36 alphas -> betas and betas -> delta: 10 of each per pass
     s = bq.stats()
     assert (s["ram_msgs"], s["q1"] + s["q4"]) == (0, 0)
     assert s["delta"] > 0
