@@ -1,15 +1,19 @@
 # bench/memory.py — the memory and flow-control benchmark (issue 10's "Done when").
 #
-# Owns: two runs against a broker subprocess with vm_memory_high_watermark.absolute (512MB):
+# Owns: runs against a broker subprocess with vm_memory_high_watermark.absolute (512MB):
 # "transient" (4 producers publish 1 KB transient messages as fast as they can for 60 s to a
-# queue with no consumer, then one consumer drains it) and "persistent" (2 000 000 persistent
-# 1 KB messages into a default-mode durable queue from 4 producers, then drained), with the
+# queue with no consumer, then one consumer drains it), "transient-alarm" (the same with
+# vm_memory_high_watermark_paging_ratio 1.0: no paging before the watermark, so the memory
+# alarm is what stops the producers until paging catches up) and "persistent" (2 000 000
+# persistent 1 KB messages into a default-mode durable queue from 4 producers, then
+# drained), with the
 # broker's RSS sampled every second and the producers' connection.blocked episodes; the JSON
 # summary and the PNG plot under bench/results/memory/.
 # Talks to: bench.storage_proc (broker subprocess, RSS sampler, ordered drain), bench.amqp and
 # bench.publisher (the producers).
 # Must never: leave the broker running or its data dir behind.
-"""Memory benchmark: ``python -m bench.memory`` (both runs) or ``--run transient|persistent``.
+"""Memory benchmark: ``python -m bench.memory`` (every run) or
+``--run transient|transient-alarm|persistent``.
 
 Prints one JSON document per run and writes ``bench/results/memory/<run>.json`` and
 ``memory.png`` (RSS per second; shaded where a producer was blocked). Sizes: MB = 10^6 bytes,
@@ -140,18 +144,25 @@ async def _produce_and_drain(b: sp.BrokerProc, sampler: sp.RssSampler, a: argpar
             await c.close()
 
 
+RUNS = {  # run -> broker settings of its own
+    "transient": [],
+    "transient-alarm": ["vm_memory_high_watermark_paging_ratio=1.0"],
+    "persistent": [],
+}
+
+
 def one_run(run: str, a: argparse.Namespace) -> dict[str, Any]:
     """Start a broker, produce and drain, stop it; returns the run's summary."""
     extra = ["--set", f"vm_memory_high_watermark.absolute={a.watermark}",
              "--set", "management.tcp.port=0", "--set", "prometheus.tcp.port=0"]
-    extra += [x for kv in a.broker_set for x in ("--set", kv)]
+    extra += [x for kv in RUNS[run] + a.broker_set for x in ("--set", kv)]
     data = tempfile.mkdtemp(prefix=f"memory-{run}-", dir=a.data_dir)
     out: dict[str, Any] = {
         "benchmark": "memory", "run": run, "watermark": a.watermark, "size": a.size,
         "producers": a.producers, "confirm_window": a.window,
-        "seconds" if run == "transient" else "messages":
-            a.seconds if run == "transient" else a.messages,
-        "broker_set": a.broker_set, "environment_before": sp.machine()}
+        "seconds" if run != "persistent" else "messages":
+            a.seconds if run != "persistent" else a.messages,
+        "broker_set": RUNS[run] + a.broker_set, "environment_before": sp.machine()}
     try:
         with sp.BrokerProc(data, *extra) as b:
             b.log = deque(maxlen=200_000)  # every alarm line, not only the last 400 lines
@@ -184,12 +195,14 @@ def _checks(run: str, a: argparse.Namespace, out: dict[str, Any]) -> dict[str, b
     from broker.config import parse_information_unit
 
     peak = out["peak_rss_mb"]["all"] * MB
-    if run == "transient":
+    if run.startswith("transient"):
         limit = parse_information_unit(a.watermark)
-        return {"rss_within_watermark_plus_10pct": peak <= 1.1 * limit,
-                "producers_blocked_and_unblocked": bool(out["blocked_episodes"])
-                and all(end >= 0 for _s, end in out["blocked_episodes"]),
-                "every_message_once": out["exactly_once_in_order"]}
+        checks = {"rss_within_watermark_plus_10pct": peak <= 1.1 * limit,
+                  "every_message_once": out["exactly_once_in_order"]}
+        if run == "transient-alarm":  # the default run pages before the watermark
+            checks["producers_blocked_and_unblocked"] = bool(out["blocked_episodes"]) and all(
+                end >= 0 for _s, end in out["blocked_episodes"])
+        return checks
     return {"rss_under_400mb": peak < 400 * MB,
             "all_delivered_in_order": out["exactly_once_in_order"]}
 
@@ -224,7 +237,8 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
                 ax.axvline(phases[ph], color="grey", lw=0.8)
                 ax.text(phases[ph], ax.get_ylim()[1] * 0.95, " drain", color="grey", va="top")
         what = (f"{res['producers']} producers, 1 KB transient, {res.get('seconds')} s, no "
-                "consumer, then drain" if res["run"] == "transient" else
+                "consumer, then drain" + (", paging ratio 1.0" if "alarm" in res["run"] else "")
+                if res["run"].startswith("transient") else
                 f"{res.get('messages'):,} persistent 1 KB, default-mode durable queue, then drain")
         ax.set_title(f"{res['run']}: {what} — peak {res['peak_rss_mb']['all']} MB", fontsize=10)
         ax.set_xlabel("s since broker start")
@@ -238,7 +252,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
-    p.add_argument("--run", choices=["transient", "persistent", "both"], default="both")
+    p.add_argument("--run", choices=[*RUNS, "all"], default="all")
     p.add_argument("--watermark", default="512MB", help="vm_memory_high_watermark.absolute")
     p.add_argument("--producers", type=int, default=4, help="producer connections")
     p.add_argument("--seconds", type=float, default=60.0, help="transient run: publishing time")
@@ -253,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="parent of the temporary data dir (default: TMPDIR)")
     p.add_argument("--out", default=OUT, help="directory for <run>.json and memory.png")
     a = p.parse_args(argv)
-    runs = ["transient", "persistent"] if a.run == "both" else [a.run]
+    runs = list(RUNS) if a.run == "all" else [a.run]
     os.makedirs(a.out, exist_ok=True)
     results = []
     for run in runs:
@@ -263,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         print(doc)
         with open(os.path.join(a.out, f"{run}.json"), "w") as f:
             f.write(doc + "\n")
-    if len(results) == 2:
-        plot(results, os.path.join(a.out, "memory.png"))
-    else:
-        plot(results, os.path.join(a.out, f"{runs[0]}.png"))
+    plot(results, os.path.join(a.out, "memory.png" if len(results) > 1 else f"{runs[0]}.png"))
     return 0 if all(r["ok"] for r in results) else 1
 
 

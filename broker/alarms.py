@@ -32,6 +32,10 @@ log = logging.getLogger("broker.alarms")
 
 MEMORY, DISK = "memory", "disk"  # alarm resources, as RabbitMQ names them
 MiB = 1024 * 1024
+# above this fraction of the watermark (or the paging ratio, if lower) each check first hands
+# free heap pages back to the OS (malloc_trim: ~0.01 ms with nothing to give back, 15 ms for
+# 300 MB of 1 KB bodies freed in a fragmented heap, measured on the bench machine)
+TRIM_ABOVE = 0.5
 
 
 class Alarms:
@@ -193,8 +197,9 @@ class ResourceMonitor:
         self._check_disk()
         used = self.source.used()
         limit = self.memory_limit
-        if limit and used > self.paging_ratio * limit:
-            # paging freed message bodies: hand the free heap back before judging the figure
+        if limit and used > min(self.paging_ratio, TRIM_ABOVE) * limit:
+            # paging (or consumers) freed message bodies: hand the free heap back before
+            # judging the figure
             if release_free_memory():
                 self.trims += 1
                 used = self.source.used()
@@ -263,8 +268,15 @@ class ResourceMonitor:
         self.ram.deregister(queue)
 
     def report(self, queue: Hashable, duration: Duration) -> Duration:
-        """A queue's RAM duration (seconds, None = infinity); returns its desired duration."""
-        return self.ram.report(queue, duration)
+        """A queue's RAM duration (seconds, None = infinity); returns its desired duration.
+        Above the paging ratio the answer takes this report into account at once (the first
+        finite report turns an infinite desired duration into a finite one now, not at the
+        next check)."""
+        desired = self.ram.report(queue, duration)
+        if self.ratio() >= self.paging_ratio and not self.ram.disk_alarm:
+            desired = self.ram.refresh(self.ratio(), self.paging_ratio)
+            self.ram.sent[queue] = desired
+        return desired
 
     def _push(self, targets: list[tuple[Hashable, Duration]]) -> None:
         for queue, duration in targets:

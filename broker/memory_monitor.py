@@ -239,6 +239,12 @@ class RamDurations:
             return ((self.sum + SUM_INC_AMOUNT) / self.count) / ratio
         return (self.sum / self.count) / ratio
 
+    def refresh(self, ratio: float, paging_ratio: float) -> Duration:
+        """Recompute the desired duration without telling anyone (the next `report` answers
+        with it); returns it."""
+        self.desired = self.desired_duration(ratio, paging_ratio)
+        return self.desired
+
     def update(self, ratio: float, paging_ratio: float) -> list[tuple[Hashable, Duration]]:
         """Recompute the desired duration; returns [(queue, desired)] to push now
         (rabbit_memory_monitor `internal_update` / `inform_queues`)."""
