@@ -223,7 +223,11 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         ax.plot([s[0] for s in series], [s[2] for s in series], lw=1.4, label="broker RSS")
         ax.axhline(limit, color="tab:red", lw=1, label=f"watermark {res['watermark']}")
         ax.axhline(1.1 * limit, color="tab:red", ls="--", lw=1, label="watermark + 10 %")
-        ax.axhline(0.5 * limit, color="tab:orange", ls=":", lw=1, label="paging starts (0.5)")
+        ratio = next((float(kv.split("=", 1)[1]) for kv in res.get("broker_set", [])
+                      if kv.startswith("vm_memory_high_watermark_paging_ratio=")), 0.5)
+        if ratio < 1:
+            ax.axhline(ratio * limit, color="tab:orange", ls=":", lw=1,
+                       label=f"paging starts ({ratio})")
         if res["run"] == "persistent":
             ax.axhline(400, color="tab:purple", ls="--", lw=1, label="400 MB target")
         for i, (start, end) in enumerate(res["blocked_episodes"]):
@@ -250,6 +254,17 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def replot(out_dir: str = OUT) -> None:
+    """Redraw memory.png from the JSON files in `out_dir` (python -m bench.memory --replot)."""
+    results = []
+    for run in RUNS:
+        path = os.path.join(out_dir, f"{run}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results.append(json.load(f))
+    plot(results, os.path.join(out_dir, "memory.png"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
     p.add_argument("--run", choices=[*RUNS, "all"], default="all")
@@ -266,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="more broker config (python -m broker --set)")
     p.add_argument("--data-dir", help="parent of the temporary data dir (default: TMPDIR)")
     p.add_argument("--out", default=OUT, help="directory for <run>.json and memory.png")
+    p.add_argument("--replot", action="store_true", help="only redraw memory.png from --out")
     a = p.parse_args(argv)
+    if a.replot:
+        replot(a.out)
+        return 0
     runs = list(RUNS) if a.run == "all" else [a.run]
     os.makedirs(a.out, exist_ok=True)
     results = []
