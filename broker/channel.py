@@ -21,7 +21,7 @@ from pamqp import commands
 from broker import errors
 from broker.access import ChannelAccess
 from broker.confirms import QUEUE_GONE, ConfirmTracker, LiteRef
-from broker.credit_flow import CreditFlow
+from broker.credit_flow import CreditFlow, flow_state
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.limiter import Limiter
 from broker.mailbox import Process
@@ -237,6 +237,13 @@ class ChannelProcess(Process):
             # what is left is bounded by the reader's credit: drain it even if a queue is slow
             # to grant credit back, so the close can never wait on another process
             self.resume()
+
+    def flow_state(self) -> str:
+        """RabbitMQ's channel state for operations tooling: "flow" while out of credit
+        towards a queue and for 5 s after (credit_flow:state/0), "running", or "closing"."""
+        if self.state != OPEN or self.shutting_down:
+            return "closing"
+        return flow_state(self.credit.blocked, self.credit.blocked_at, time.monotonic())
 
     # -- façade for the reader --------------------------------------------------------------
     def spend_reader_credit(self) -> bool:

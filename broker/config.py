@@ -65,6 +65,9 @@ class BrokerConfig:
     # credit flow (credit_flow_default_credit): {InitialCredit, MoreCreditAfter}
     credit_flow_initial: int = 400
     credit_flow_more_after: int = 200
+    # queue -> message store hop (msg_store_credit_disc_bound): {InitialCredit, MoreCreditAfter}
+    msg_store_credit_disc_bound_initial: int = 4000
+    msg_store_credit_disc_bound_more_after: int = 800
 
     # publisher confirms: persist (RabbitMQ), ack, ack-lite (ARCHITECTURE §6)
     confirm_on: str = "persist"
@@ -75,10 +78,15 @@ class BrokerConfig:
     msg_store_file_size_limit: int = 16777216
     fsync: bool = True  # fsync before confirming persistent messages
 
-    # resource alarms (rabbitmq.com/memory.html, disk-alarms.html)
-    vm_memory_high_watermark: float = 0.4
-    vm_memory_high_watermark_paging_ratio: float = 0.5
-    disk_free_limit: int = 50_000_000
+    # resource alarms (rabbitmq.com/memory.html, disk-alarms.html, alarms.html); sizes take
+    # RabbitMQ's units ("512MB", "1GiB", "800M"): broker/config.py parse_information_unit
+    vm_memory_high_watermark: float = 0.4  # fraction of RAM (alias ...watermark.relative)
+    vm_memory_high_watermark_absolute: int = 0  # bytes; 0 = use the relative watermark
+    vm_memory_high_watermark_paging_ratio: float = 0.5  # queues page above this x watermark
+    total_memory_available_override_value: int = 0  # bytes taken as RAM; 0 = detect
+    disk_free_limit: int = 50_000_000  # bytes free on the data dir's fs (alias .absolute)
+    disk_free_limit_relative: float = 0.0  # fraction of RAM; 0 = use disk_free_limit
+    memory_monitor_interval: int = 1000  # ms between memory/disk checks (vm_memory_monitor)
 
     # operations (rabbitmq.com/management.html, prometheus.html): the HTTP API and UI, and
     # the Prometheus endpoint; port 0 turns each off, -1 picks a free port (tests)
@@ -97,12 +105,58 @@ class BrokerConfig:
 
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}
+# rabbitmq.conf keys that name an existing field another way (dots already mapped to "_")
+_ALIASES = {
+    "vm_memory_high_watermark_relative": "vm_memory_high_watermark",
+    "disk_free_limit_absolute": "disk_free_limit",
+}
+# fields holding a byte count that may be written with a unit ("512MB")
+_SIZE_KEYS = frozenset({"vm_memory_high_watermark_absolute", "disk_free_limit",
+                        "total_memory_available_override_value"})
+# RabbitMQ's information units (rabbitmq.com/memory.html#absolute-limits): k/kiB/K/KiB,
+# M/MiB, G/GiB are powers of 1024; kB/KB, MB, GB are powers of 1000; case as written there
+_UNITS = {
+    "": 1, "b": 1, "B": 1,
+    "k": 1024, "K": 1024, "kiB": 1024, "KiB": 1024, "ki": 1024, "Ki": 1024,
+    "M": 1024**2, "MiB": 1024**2, "Mi": 1024**2, "m": 1024**2,
+    "G": 1024**3, "GiB": 1024**3, "Gi": 1024**3, "g": 1024**3,
+    "T": 1024**4, "TiB": 1024**4,
+    "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+}
+
+
+def parse_information_unit(value: int | float | str) -> int:
+    """A byte count as rabbitmq.conf writes it: an integer, or a number with a unit
+    ("512MB" = 512 000 000, "1GiB" = 2**30, "800M" = 800 MiB). Raises ValueError for
+    anything else (negative numbers included). Source: rabbitmq.com/memory.html
+    (vm_memory_high_watermark.absolute) and disk-alarms.html (disk_free_limit.absolute)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    elif not isinstance(value, str):
+        raise ValueError(f"not a size: {value!r}")
+    else:
+        text = value.strip()
+        i = len(text)
+        while i and not (text[i - 1].isdigit() or text[i - 1] == "."):
+            i -= 1
+        number_text, unit = text[:i].strip(), text[i:].strip()
+        try:
+            number = float(number_text)
+        except ValueError:
+            raise ValueError(f"not a size: {value!r}") from None
+    if unit not in _UNITS or number < 0:
+        raise ValueError(f"not a size: {value!r} (units: k, kiB, M, MiB, G, GiB, kB, MB, GB)")
+    return int(number * _UNITS[unit])
 _CLI_KEYS = ("host", "port", "data_dir", "config", "log_level", "heartbeat", "frame_max",
              "channel_max", "confirm_on", "product")
 
 
 def _coerce(name: str, value: Any) -> Any:
     """Convert a string (env/CLI) or TOML value to the field's type."""
+    if name in _SIZE_KEYS:
+        return parse_information_unit(value)
     default = _FIELDS[name].default
     if isinstance(value, str):
         if isinstance(default, bool):
@@ -147,16 +201,31 @@ def _parser() -> argparse.ArgumentParser:
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """TOML dotted keys (`ssl_options.certfile = "x"`, or an `[ssl_options]` table) become
-    flat RabbitMQ-style keys ("ssl_options.certfile") unless the table is itself a field."""
+    flat RabbitMQ-style keys ("ssl_options.certfile"), also under a key that is itself a
+    field (`[disk_free_limit] relative = 1.5` is "disk_free_limit.relative")."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         full = f"{prefix}.{key}" if prefix else key
         name = full.replace(".", "_").replace("-", "_")
-        if isinstance(value, dict) and name not in _FIELDS:
+        if isinstance(value, dict) and name != "extra":
             out.update(_flatten(value, full))
         else:
             out[full] = value
     return out
+
+
+def _check_resources(values: Mapping[str, Any]) -> None:
+    """Ranges of the resource settings (ValueError): watermark and ratios as fractions."""
+    mark = values.get("vm_memory_high_watermark", 0.4)
+    if not 0 <= mark <= 1:  # RabbitMQ's schema: a float in [0, 1] (0 disables publishing)
+        raise ValueError(f"vm_memory_high_watermark must be in [0, 1], not {mark}")
+    ratio = values.get("vm_memory_high_watermark_paging_ratio", 0.5)
+    if not 0 < ratio <= 1:
+        raise ValueError(f"vm_memory_high_watermark_paging_ratio must be in (0, 1], not {ratio}")
+    if values.get("disk_free_limit_relative", 0.0) < 0:
+        raise ValueError("disk_free_limit.relative must not be negative")
+    if values.get("memory_monitor_interval", 1000) <= 0:
+        raise ValueError("memory_monitor_interval must be positive (ms)")
 
 
 def load_config(
@@ -166,8 +235,11 @@ def load_config(
 
     The TOML file is `--config` or `BROKER_CONFIG`; keys are the field names (a `[broker]`
     table, or top level) or RabbitMQ's dotted keys (`ssl_options.certfile`, also as TOML
-    tables); dots and dashes map to underscores, as in `--set ssl_options.verify=verify_peer`. Raises `SystemExit` (argparse) on bad CLI flags and `ValueError` for
-    unknown keys or values of the wrong type.
+    tables); dots and dashes map to underscores, as in `--set ssl_options.verify=verify_peer`;
+    `vm_memory_high_watermark.relative` and `disk_free_limit.absolute` are accepted as the
+    names of `vm_memory_high_watermark` and `disk_free_limit`, and byte sizes take units
+    (`--set vm_memory_high_watermark.absolute=512MB`). Raises `SystemExit` (argparse) on bad
+    CLI flags and `ValueError` for unknown keys or values of the wrong type or range.
     """
     environ = os.environ if environ is None else environ
     args = _parser().parse_args(list(argv) if argv is not None else [])
@@ -181,6 +253,7 @@ def load_config(
         table = _flatten(data.get("broker", data))
         for key, value in table.items():
             key = key.replace(".", "_").replace("-", "_")
+            key = _ALIASES.get(key, key)
             if key in _FIELDS and key != "extra":
                 values[key] = _coerce(key, value)
             else:
@@ -199,6 +272,7 @@ def load_config(
     for item in args.set:
         key, sep, value = item.partition("=")
         key = key.strip().replace(".", "_").replace("-", "_")
+        key = _ALIASES.get(key, key)
         if not sep or key not in _FIELDS or key == "extra":
             raise ValueError(f"--set {item!r}: unknown key")
         values[key] = _coerce(key, value)
@@ -207,5 +281,6 @@ def load_config(
         raise ValueError("ssl_options.verify must be verify_none or verify_peer")
     if values.get("confirm_on", "persist") not in ("persist", "ack", "ack-lite"):
         raise ValueError(f"confirm_on must be persist, ack or ack-lite, not {values['confirm_on']!r}")
+    _check_resources(values)
     cfg = BrokerConfig(**values)
     return dataclasses.replace(cfg, extra=extra) if extra else cfg

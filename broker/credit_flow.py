@@ -3,12 +3,28 @@
 Owns: pure counters. A sender holds `initial` credits per receiver and spends one per message;
 the receiver, each time it has handled `more_after` messages from a sender, grants that many
 back. A sender with no credit left for some receiver is *blocked*. No I/O, no asyncio: the
-reader, channels and queues act on `blocked`. Defaults `(400, 200)` (credit_flow_default_credit).
+reader, channels and queues act on `blocked`. Defaults `(400, 200)` (credit_flow_default_credit)
+for reader -> channel -> queue, `(4000, 800)` (msg_store_credit_disc_bound) for queue -> message
+store. `flow_state` turns a sender's state into RabbitMQ's `running` / `flow` for operations
+tooling (management API connection and channel `state`). The one clock read is the monotonic
+time of a sender's transition to blocked (`blocked_at`), rare by construction.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
+
+# credit_flow:state/0 reports "flow" while blocked and for this long after the last block (s)
+FLOW_STATE_WINDOW = 5.0
+
+
+def flow_state(blocked: bool, blocked_at: float | None, now: float) -> str:
+    """"flow" while `blocked` or within FLOW_STATE_WINDOW seconds of `blocked_at` (monotonic
+    seconds of the last block), else "running" (RabbitMQ credit_flow:state/0)."""
+    if blocked or (blocked_at is not None and now - blocked_at < FLOW_STATE_WINDOW):
+        return "flow"
+    return "running"
 
 
 class CreditFlow:
@@ -20,7 +36,7 @@ class CreditFlow:
     to grant back now (0 most of the time, `more_after` every `more_after` messages).
     """
 
-    __slots__ = ("initial", "more_after", "_credit", "_blocked_on", "_unacked")
+    __slots__ = ("initial", "more_after", "_credit", "_blocked_on", "_unacked", "blocked_at")
 
     def __init__(self, initial: int = 400, more_after: int = 200) -> None:
         self.initial = initial  # credit a sender starts with per receiver
@@ -28,6 +44,7 @@ class CreditFlow:
         self._credit: dict[Hashable, int] = {}  # sender side: credit left per receiver
         self._blocked_on: set[Hashable] = set()  # sender side: receivers with no credit left
         self._unacked: dict[Hashable, int] = {}  # receiver side: handled since last grant
+        self.blocked_at: float | None = None  # monotonic s the sender last became blocked
 
     # sender side
     def send(self, peer: Hashable) -> bool:
@@ -36,6 +53,7 @@ class CreditFlow:
         self._credit[peer] = credit
         if credit <= 0 and peer not in self._blocked_on:
             self._blocked_on.add(peer)
+            self.blocked_at = time.monotonic()  # only on the (rare) transition
             return True
         return False
 
@@ -60,6 +78,10 @@ class CreditFlow:
     @property
     def blocked(self) -> bool:
         return bool(self._blocked_on)
+
+    def credit_left(self, peer: Hashable) -> int:
+        """Credit the sender has left for `peer` (`initial` before the first send)."""
+        return self._credit.get(peer, self.initial)
 
     # receiver side
     def ack(self, sender: Hashable, n: int = 1) -> int:

@@ -4,8 +4,11 @@ Owns: a queue's consumers, its backing queue, per-channel credit, and the confir
 publishers. Channels talk to it only by `cast` (publish, ack, requeue, discard, run) or by the
 synchronous façade calls in `broker/queue.py` (consume, cancel, get, purge, delete). It tells
 channels about deliveries through the channel façade (`deliver`, `can_deliver`,
-`grant_credit`, `consumer_cancelled`, cast `confirm`). It never writes to sockets and never
-touches another queue.
+`grant_credit`, `consumer_cancelled`, cast `confirm`). It reports its RAM duration to the
+memory monitor every 5 s and takes the RAM targets the monitor casts it (`alarms.py`,
+ARCHITECTURE §7); while its backing queue is out of message-store credit it holds back the
+credit it owes channels (ARCHITECTURE §1). It never writes to sockets and never touches
+another queue.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import errors
 from broker.backing_queue.base import BackingQueue, MessageProps
@@ -30,6 +33,9 @@ from broker.policies import effective_queue_arguments
 from broker.stats import MessageStats
 from broker.ttl import expiry_ms, parse_expiration
 
+if TYPE_CHECKING:
+    from broker.alarms import ResourceMonitor
+
 log = logging.getLogger("broker.queue")
 
 # mailbox message kinds (first tuple element)
@@ -41,8 +47,12 @@ RUN = 4  # (RUN,) a consumer's channel may have capacity again
 BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
 EXPIRE = 6  # (EXPIRE,) the expiry timer fired: drop expired messages at the head
 UNUSED = 7  # (UNUSED,) the x-expires timer fired: delete the queue if it stayed unused
+RAM_DURATION = 8  # (RAM_DURATION,) report the RAM duration, take the desired one
+RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the desired duration
+RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
+RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
 
 class QueueProcess(Process):
@@ -64,6 +74,7 @@ class QueueProcess(Process):
         credit_more_after: int = 200,
         confirm_on: str = "persist",
         policy: PolicyDef | None = None,
+        memory_monitor: ResourceMonitor | None = None,
     ) -> None:
         super().__init__(loop)
         self.vhost = vhost  # VHost that holds this queue (for auto-delete)
@@ -104,6 +115,14 @@ class QueueProcess(Process):
         self._sync_timer: asyncio.TimerHandle | None = None  # the 200 ms journal sync
         self.deleted = False  # set once deleted; later casts are ignored
         self.message_stats = MessageStats()  # publish/deliver/get/ack counts (management)
+        # credit owed to channels, held back while the backing queue is out of store credit
+        self._deferred: dict[Any, int] = {}
+        self._monitor = memory_monitor  # gets our RAM duration, casts us RAM targets
+        self._ram_timer: asyncio.TimerHandle | None = None  # the 5 s RAM duration report
+        if memory_monitor is not None:
+            memory_monitor.register(self, self._ram_target,
+                                    lambda: self.cast((RAM_REPORT,)))
+            self._ram_timer = loop.call_later(RAM_DURATION_INTERVAL, self.cast, (RAM_DURATION,))
 
     def _apply(self, args: dict) -> None:
         """Take TTL, length limits, overflow, dead-lettering and expiry from the effective
@@ -187,7 +206,19 @@ class QueueProcess(Process):
             self._expiry_timer = None
             self._expiry_at = None
             self._drop_expired()
-        # BQ_CONFIRMED only wakes us: after_batch drains the backing queue's confirms
+        elif kind == BQ_CONFIRMED:  # confirms are drained by after_batch
+            if self.bq.needs_resume():  # the next paging pass, or store credit came back
+                self.bq.resume()
+        elif kind == RAM_DURATION:
+            self._ram_timer = None
+            self._report_ram_duration()
+            if not self.deleted:
+                self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
+                                                        (RAM_DURATION,))
+        elif kind == RAM_REPORT:
+            self._report_ram_duration()
+        elif kind == RAM_TARGET:
+            self.bq.set_ram_duration_target(msg[1])
 
     def after_batch(self) -> None:
         if not self.deleted:
@@ -196,6 +227,27 @@ class QueueProcess(Process):
                 self._drop_expired()
         self.confirms.poll()
         self._flush_confirms()
+        if self._deferred and not self.bq.flow_blocked():
+            deferred, self._deferred = self._deferred, {}
+            for channel, n in deferred.items():
+                channel.grant_credit(self, n)
+
+    # -- memory (ARCHITECTURE §7, rabbit_amqqueue_process update_ram_duration) ---------------
+    def _ram_target(self, duration: float | None) -> None:
+        """The memory monitor's callback: a lower desired RAM duration, applied in order."""
+        self.cast((RAM_TARGET, duration))
+
+    def _report_ram_duration(self) -> None:
+        """Report how many seconds of traffic we hold in RAM, apply the answer (every 5 s,
+        and when the monitor asks)."""
+        if self.deleted or self._monitor is None:
+            return
+        desired = self._monitor.report(self, self.bq.ram_duration())
+        self.bq.set_ram_duration_target(desired)
+
+    def flow_state(self) -> str:
+        """"flow" while the backing queue is out of message-store credit, else "running"."""
+        return "flow" if self.bq.flow_blocked() else "running"
 
     # -- queue expiry (x-expires) ------------------------------------------------------------
     def touch(self) -> None:
@@ -387,11 +439,17 @@ class QueueProcess(Process):
                 queue.cast((PUBLISH, None, dead, None))
 
     def _credit_back(self, channel: Any) -> None:
+        """One publish of `channel` handled: grant credit every more_after, or hold it back
+        while the store's credit is exhausted (credit_flow grant/defer: a slow disk ends by
+        pausing the publisher's socket)."""
         if channel is None:  # a dead-lettered copy: no channel waits for credit
             return
         grant = self.credit.ack(channel)
         if grant:
-            channel.grant_credit(self, grant)
+            if self.bq.flow_blocked():
+                self._deferred[channel] = self._deferred.get(channel, 0) + grant
+            else:
+                channel.grant_credit(self, grant)
 
     # -- delivering -------------------------------------------------------------------------
     def _run_deliveries(self) -> None:
@@ -466,6 +524,7 @@ class QueueProcess(Process):
         self._last_used = time.monotonic()
         self.credit.peer_down(channel)
         self._confirm_out.pop(channel, None)
+        self._deferred.pop(channel, None)
         if unacked:
             if self._tracks:
                 self.confirms.on_requeue(unacked)
@@ -558,10 +617,13 @@ class QueueProcess(Process):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        for timer in (self._expiry_timer, self._unused_timer):
+        for timer in (self._expiry_timer, self._unused_timer, self._ram_timer):
             if timer is not None:
                 timer.cancel()
-        self._expiry_timer = self._unused_timer = None
+        self._expiry_timer = self._unused_timer = self._ram_timer = None
+        if self._monitor is not None:
+            self._monitor.deregister(self)
+        self._deferred.clear()
         if delete:
             self.bq.delete_and_terminate()
         else:

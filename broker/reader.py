@@ -2,8 +2,9 @@
 
 Owns: the socket (as an asyncio.Protocol), the protocol header check, the connection
 handshake, heartbeats, channel numbers → channel processes, the per-channel command
-assemblers, credit towards channels (pausing the socket when blocked), and the one boundary
-where hard errors become `connection.close`. The protocol logic itself is sans-IO in
+assemblers, credit towards channels (pausing the socket when blocked), publisher throttling
+under resource alarms (`throttle.py`: connection.blocked / unblocked, pausing the socket after
+a publish), and the one boundary where hard errors become `connection.close`. The protocol logic itself is sans-IO in
 `broker/protocol/`; this module is glue. It never interprets channel methods.
 """
 
@@ -21,6 +22,7 @@ from pamqp.base import Frame
 from broker import errors, limits, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, ChannelProcess
+from broker.credit_flow import flow_state
 from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
 from broker.protocol.framing import (
@@ -34,6 +36,7 @@ from broker.protocol.framing import (
     unexpected_frame,
 )
 from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake
+from broker.throttle import BLOCKED, UNBLOCKED, Throttle
 from broker.writer import Writer
 
 log = logging.getLogger("broker.connection")
@@ -86,6 +89,9 @@ class Reader(asyncio.Protocol):
         self._blocked_on: set[ChannelProcess] = set()  # channels we have no credit for
         self._paused = False  # transport.pause_reading() in effect
         self._write_blocked = False  # the client is not reading: its socket is not read either
+        self._flow_at: float | None = None  # monotonic s credit flow last paused reading
+        # resource alarms: connection.blocked / unblocked and the pause after a publish
+        self.throttle = Throttle(broker.alarms.active)
         self._last_recv = time.monotonic()  # for the heartbeat timeout
         self._last_send_bytes = 0  # writer.bytes_sent at the last heartbeat check
         self.heartbeat = 0  # negotiated heartbeat interval (s), 0 = off
@@ -156,9 +162,8 @@ class Reader(asyncio.Protocol):
         if self.writer is not None:
             self.writer.set_paused(True)
         self._write_blocked = True
-        if self.state == RUNNING and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
+        if self.state == RUNNING:
+            self._pause()
 
     def resume_writing(self) -> None:
         """The write buffer drained below its low-water mark: deliver and read again."""
@@ -280,9 +285,55 @@ class Reader(asyncio.Protocol):
         if cmd.method.__class__ is commands.Basic.Publish:
             if ch.spend_reader_credit():
                 self._blocked_on.add(ch)
-                if not self._paused and self.transport is not None:
-                    self._paused = True
-                    self.transport.pause_reading()
+                self._flow_at = time.monotonic()
+                self._pause()
+            if self.throttle.check:
+                self._publish_received()
+
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    # -- resource alarms (throttle.py) -------------------------------------------------------
+    def _publish_received(self) -> None:
+        """A publish under an alarm (or the first one): stop reading after it (rabbit_reader
+        publish_received)."""
+        throttle = self.throttle
+        send = throttle.publish_received()
+        if throttle.blocked:
+            self._pause()
+        if send is BLOCKED:
+            self._send0(C.Blocked(throttle.reason()))
+
+    def alarms_changed(self, alarms: frozenset[str]) -> None:
+        """The broker's resource alarms changed (Broker tells every connection): send
+        connection.blocked to a connection that has published, or, once every alarm has
+        cleared, read again and send connection.unblocked if blocked was sent."""
+        throttle = self.throttle
+        send = throttle.alarms_changed(alarms)
+        if self.state not in (RUNNING, DRAINING) or self.writer is None:
+            return
+        if send is BLOCKED:
+            self._send0(C.Blocked(throttle.reason()))
+        elif send is UNBLOCKED:
+            self._send0(C.Unblocked())
+        if not throttle.blocked:
+            self._maybe_resume_reading()
+
+    def flow_state(self) -> str:
+        """RabbitMQ's connection state for operations tooling: "blocked" (an alarm stopped
+        reading), "blocking" (an alarm is in effect and this connection publishes), "flow"
+        (credit flow paused reading now or in the last 5 s), "running", or "starting" /
+        "closing" / "closed" around the connection's life."""
+        if self.state in (AWAIT_HEADER, HANDSHAKE):
+            return "starting"
+        if self.state in (CLOSING, DRAINING):
+            return "closing"
+        if self.state == CLOSED:
+            return "closed"
+        return self.throttle.state() or flow_state(bool(self._blocked_on), self._flow_at,
+                                                    time.monotonic())
 
     def _open_channel(self, channel: int, frame: Any) -> None:
         """The first frame on a channel number that is not open. RabbitMQ (rabbit_reader
@@ -359,6 +410,7 @@ class Reader(asyncio.Protocol):
         self.channel_max = hs.channel_max
         self.heartbeat = hs.heartbeat
         self.capabilities = dict((hs.client_properties or {}).get("capabilities") or {})
+        self.throttle.notify = bool(self.capabilities.get("connection.blocked"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -386,7 +438,7 @@ class Reader(asyncio.Protocol):
         """Read the socket again once no channel holds us back by credit flow and the
         client reads what we write."""
         if (self._paused and not self._blocked_on and not self._write_blocked
-                and self.state == RUNNING):
+                and not self.throttle.blocked and self.state == RUNNING):
             self._paused = False
             self.transport.resume_reading()
 

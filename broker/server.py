@@ -3,8 +3,9 @@
 
 Owns: the plain and amqps listeners (`broker/tls.py` builds the TLS context), the vhost table,
 `users` (the internal auth backend and the façade for users, permissions and limits,
-`broker/users.py`), the set of live connections, and the server properties sent in
-connection.start. It never parses frames (the reader does) and never touches a queue's
+`broker/users.py`), the set of live connections, the server properties sent in
+connection.start, and the resource monitor and alarms (`broker/alarms.py`) whose changes it
+passes to every connection. It never parses frames (the reader does) and never touches a queue's
 messages.
 """
 
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 from broker import __version__, tls
+from broker.alarms import Alarms, ResourceMonitor
 from broker.backing_queue.priority import PriorityBackingQueue, index_queue_names, max_priority
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
@@ -57,6 +59,9 @@ class Broker:
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
         # (connections still open, set when the last of them is gone): delete_vhost's waits
         self._gone_waiters: list[tuple[set[Reader], asyncio.Event]] = []
+        self.alarms = Alarms()  # resource alarms in effect (memory, disk)
+        self.alarms.subscribe(self._alarms_changed)
+        self.resources: ResourceMonitor | None = None  # memory/disk checks (after start)
 
     def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any,
                     arguments: dict) -> Any:
@@ -72,7 +77,9 @@ class Broker:
                 vq_name, vq_durable, vq_notify, stores=stores,
                 queue_index_embed_msgs_below=cfg.queue_index_embed_msgs_below,
                 queue_index_max_journal_entries=cfg.queue_index_max_journal_entries,
-                mode=mode, fsync=cfg.fsync)
+                mode=mode, fsync=cfg.fsync,
+                msg_store_credit_disc_bound=(cfg.msg_store_credit_disc_bound_initial,
+                                             cfg.msg_store_credit_disc_bound_more_after))
 
         top = max_priority(arguments)
         if top is not None:  # x-max-priority: one variable queue per priority
@@ -95,7 +102,8 @@ class Broker:
                           for index_name in index_queue_names(q.name, q.arguments)]
         clean = stores.recover(keep_queues=durable_queues)
         vhost = VHost(name, self.loop, self.config, self._bq_factory,
-                      definitions=self.definitions, stores=stores)
+                      definitions=self.definitions, stores=stores,
+                      memory_monitor=self.resources)
         if self.users is not None:
             vhost.limits = self.users.limits_of_vhost(name)  # live: set_vhost_limits applies
         self.vhosts[name] = vhost
@@ -197,6 +205,8 @@ class Broker:
             self.definitions.set_permissions(
                 self.config.default_user, self.config.default_vhost, ".*", ".*", ".*")
         self.users = Users(self.definitions, self.vhosts.__contains__)
+        self.resources = ResourceMonitor(self.config, self.alarms)
+        self.resources.start(self.loop)  # alarms before the first client can publish
         for vhost_def in self.definitions.list_vhosts():
             self.add_vhost(vhost_def.name)
         log.info("recovery took %.2f s", time.monotonic() - t0)
@@ -227,6 +237,40 @@ class Broker:
             await self.management.start()
         self.ready.set()
         log.info("ready to accept connections on %s", ", ".join(where))
+
+    # -- resources (rabbitmq.com/alarms.html, memory.html, disk-alarms.html) -----------------
+    def _alarms_changed(self, active: frozenset[str]) -> None:
+        """Tell every connection (connection.blocked / unblocked, pausing publishers)."""
+        for conn in list(self.connections):
+            conn.alarms_changed(active)
+
+    def active_alarms(self) -> list[str]:
+        """Resource alarms in effect: a sorted list of "memory" / "disk"."""
+        return sorted(self.alarms.active)
+
+    def memory_limit(self) -> int:
+        """The memory high watermark in bytes (after start)."""
+        assert self.resources is not None
+        return self.resources.memory_limit
+
+    def set_vm_memory_high_watermark(self, fraction: float | None = None, *,
+                                     absolute: int | str | None = None) -> int:
+        """Change the memory high watermark at run time, as `rabbitmqctl
+        set_vm_memory_high_watermark <fraction>` or `... absolute <bytes|512MB>` do: a
+        fraction of the total memory, or an absolute size. The memory alarm and queues'
+        paging follow at once. Returns the watermark in bytes; ValueError for a bad value.
+        Call on the broker's loop (EmbeddedBroker.call). Lasts until restart."""
+        assert self.resources is not None
+        return self.resources.set_vm_memory_high_watermark(fraction, absolute=absolute)
+
+    def set_disk_free_limit(self, limit: int | str | None = None, *,
+                            mem_relative: float | None = None) -> int:
+        """Change disk_free_limit at run time, as `rabbitmqctl set_disk_free_limit <bytes|2GB>`
+        or `... mem_relative <fraction>` do; the disk alarm is re-evaluated at once. Returns
+        the limit in bytes; ValueError for a bad value. Call on the broker's loop. Lasts until
+        restart."""
+        assert self.resources is not None
+        return self.resources.set_disk_free_limit(limit, mem_relative=mem_relative)
 
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""
@@ -274,6 +318,8 @@ class Broker:
             log.warning("%d connections did not answer connection.close", len(self.connections))
         for conn in list(self.connections):
             conn.abort()
+        if self.resources is not None:
+            self.resources.stop()
         for vhost in self.vhosts.values():
             vhost.shutdown()
         if self.definitions is not None:

@@ -51,7 +51,7 @@ class VHost:
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, config: Any,
                  bq_factory: Callable[..., Any], definitions: Definitions | None = None,
-                 stores: Any = None) -> None:
+                 stores: Any = None, memory_monitor: Any = None) -> None:
         self.name = name  # vhost name, e.g. "/"
         self.definitions = definitions  # durable metadata store (None: nothing persists)
         self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
@@ -60,6 +60,7 @@ class VHost:
         self._loop = loop  # handed to new queue processes
         self._config = config  # BrokerConfig (credit flow settings)
         self._bq_factory = bq_factory  # builds a queue's backing queue
+        self._memory_monitor = memory_monitor  # ResourceMonitor queues report RAM use to
         self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
@@ -278,7 +279,8 @@ class VHost:
             credit_initial=self._config.credit_flow_initial,
             credit_more_after=self._config.credit_flow_more_after,
             confirm_on=self._config.confirm_on,
-            policy=self.policy_for("queues", name))
+            policy=self.policy_for("queues", name),
+            memory_monitor=self._memory_monitor)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
         self.churn.queues_created += 1
         if durable and not exclusive and self.definitions is not None and not recovering:

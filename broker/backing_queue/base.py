@@ -144,6 +144,17 @@ class BackingQueue(Protocol):
     def ram_duration(self) -> float | None:
         """Seconds of traffic currently held in RAM (None = infinity, e.g. no traffic)."""
 
+    def needs_resume(self) -> bool:
+        """Paging stopped short (its per-pass limit) or message-store credit came back: the
+        queue process calls `resume` on its next mailbox turn (woken through `notify`)."""
+
+    def resume(self) -> None:
+        """Run the next paging pass (RabbitMQ's `resume` after a credit bump)."""
+
+    def flow_blocked(self) -> bool:
+        """Out of credit towards the message store: the queue process must hold back the
+        credit it owes publishing channels until this is False (credit_flow deferral)."""
+
     def stats(self) -> dict[str, int]:
         """Counters for management/tests: at least `len`, `pending_acks`, `ram_msgs`,
         `persistent`, `bytes`; a variable queue adds `q1`..`q4` and `delta`."""

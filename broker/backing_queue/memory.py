@@ -156,6 +156,15 @@ class MemoryBackingQueue:
     def ram_duration(self) -> float | None:
         return None
 
+    def needs_resume(self) -> bool:
+        return False
+
+    def resume(self) -> None:
+        return None
+
+    def flow_blocked(self) -> bool:
+        return False
+
     def stats(self) -> dict[str, int]:
         n = len(self._ready)
         return {

@@ -251,6 +251,17 @@ class PriorityBackingQueue:
         durations = [d for d in (bq.ram_duration() for bq in self.inner) if d is not None]
         return min(durations) if durations else None
 
+    def needs_resume(self) -> bool:
+        return any(bq.needs_resume() for bq in self.inner)
+
+    def resume(self) -> None:
+        for bq in self.inner:
+            if bq.needs_resume():
+                bq.resume()
+
+    def flow_blocked(self) -> bool:
+        return any(bq.flow_blocked() for bq in self.inner)
+
     def stats(self) -> dict[str, int]:
         """The inner queues' counters summed (target_ram_count: the first queue's), plus
         `max_priority`."""

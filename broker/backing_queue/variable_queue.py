@@ -24,8 +24,19 @@ What the server and queue process do:
               stores=stores, ...) per queue; a durable queue's directory is recovered.
     running   when the mailbox empties: `if bq.needs_sync(): bq.sync()`; also a 200 ms timer
               calling `bq.sync()` while needs_sync() (and once after 200 ms idle); on the
-              notify message: `bq.drain_confirmed()` -> release those msg_ids to channels;
+              notify message: `bq.drain_confirmed()` -> release those msg_ids to channels,
+              and `if bq.needs_resume(): bq.resume()` (the next paging pass, or store credit
+              came back); while `bq.flow_blocked()` hold back the credit owed to channels;
               every 5 s: report `bq.ram_duration()`, apply `bq.set_ram_duration_target(d)`.
+
+Memory (ARCHITECTURE §7): paging to meet `target_ram_count` runs in passes of at most
+`page_pass_limit` (8000, RabbitMQ's 2 x msg_store_credit_disc_bound) alphas to betas and as
+many betas to delta; betas count against the target too, so RAM holds about target_ram_count
+messages (plus the q3 working set of io_batch_size) whatever their state; a pass that
+stops short asks for `resume` through `notify` so the event loop serves others in between.
+With `msg_store_credit_disc_bound` every store write spends one credit, returned by the store
+after the sync that covers it; without credit paging stops until it comes back
+(`rabbit_variable_queue` reduce_memory_use, push_alphas_to_betas's credit_flow:blocked()).
     shutdown  `bq.terminate()` for every queue, then `stores.close()`.
     delete    `bq.delete_and_terminate()`.
 """
@@ -42,12 +53,14 @@ from broker import storage_codec
 from broker.backing_queue.base import AckTag, Fetched, MessageProps
 from broker.backing_queue.vq_disk import VqDisk
 from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus, Rates
+from broker.credit_flow import CreditFlow
 from broker.message import Message
 from broker.msg_store.vhost import VhostStores
 from broker.queue_index.index import QueueIndex, queue_dir_name
 from broker.queue_index.segment import next_segment_boundary
 
 IO_BATCH_SIZE = 4096  # io_batch_size: betas go to delta in chunks of at least this many
+PAGE_PASS_LIMIT = 8000  # messages paged per pass (2 x msg_store_credit_disc_bound's 4000)
 
 
 class VariableQueue(VqDisk):
@@ -60,7 +73,10 @@ class VariableQueue(VqDisk):
     docstring); stores: the vhost's `VhostStores` (already `recover()`ed), or data_dir to
     make and own a private pair (tests); queue_index_embed_msgs_below (bytes, 4096);
     queue_index_max_journal_entries (32768); mode "default" | "lazy" (lazy pins the RAM target
-    at 0: every publish goes to delta); fsync (False only in tests); io_batch_size (4096).
+    at 0: every publish goes to delta); fsync (False only in tests); io_batch_size (4096);
+    msg_store_credit_disc_bound ((initial, more_after) credit towards each store, e.g.
+    (4000, 800); None = no credit flow, for tests that drive the stores by hand);
+    page_pass_limit (8000 messages paged per pass).
     Constructing over an existing durable queue directory recovers it: recovered messages
     start in delta. Source: rabbit_variable_queue.erl.
     """
@@ -80,6 +96,8 @@ class VariableQueue(VqDisk):
         mode: str = "default",
         fsync: bool = True,
         io_batch_size: int = IO_BATCH_SIZE,
+        msg_store_credit_disc_bound: tuple[int, int] | None = None,
+        page_pass_limit: int = PAGE_PASS_LIMIT,
     ) -> None:
         if mode not in ("default", "lazy"):
             raise ValueError(f"unknown queue mode {mode!r}")
@@ -118,8 +136,18 @@ class VariableQueue(VqDisk):
         self._store_done: set[bytes] = set()  # store fsynced, index not yet
         self._qi_done: set[bytes] = set()  # index fsynced, store not yet
         self._confirmed: list[bytes] = []  # ready for drain_confirmed
-        self._pclient = stores.persistent.register_client(self._on_store_disk)
-        self._tclient = stores.transient.register_client(lambda _ids: None)
+        self.page_pass_limit = page_pass_limit  # messages one paging pass may move
+        self._budget = page_pass_limit  # alphas/acks the current pass may still page
+        self._b2d_budget = page_pass_limit  # betas the current pass may still push to delta
+        self._resume_wanted = False  # a pass stopped short or credit came back: resume()
+        # credit towards the stores (sender side); None: unlimited
+        self._store_credit = (CreditFlow(*msg_store_credit_disc_bound)
+                              if msg_store_credit_disc_bound else None)
+        self._credit_back: dict[object, int] = {}  # store -> credit returned, not granted yet
+        self._pclient = stores.persistent.register_client(
+            self._on_store_disk, self._on_store_credit_persistent)
+        self._tclient = stores.transient.register_client(
+            lambda _ids: None, self._on_store_credit_transient)
         qdir = os.path.join(stores.queues_dir, queue_dir_name(*name))
         self._qi = QueueIndex(
             qdir, self._on_index_sync, max_journal_entries=queue_index_max_journal_entries,
@@ -480,6 +508,25 @@ class VariableQueue(VqDisk):
         self.mode = mode
         self.target_ram_count = 0 if mode == "lazy" else None
         self._reduce_memory_use()
+
+    def needs_resume(self) -> bool:
+        """A paging pass stopped short (pass limit) or store credit came back: the queue
+        process should call `resume` (on its next mailbox turn)."""
+        return self._resume_wanted
+
+    def resume(self) -> None:
+        """Take returned store credit and run the next paging pass (rabbit_variable_queue
+        resume / the bump_reduce_memory_use message)."""
+        self._resume_wanted = False
+        self._take_store_credit()
+        self._budget = self._b2d_budget = self.page_pass_limit
+        self._reduce_memory_use()
+
+    def flow_blocked(self) -> bool:
+        """Out of credit towards a message store: the queue process holds back the credit it
+        owes channels (credit_flow's deferred grants), so publishers slow down."""
+        credit = self._store_credit
+        return credit is not None and credit.blocked
 
     def set_ram_duration_target(self, duration: float | None) -> None:
         """Seconds of traffic to keep in RAM; target_ram_count = duration x total rate."""

@@ -5,20 +5,23 @@ Owns nothing of its own: `VqDisk` is a mixin of `variable_queue.VariableQueue` a
 its fields (q1..q4, delta, pending-ack maps, counters). Split out to keep files short; the
 names follow rabbit_variable_queue.erl (`maybe_write_to_disk`, `push_alphas_to_betas`,
 `push_betas_to_deltas`, `maybe_deltas_to_betas`, `limit_ram_acks`, `record_confirms`).
+Paging cost is proportional to what is paged: a pass moves at most `_budget` messages and
+never walks a whole queue or pending-ack map.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from broker import storage_codec
 from broker.backing_queue.base import MessageProps
 from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus
+from broker.credit_flow import CreditFlow
 from broker.message import Message
 from broker.queue_index.journal import PubRecord
 from broker.queue_index.segment import SEGMENT_ENTRY_COUNT, next_segment_boundary
@@ -61,6 +64,11 @@ class VqDisk:
     _store_done: set[bytes]
     _qi_done: set[bytes]
     _confirmed: list[bytes]
+    _budget: int
+    _b2d_budget: int
+    _resume_wanted: bool
+    _store_credit: CreditFlow | None
+    _credit_back: dict[object, int]
 
     # -- writing ---------------------------------------------------------------------------
     def _write_msg(self, ms: MsgStatus, msg: Message) -> None:
@@ -73,7 +81,13 @@ class VqDisk:
             store, client = self._stores.transient, self._tclient
         with self._confirm_lock:
             wants = ms.msg_id in self._needs_store
-        store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None)
+        credit = self._store_credit
+        if credit is None:
+            store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None)
+        else:  # msg_store_write with flow: one credit per write (rabbit_msg_store write_flow)
+            store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None, client)
+            if credit.send(store):
+                self._take_store_credit()  # credit the store returned meanwhile
         ms.msg_in_store = True
 
     def _write_index(self, ms: MsgStatus, msg: Message | None) -> None:
@@ -181,37 +195,96 @@ class VqDisk:
         if ready:
             self._notify()
 
+    # -- store credit (callbacks may run on worker threads) ----------------------------------
+    def _on_store_credit_persistent(self, n: int) -> None:
+        self._store_credit_back(self._stores.persistent, n)
+
+    def _on_store_credit_transient(self, n: int) -> None:
+        self._store_credit_back(self._stores.transient, n)
+
+    def _store_credit_back(self, store: object, n: int) -> None:
+        """`store` synced `n` of our flow writes (fsync thread, or inline): record the credit;
+        wake the queue process if we are blocked on it."""
+        with self._confirm_lock:
+            self._credit_back[store] = self._credit_back.get(store, 0) + n
+        credit = self._store_credit
+        if credit is not None and credit.blocked and not self._resume_wanted:
+            self._resume_wanted = True
+            self._notify()
+
+    def _take_store_credit(self) -> None:
+        """Grant ourselves the credit the stores returned (queue-process thread)."""
+        credit = self._store_credit
+        if credit is None or not self._credit_back:
+            return
+        with self._confirm_lock:
+            back, self._credit_back = self._credit_back, {}
+        for store, n in back.items():
+            credit.grant(store, n)
+
     # -- paging ----------------------------------------------------------------------------
+    def _want_resume(self) -> None:
+        """A pass stopped at its limit: ask the queue process for another on its next turn."""
+        if not self._resume_wanted:
+            self._resume_wanted = True
+            self._notify()
+
     def _reduce_memory_use(self) -> None:
         """Page to meet target_ram_count: RAM pending acks and alphas (front of q1, back of
-        q4) become betas in proportion, then betas go to delta in io_batch_size chunks."""
+        q4) become betas in proportion, then betas go to delta in io_batch_size chunks; at
+        most `_budget` messages per pass, and no store writes while out of store credit
+        (rabbit_variable_queue reduce_memory_use: chunks of 2 x msg_store_credit_disc_bound)."""
         target = self.target_ram_count
         if target is None:
             return
         ram_acks = len(self.ram_pending_ack)
         alphas = len(self.q1) + len(self.q4)
-        if ram_acks + alphas > target:
-            total = ram_acks + alphas
+        total = ram_acks + alphas
+        more = False
+        if total > target:
+            quota = min(total - target, self._budget)
             ack_target = target * ram_acks // total
-            self._limit_ram_acks(ram_acks - ack_target)
-            self._push_alphas_to_betas(alphas - (target - ack_target))
-        self._push_betas_to_deltas(target)
+            done = self._limit_ram_acks(min(ram_acks - ack_target, quota))
+            done += self._push_alphas_to_betas(min(alphas - (target - ack_target), quota - done))
+            self._budget -= done
+            # cut by the pass limit (out of credit instead: the credit's return resumes us)
+            more = done < total - target and self._budget <= 0
+            ram_acks = len(self.ram_pending_ack)
+            alphas = len(self.q1) + len(self.q4)
+        # betas count against the target too (embedded ones keep their message in RAM), so
+        # RAM holds about `target` messages, not `target` alphas plus as many betas; at least
+        # io_batch_size betas are permitted (q3's working set), so that delta is written in
+        # io_batch_size chunks, not one message and one fold per publish
+        if self._push_betas_to_deltas(max(self.io_batch_size, target - alphas - ram_acks)):
+            more = True
+        if more:
+            self._want_resume()
 
-    def _limit_ram_acks(self, n: int) -> None:
-        """Page the `n` newest RAM pending acks (RabbitMQ takes the largest seq ids)."""
+    def _limit_ram_acks(self, n: int) -> int:
+        """Page up to `n` of the newest RAM pending acks (RabbitMQ takes the largest seq ids;
+        the map's insertion order is ours, so this costs O(n), not a scan). Returns how many
+        were paged (fewer when out of store credit)."""
         if n <= 0:
-            return
-        for seq_id in heapq.nlargest(n, self.ram_pending_ack):
-            ms = self.ram_pending_ack.pop(seq_id)
+            return 0
+        credit = self._store_credit
+        done = 0
+        for seq_id in list(islice(reversed(self.ram_pending_ack), n)):
+            ms = self.ram_pending_ack[seq_id]
             msg = ms.msg
             assert msg is not None
             if ms.persist_to == MSG_STORE:
+                if credit is not None and credit.blocked:
+                    break
+                del self.ram_pending_ack[seq_id]
                 self._write_msg(ms, msg)
                 ms.msg = None
                 self.disk_pending_ack[seq_id] = ms
             else:
+                del self.ram_pending_ack[seq_id]
                 self._write_index(ms, msg)
                 self.qi_pending_ack[seq_id] = ms
+            done += 1
+        return done
 
     def _alpha_to_beta(self, ms: MsgStatus) -> None:
         msg = ms.msg
@@ -223,17 +296,26 @@ class VqDisk:
         else:  # embedded betas keep their (small) message, as RabbitMQ's trim_msg_status
             self._write_index(ms, msg)
 
-    def _push_alphas_to_betas(self, n: int) -> None:
-        while n > 0 and self.q1:
+    def _push_alphas_to_betas(self, n: int) -> int:
+        """Turn up to `n` alphas into betas: the front of q1, then the back of q4. Stops when
+        out of store credit; returns how many moved."""
+        credit = self._store_credit
+        done = 0
+        while done < n and self.q1:
+            if credit is not None and credit.blocked:
+                return done
             ms = self.q1.popleft()
             self._alpha_to_beta(ms)
             (self.q2 if self.delta.count else self.q3).append(ms)
-            n -= 1
-        while n > 0 and self.q4:
+            done += 1
+        while done < n and self.q4:
+            if credit is not None and credit.blocked:
+                return done
             ms = self.q4.pop()
             self._alpha_to_beta(ms)
             self.q3.appendleft(ms)
-            n -= 1
+            done += 1
+        return done
 
     def _to_delta(self, ms: MsgStatus) -> None:
         """A ready message leaves RAM entirely (body and index entry on disk)."""
@@ -243,13 +325,18 @@ class VqDisk:
             self._ram_msgs -= 1
         self.delta.add(ms.seq_id, ms.is_persistent, ms.size)
 
-    def _push_betas_to_deltas(self, permitted: int) -> None:
+    def _push_betas_to_deltas(self, permitted: int) -> bool:
         """Betas beyond `permitted` go to delta once there are io_batch_size of them: all of
         q2, then q3 from the back, keeping the first io_batch_size of q3 (its working set, so
-        a segment just read is not pushed straight back)."""
+        a segment just read is not pushed straight back); at most `_b2d_budget` of them (a
+        pass's own chunk, as RabbitMQ's B2DChunk). Returns True when the budget stopped it
+        with a chunk still to move."""
         excess = len(self.q2) + len(self.q3) - permitted
         if excess <= 0 or excess < self.io_batch_size:
-            return
+            return False
+        if self._b2d_budget <= 0:
+            return True
+        excess = min(excess, self._b2d_budget)
         before = excess
         while excess > 0 and self.q2:
             self._to_delta(self.q2.popleft())
@@ -267,8 +354,11 @@ class VqDisk:
             ms = q3.pop()
             self._to_delta(ms)
             excess -= 1
+        self._b2d_budget -= before - excess
         if excess < before:  # a fold (segment + journal fsyncs) only when something moved
             self._qi.fold()
+        return self._b2d_budget <= 0 and (
+            len(self.q2) + len(self.q3) - permitted >= self.io_batch_size)
 
     def _status_of(self, e: Any) -> MsgStatus:
         """The MsgStatus of index entry `e` read back from disk (embedded bodies decoded,

@@ -118,7 +118,9 @@ def node_json(b: Any) -> dict:
     return {
         "name": shapes.node_name(b), "type": "disc", "running": True, "os_pid": str(os.getpid()),
         "mem_used": rss, "mem_limit": limit, "mem_alarm": "memory" in active,
-        "disk_free": st.f_bavail * st.f_frsize, "disk_free_limit": b.config.disk_free_limit,
+        "disk_free": st.f_bavail * st.f_frsize,
+        "disk_free_limit": b.resources.disk_free_limit if getattr(b, "resources", None)
+        else b.config.disk_free_limit,
         "disk_free_alarm": "disk" in active,
         "fd_used": fds, "fd_total": fd_total,
         "sockets_used": len(b.connections), "sockets_total": fd_total,

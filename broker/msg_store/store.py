@@ -25,6 +25,14 @@ Guarantees by call:
               runs at once, inside sync().
     close()   everything fsynced, snapshot written: the next `recover()` skips the scan.
 
+Credit flow (msg_store_credit_disc_bound, ARCHITECTURE §1): a client that registered an
+`on_credit(n)` callback and writes with `flow=True` gets, after the sync that covers those
+writes (after its fsync on the fsync thread; inside `sync()` without fsync), `on_credit(n)`
+with how many of them are done. The writer spends one credit per such write, so a store that
+cannot keep up (a slow disk) leaves its writers blocked. RabbitMQ's store grants the credit
+when its process handles the write; ours handles writes inline, so the work a slow disk
+delays is the sync, and that is where the credit comes back.
+
 Threading model: every public method is synchronous and is called from the event-loop thread
 (queue processes). One lock guards the index, the file summaries and the write buffer. Two
 worker threads: an fsync thread (group commit: while one fsync runs, later syncs queue up and
@@ -110,7 +118,10 @@ class MessageStore:
         self._clients: dict[int, OnDisk] = {}  # client id -> on_disk callback
         self._next_client = 0
         self._pending: dict[int, list[bytes]] = {}  # client -> msg_ids awaiting fsync
-        self._sync_queue: list[tuple[set[int], bool, dict[int, list[bytes]]]] = []
+        self._credit_cbs: dict[int, Callable[[int], None]] = {}  # client -> on_credit
+        self._flow: dict[int, int] = {}  # client -> flow writes since the last sync
+        self._sync_queue: list[tuple[set[int], bool, dict[int, list[bytes]], dict[int, int]]] = []
+        self._stall: threading.Event | None = None  # syncs wait for it (stall_syncs)
         self._fsync_running = False  # a worker is fsyncing; later syncs wait in _sync_queue
         self._fsync_idle = threading.Condition(self._lock)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-fsync")
@@ -231,12 +242,16 @@ class MessageStore:
             self._total_valid += summary.valid_total_size
 
     # -- clients ---------------------------------------------------------------------------
-    def register_client(self, on_disk: OnDisk) -> int:
-        """Register a writer's `on_disk(msg_ids)` callback; returns the client id to pass to
-        `write`. The callback runs on the fsync worker thread (see the module docstring)."""
+    def register_client(self, on_disk: OnDisk,
+                        on_credit: Callable[[int], None] | None = None) -> int:
+        """Register a writer's `on_disk(msg_ids)` callback (and, for credit flow, its
+        `on_credit(n)`); returns the client id to pass to `write`. The callbacks run on the
+        fsync worker thread (see the module docstring)."""
         with self._lock:
             self._next_client += 1
             self._clients[self._next_client] = on_disk
+            if on_credit is not None:
+                self._credit_cbs[self._next_client] = on_credit
             return self._next_client
 
     def unregister_client(self, client: int) -> None:
@@ -244,12 +259,18 @@ class MessageStore:
         with self._lock:
             self._clients.pop(client, None)
             self._pending.pop(client, None)
+            self._credit_cbs.pop(client, None)
+            self._flow.pop(client, None)
 
     # -- the hot path ----------------------------------------------------------------------
-    def write(self, msg_id: bytes, body: bytes, client: int | None = None) -> None:
+    def write(self, msg_id: bytes, body: bytes, client: int | None = None,
+              flow: int | None = None) -> None:
         """Store `body` under `msg_id` (or bump its ref count if present). With `client`, the
-        msg_id is reported to that client's on_disk callback after the next fsync."""
+        msg_id is reported to that client's on_disk callback after the next fsync; with
+        `flow` (a client id), that client's on_credit gets 1 more after the next sync."""
         with self._lock:
+            if flow is not None:
+                self._flow[flow] = self._flow.get(flow, 0) + 1
             entry = self._index.lookup(msg_id)
             if entry is not None:
                 entry.ref_count += 1
@@ -339,12 +360,13 @@ class MessageStore:
         docstring). Returns at once."""
         with self._lock:
             self._flush_locked()
-            if not self._dirty and not self._pending:
+            if not self._dirty and not self._pending and not self._flow:
                 return
-            batch = (self._dirty, self._dir_dirty, self._pending)
-            self._dirty, self._dir_dirty, self._pending = set(), False, {}
-            if not self.fsync:
+            batch = (self._dirty, self._dir_dirty, self._pending, self._flow)
+            self._dirty, self._dir_dirty, self._pending, self._flow = set(), False, {}, {}
+            if not self.fsync and self._stall is None:
                 callbacks = [(self._clients.get(c), ids) for c, ids in batch[2].items()]
+                credits = [(self._credit_cbs.get(c), n) for c, n in batch[3].items()]
             else:
                 self._sync_queue.append(batch)
                 if not self._fsync_running:
@@ -354,6 +376,16 @@ class MessageStore:
         for cb, ids in callbacks:
             if cb is not None and ids:
                 cb(ids)
+        for credit_cb, n in credits:
+            if credit_cb is not None and n:
+                credit_cb(n)
+
+    def stall_syncs(self, gate: threading.Event) -> None:
+        """Make every later sync wait, on the fsync thread, until `gate` is set: the store
+        behaves as on a stalled disk (writes buffer, confirms and flow credit wait). For
+        fault-injection tests and drills of back-pressure; `gate.set()` ends the stall."""
+        with self._lock:
+            self._stall = gate
 
     def _fsync_worker(self) -> None:
         while True:
@@ -365,16 +397,28 @@ class MessageStore:
                 batches, self._sync_queue = self._sync_queue, []
                 files = set().union(*(b[0] for b in batches))
                 dir_too = any(b[1] for b in batches)
-            for num in files:
-                _fsync_path(self._path(num))
-            if dir_too:
-                fsync_dir(self.directory)
-            for _files, _d, pending in batches:
+                stall = self._stall
+            if stall is not None:
+                stall.wait()
+                with self._lock:
+                    if self._stall is stall:
+                        self._stall = None
+            if self.fsync:
+                for num in files:
+                    _fsync_path(self._path(num))
+                if dir_too:
+                    fsync_dir(self.directory)
+            for _files, _d, pending, flow in batches:
                 for client, ids in pending.items():
                     with self._lock:
                         cb = self._clients.get(client)
                     if cb is not None and ids:
                         cb(ids)
+                for client, n in flow.items():
+                    with self._lock:
+                        credit_cb = self._credit_cbs.get(client)
+                    if credit_cb is not None and n:
+                        credit_cb(n)
 
     def wait_for_sync(self, timeout: float = 10.0) -> None:
         """Block until no fsync is running (tests and `close`)."""

@@ -40,3 +40,28 @@ def test_bad_values_are_rejected():
     assert "unknown key" in str(info.value)
     with pytest.raises(ValueError):
         load_config([], {"BROKER_FSYNC": "maybe"})
+
+
+def test_resource_settings_take_rabbitmq_units_and_names(tmp_path):
+    from broker.config import parse_information_unit as size
+
+    assert size("512MB") == 512_000_000 and size("1GiB") == 1 << 30 and size("800M") == 800 << 20
+    assert size("2kB") == 2000 and size("2k") == 2048 and size(1024) == 1024
+    for bad in ("12XB", "MB", "-1MB", "lots"):
+        with pytest.raises(ValueError):
+            size(bad)
+    cfg = load_config(["--set", "vm_memory_high_watermark.absolute=512MB",
+                       "--set", "disk_free_limit.absolute=1GB",
+                       "--set", "vm_memory_high_watermark.relative=0.6"], {})
+    assert cfg.vm_memory_high_watermark_absolute == 512_000_000
+    assert cfg.disk_free_limit == 1_000_000_000
+    assert cfg.vm_memory_high_watermark == 0.6
+    toml = tmp_path / "r.toml"
+    toml.write_text('[vm_memory_high_watermark]\nabsolute = "1GiB"\n'
+                    '[disk_free_limit]\nrelative = 1.5\n')
+    cfg = load_config(["--config", str(toml)], {"BROKER_DISK_FREE_LIMIT": "2GB"})
+    assert cfg.vm_memory_high_watermark_absolute == 1 << 30
+    assert cfg.disk_free_limit_relative == 1.5
+    assert cfg.disk_free_limit == 2_000_000_000
+    with pytest.raises(ValueError):
+        load_config(["--set", "vm_memory_high_watermark=1.5"], {})

@@ -31,3 +31,37 @@ def test_peer_down_unblocks():
     c.send("q")
     assert c.peer_down("q") is True
     assert not c.blocked
+
+
+def test_credit_left_and_flow_state_window():
+    from broker.credit_flow import FLOW_STATE_WINDOW, flow_state
+
+    c = CreditFlow(initial=2, more_after=1)
+    assert c.credit_left("q") == 2 and c.blocked_at is None
+    c.send("q")
+    c.send("q")
+    assert c.credit_left("q") == 0 and c.blocked_at is not None
+    t = c.blocked_at
+    assert flow_state(c.blocked, t, t + 100) == "flow"  # blocked: flow whatever the time
+    c.grant("q", 1)
+    assert flow_state(c.blocked, t, t + FLOW_STATE_WINDOW / 2) == "flow"  # recently blocked
+    assert flow_state(c.blocked, t, t + FLOW_STATE_WINDOW + 0.1) == "running"
+    assert flow_state(False, None, 0.0) == "running"
+
+
+def test_each_hop_blocks_and_replenishes():
+    """reader -> channel -> queue (400, 200) and queue -> store (4000, 800): the sender blocks
+    after exactly `initial` sends; the receiver's acks give `more_after` back per that many."""
+    for initial, more_after in ((400, 200), (4000, 800)):
+        sender, receiver = CreditFlow(initial, more_after), CreditFlow(initial, more_after)
+        blocked_at = None
+        for i in range(1, initial + 1):
+            if sender.send("rx"):
+                blocked_at = i
+        assert blocked_at == initial and sender.blocked
+        granted = sum(receiver.ack("tx") for _ in range(more_after - 1))
+        assert granted == 0 and sender.blocked  # nothing back before more_after handled
+        grant = receiver.ack("tx")
+        assert grant == more_after
+        assert sender.grant("rx", grant) is True and not sender.blocked
+        assert sender.credit_left("rx") == more_after
