@@ -38,6 +38,9 @@ MiB = 1024 * 1024
 TRIM_ABOVE = 0.5
 
 
+NEAR_WATERMARK = 0.8  # above this fraction of the watermark, memory checks run 4× as often
+
+
 class Alarms:
     """The resource alarms in effect (rabbit_alarm). `active` is a frozenset of "memory" /
     "disk"; `subscribe(fn)` makes `fn(active)` run after every change (set or clear)."""
@@ -190,7 +193,11 @@ class ResourceMonitor:
         except OSError as exc:  # /proc unreadable: keep the last state, try again
             log.warning("memory check failed: %s", exc)
         if self._loop is not None:
-            self._timer = self._loop.call_later(self.interval, self._tick)
+            # near the watermark (or past it) check four times as often: a producer can add
+            # 100 MB a second, and each interval the alarm waits is RSS past the watermark
+            near = self.memory_limit and self.used > NEAR_WATERMARK * self.memory_limit
+            self._timer = self._loop.call_later(self.interval / 4 if near else self.interval,
+                                                self._tick)
 
     def check(self) -> None:
         """One round: memory (alarm, paging targets) and disk (alarm)."""
