@@ -105,3 +105,40 @@ def test_no_cgroup_limit_means_rss(tmp_path, v2, limit):
 def test_rss_and_trim():
     assert rss() > 1 << 20
     assert release_free_memory() in (True, False)  # True with glibc
+
+
+def test_checks_run_four_times_as_often_near_the_watermark(tmp_path):
+    """Above NEAR_WATERMARK of the watermark the next check comes after interval / 4."""
+    import asyncio
+
+    from broker.alarms import NEAR_WATERMARK, Alarms, ResourceMonitor
+    from broker.config import BrokerConfig
+
+    class Fixed:  # a memory source whose figure the test sets
+        total = 10_000_000_000
+        kind = "rss"
+
+        def __init__(self) -> None:
+            self.value = 0
+
+        def used(self) -> int:
+            return self.value
+
+    source = Fixed()
+    cfg = BrokerConfig(data_dir=str(tmp_path), vm_memory_high_watermark_absolute=1_000_000,
+                       disk_free_limit=0)
+    mon = ResourceMonitor(cfg, Alarms(), source=source)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    try:
+        mon._loop = loop
+        delays = []
+        real = loop.call_later
+        loop.call_later = lambda d, f, *a: delays.append(d) or real(d, f, *a)  # type: ignore
+        source.value = int(0.5 * 1_000_000)
+        mon._tick()
+        source.value = int((NEAR_WATERMARK + 0.05) * 1_000_000)
+        mon._tick()
+        assert delays == [mon.interval, mon.interval / 4]
+    finally:
+        mon.stop()
+        loop.close()
