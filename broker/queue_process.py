@@ -1,14 +1,13 @@
 """The queue process: one per queue (RabbitMQ `rabbit_amqqueue_process.erl`).
 
-Owns: a queue's consumers, its backing queue, per-channel credit, and the confirms it owes
-publishers. Channels talk to it only by `cast` (publish, ack, requeue, discard, run) or by the
-synchronous façade calls in `broker/queue.py` (consume, cancel, get, purge, delete). It tells
-channels about deliveries through the channel façade (`deliver`, `can_deliver`,
-`grant_credit`, `consumer_cancelled`, cast `confirm`). It reports its RAM duration to the
-memory monitor every 5 s and takes the RAM targets the monitor casts it (`alarms.py`,
-ARCHITECTURE §7); while its backing queue is out of message-store credit it holds back the
-credit it owes channels (ARCHITECTURE §1). It never writes to sockets and never touches
-another queue.
+Owns: a queue's consumers, its backing queue, per-channel credit, the confirms it owes
+publishers, and enforcing its arguments (parsed by `queue_arguments.py`; the x-expires lease
+in `queue_expiry.py`). Channels talk to it by `cast` (publish, ack, requeue, discard, run) or
+through `call` on its façade methods (add_consumer, basic_get, purge, check_delete, ...). It
+tells channels about deliveries through the channel façade (`deliver`, `can_deliver`,
+`grant_credit`, `consumer_cancelled`). It reports its RAM duration to the memory monitor and
+takes the RAM targets it casts (`alarms.py`, ARCHITECTURE §7); out of message-store credit it
+holds back the credit it owes channels (ARCHITECTURE §1). It never writes to sockets.
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from broker.definitions import PolicyDef
 from broker.mailbox import Process
 from broker.message import Message
 from broker.policies import effective_queue_arguments
+from broker.queue_arguments import parse_arguments
+from broker.queue_expiry import UnusedLease
 from broker.stats import MessageStats
 from broker.ttl import expiry_ms, parse_expiration
 
@@ -106,9 +107,8 @@ class QueueProcess(Process):
         self._expiring = not self.bq.is_empty()
         self._expiry_timer: asyncio.TimerHandle | None = None  # fires at the head's expiry
         self._expiry_at: int | None = None  # ms since the epoch the timer is set for
-        self._last_used = time.monotonic()
-        self._unused_timer: asyncio.TimerHandle | None = None  # the x-expires lease
-        self.expires: int | None = None
+        # the x-expires lease (broker/queue_expiry.py)
+        self.lease = UnusedLease(loop, lambda: self.cast((UNUSED,)))
         self._apply(effective)
         if self._expiring:  # recovered messages: expire what is due, arm the timer
             loop.call_soon(self.cast, (EXPIRE,))
@@ -125,45 +125,24 @@ class QueueProcess(Process):
             self._ram_timer = loop.call_later(RAM_DURATION_INTERVAL, self.cast, (RAM_DURATION,))
 
     def _apply(self, args: dict) -> None:
-        """Take TTL, length limits, overflow, dead-lettering and expiry from the effective
-        arguments `args` (at declare, and again whenever the queue's policy changes)."""
-        # message TTL (rabbitmq.com/ttl.html): x-message-ttl in ms, or None; applies to
-        # messages enqueued from now on (each message keeps the expiry it got)
-        ttl = args.get("x-message-ttl")
-        self.message_ttl: int | None = _limit(ttl)
-        if self.message_ttl is not None:
+        """Take TTL, length limits, overflow, dead-lettering, expiry and mode from the
+        effective arguments `args` (at declare, and again whenever the queue's policy
+        changes; broker/queue_arguments.py parses them). A new message TTL applies to
+        messages enqueued from now on; the x-expires lease restarts when it changes."""
+        a = self.settings = parse_arguments(args)
+        self.message_ttl: int | None = a.message_ttl  # rabbitmq.com/ttl.html
+        if a.message_ttl is not None:
             self._expiring = True
-        # length limits (rabbitmq.com/maxlength.html): x-max-length ready messages and
-        # x-max-length-bytes ready body bytes, and what happens past them: drop-head
-        # (default) or reject-publish(-dlx)
-        self.max_length: int | None = _limit(args.get("x-max-length"))
-        self.max_length_bytes: int | None = _limit(args.get("x-max-length-bytes"))
-        self._limited = self.max_length is not None or self.max_length_bytes is not None
-        self._overflow = args.get("x-overflow") or "drop-head"
-        self._rejects = self._overflow in ("reject-publish", "reject-publish-dlx")
-        # dead-lettering (rabbitmq.com/dlx.html): where rejected, expired and dropped go
-        dlx = args.get("x-dead-letter-exchange")
-        self.dlx: str | None = dlx if isinstance(dlx, str) else None
-        dlrk = args.get("x-dead-letter-routing-key")
-        self.dlrk: str | None = dlrk if isinstance(dlrk, str) else None
-        # queue expiry (rabbitmq.com/ttl.html#queue-ttl): x-expires ms unused -> deleted;
-        # unused = no consumers, no basic.get, no (re)declare; after a restart the lease
-        # starts again from the boot, as in RabbitMQ
-        expires = args.get("x-expires")
-        expires = expires if isinstance(expires, int) and not isinstance(expires, bool) \
-            and expires > 0 else None
-        if expires != self.expires:
-            self.expires = expires
-            if self._unused_timer is not None:
-                self._unused_timer.cancel()
-                self._unused_timer = None
-            if expires is not None:
-                self._unused_timer = self._loop.call_later(expires / 1000, self.cast,
-                                                           (UNUSED,))
-        mode = args.get("x-queue-mode")
+        self._limited = a.limited  # rabbitmq.com/maxlength.html
+        self._rejects = a.rejects
+        self.dlx: str | None = a.dlx  # rabbitmq.com/dlx.html
+        self.dlrk: str | None = a.dlrk
+        # queue expiry (rabbitmq.com/ttl.html#queue-ttl): unused = no consumers, no
+        # basic.get, no (re)declare; after a restart the lease starts again from the boot
+        self.lease.set(a.expires)
         set_mode = getattr(self.bq, "set_queue_mode", None)
         if set_mode is not None:
-            set_mode("lazy" if mode == "lazy" else "default")
+            set_mode("lazy" if a.lazy else "default")
 
     def apply_policy(self, policy: PolicyDef | None) -> None:
         """The queue's policy changed (set, cleared or another one matches now): the new
@@ -172,7 +151,7 @@ class QueueProcess(Process):
         was at declare (owed confirms follow the rule they were made under)."""
         self.policy = policy
         self._apply(effective_queue_arguments(self.arguments, policy))
-        if self._limited and self._over_limit():
+        if self._limited and self.settings.over_limit(self.bq):
             self._drop_head()
         self._flush_confirms()
 
@@ -193,7 +172,7 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(tags)
             self.bq.requeue(tags)
             self._expiring = True  # a requeued message may carry an expiry: look again
-            if self._limited and self._over_limit():  # RabbitMQ enforces the limit after
+            if self._limited and self.settings.over_limit(self.bq):  # RabbitMQ enforces the limit after
                 self._drop_head()                     # a requeue too (3.10.8, checked)
         elif kind == DISCARD:  # reject/nack without requeue: dead-lettered as "rejected"
             tags = self._settle(msg[1], msg[2])
@@ -252,24 +231,14 @@ class QueueProcess(Process):
     # -- queue expiry (x-expires) ------------------------------------------------------------
     def touch(self) -> None:
         """The queue was used (consume, basic.get, declare): x-expires counts from now."""
-        self._last_used = time.monotonic()
+        self.lease.touch()
 
     def _unused_check(self) -> None:
-        self._unused_timer = None
-        if self.deleted or self.expires is None:
-            return
-        now = time.monotonic()
-        if len(self.consumers):
-            self._last_used = now  # in use all along
-        idle_ms = (now - self._last_used) * 1000
-        if idle_ms >= self.expires:
+        if not self.deleted and self.lease.expired(bool(len(self.consumers))):
             log.info("queue '%s' in vhost '%s' expired after %d ms unused", self.name,
-                     self.vhost.name, self.expires)
+                     self.vhost.name, self.lease.expires)
             # outside this mailbox drain: terminate drains the mailbox itself
             self._loop.call_soon(self.vhost.delete_queue_now, self)
-            return
-        self._unused_timer = self._loop.call_later(
-            (self.expires - idle_ms) / 1000, self.cast, (UNUSED,))
 
     # -- message TTL (rabbitmq.com/ttl.html) -------------------------------------------------
     def _drop_expired(self) -> None:
@@ -350,12 +319,13 @@ class QueueProcess(Process):
             props.expiry = expiry_ms(int(now * 1000), self.message_ttl, msg_ttl)
             self._expiring = True
         bq = self.bq
-        if self._rejects and self._limited and self._would_overflow(len(message.body)):
+        if (self._rejects and self._limited
+                and self.settings.would_overflow(bq, len(message.body))):
             # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:
                 self._owe_nack(channel, seq)
-            if self._overflow == "reject-publish-dlx":
+            if self.settings.overflow == "reject-publish-dlx":
                 self._dead_letter([(message, props)], "maxlen")
             self._credit_back(channel)
             return
@@ -386,34 +356,18 @@ class QueueProcess(Process):
             self._credit_back(channel)
             return
         bq.publish(message, props)
-        if self._limited and self._over_limit():
+        if self._limited and self.settings.over_limit(self.bq):
             self._drop_head()
         if props.expiry is not None and self._expiry_timer is None:
             self._drop_expired()  # arms the timer for the head
         self._credit_back(channel)
-
-    def _would_overflow(self, size: int) -> bool:
-        """reject-publish: would one more message of `size` body bytes pass a limit?
-        (rabbit_amqqueue_process `will_overflow`)"""
-        bq = self.bq
-        return ((self.max_length is not None and bq.len() + 1 > self.max_length)
-                or (self.max_length_bytes is not None
-                    and bq.ready_bytes() + size > self.max_length_bytes))
-
-    def _over_limit(self) -> bool:
-        """Ready messages or their body bytes past a limit (rabbit_amqqueue_process
-        `is_over_limit`)."""
-        bq = self.bq
-        return ((self.max_length is not None and bq.len() > self.max_length)
-                or (self.max_length_bytes is not None
-                    and bq.ready_bytes() > self.max_length_bytes))
 
     def _drop_head(self) -> None:
         """drop-head: drop messages from the head (the next to deliver) until no limit is
         passed (their publishers are confirmed in persist mode, nacked in the ack modes)."""
         bq = self.bq
         dropped = []
-        while self._over_limit():
+        while self.settings.over_limit(self.bq):
             fetched = bq.fetch(False)
             if fetched is None:  # pragma: no cover - len said otherwise
                 break
@@ -506,13 +460,13 @@ class QueueProcess(Process):
                 f"queue '{self.name}' in vhost '{self.vhost.name}' in exclusive use")
         self.consumers.add(consumer)
         self._had_consumers = True
-        self._last_used = time.monotonic()
+        self.lease.touch()
         self.cast((RUN,))
 
     def remove_consumer(self, channel: Any, tag: str) -> bool:
         """basic.cancel; may auto-delete the queue. Returns whether the consumer existed."""
         consumer = self.consumers.remove(channel, tag)
-        self._last_used = time.monotonic()
+        self.lease.touch()
         self._maybe_auto_delete()
         return consumer is not None
 
@@ -521,7 +475,7 @@ class QueueProcess(Process):
         consumers (AMQP 0-9-1 §1.8.3.x: unacked messages are requeued on channel close)."""
         self._drain_all()
         self.consumers.remove_channel(channel)
-        self._last_used = time.monotonic()
+        self.lease.touch()
         self.credit.peer_down(channel)
         self._confirm_out.pop(channel, None)
         self._deferred.pop(channel, None)
@@ -530,7 +484,7 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(unacked)
             self.bq.requeue(unacked)
             self._expiring = True
-            if self._limited and self._over_limit():
+            if self._limited and self.settings.over_limit(self.bq):
                 self._drop_head()
         if not self._maybe_auto_delete():
             self.cast((RUN,))
@@ -538,7 +492,7 @@ class QueueProcess(Process):
     def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
         """basic.get from `channel`: (Fetched, messages left) or None when empty. Expired
         messages at the head are dropped first (never returned)."""
-        self._last_used = time.monotonic()
+        self.lease.touch()
         if self._expiring:
             self._drop_expired()
         fetched = self.bq.fetch(not no_ack)
@@ -556,22 +510,6 @@ class QueueProcess(Process):
                                                        fetched.ack_tag, channel)
             self._flush_confirms()  # auto-ack: released now, not at the next batch
         return fetched, self.bq.len()
-
-    def head_message_age(self) -> float | None:
-        """Management: seconds the next message to deliver has waited, from when this
-        queue took it, or from its `timestamp` property when it was read back from disk
-        (the index does not keep the enqueue time); None when the queue is empty or
-        neither is known."""
-        props = self.bq.peek_props()
-        if props is None:
-            return None
-        if props.enqueued_at is not None:
-            return max(0.0, _wall() - props.enqueued_at)
-        head = self.bq.peek(0, 1)
-        stamp = head[0][0].properties.timestamp if head else None
-        if stamp is None:
-            return None
-        return max(0.0, _wall() - stamp.replace(tzinfo=stamp.tzinfo or datetime.UTC).timestamp())
 
     def browse(self, offset: int, count: int) -> list[tuple[Message, bool]]:
         """Management: ready messages from `offset`, unconsumed (expired ones dropped
@@ -617,10 +555,11 @@ class QueueProcess(Process):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        for timer in (self._expiry_timer, self._unused_timer, self._ram_timer):
+        self.lease.cancel()
+        for timer in (self._expiry_timer, self._ram_timer):
             if timer is not None:
                 timer.cancel()
-        self._expiry_timer = self._unused_timer = self._ram_timer = None
+        self._expiry_timer = self._ram_timer = None
         if self._monitor is not None:
             self._monitor.deregister(self)
         self._deferred.clear()
@@ -639,14 +578,6 @@ class QueueProcess(Process):
 
     def stats(self) -> dict[str, int]:
         return {**self.bq.stats(), "consumers": len(self.consumers)}
-
-
-def _limit(value: Any) -> int | None:
-    """A length-limit argument as an int, or None when unset or invalid (the vhost refused
-    invalid ones at declare)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:

@@ -104,7 +104,7 @@ class BrokerCollector:
             for name, key, doc in pairs:
                 yield GaugeMetricFamily(f"rabbitmq_{name}", doc, value=lengths[key])
             ages = [a for v in self.broker.vhosts.values() for q in v.queues.values()
-                    if (a := q.head_message_age()) is not None]
+                    if (a := shapes.head_message_age(q)) is not None]
             yield GaugeMetricFamily("rabbitmq_queue_oldest_message_age_seconds",
                                     "The longest any queue's next message has waited (s)",
                                     value=max(ages, default=0.0))
@@ -127,7 +127,7 @@ class BrokerCollector:
                     fams[name].add_metric([vname, q.name], ql[key])
                 consumers.add_metric([vname, q.name], len(q.consumers))
                 published.add_metric([vname, q.name], q.message_stats.publish)
-                lag = q.head_message_age()
+                lag = shapes.head_message_age(q)
                 if lag is not None:
                     age.add_metric([vname, q.name], lag)
         yield from fams.values()

@@ -10,6 +10,7 @@ present.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import time
 from typing import Any
@@ -76,7 +77,7 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
         "head_message_timestamp": None,
         # beyond RabbitMQ: seconds the next message to deliver has waited (consumer lag;
         # the oldest message in a FIFO queue), None when empty or unknown
-        "oldest_message_age": _round(q.head_message_age()),
+        "oldest_message_age": _round(head_message_age(q)),
         "memory": _memory_estimate(stats, lengths["messages"]),
         "message_bytes": stats.get("bytes", 0),
         "message_bytes_ready": q.bq.ready_bytes(),
@@ -111,6 +112,25 @@ def _memory_estimate(stats: dict, messages: int) -> int:
     if not messages:
         return 0
     return int(stats.get("bytes", 0) * min(1.0, ram / messages)) + ram * MSG_OVERHEAD
+
+
+def head_message_age(q: Any) -> float | None:
+    """Seconds the next message to deliver of queue process `q` has waited (consumer lag):
+    from when the queue took it, or from its `timestamp` property when it was read back
+    from disk (the index does not keep the enqueue time); None when the queue is empty or
+    neither is known."""
+    bq = q.bq
+    props = bq.peek_props()
+    if props is None:
+        return None
+    now = time.time()
+    if props.enqueued_at is not None:
+        return max(0.0, now - props.enqueued_at)
+    head = bq.peek(0, 1)
+    stamp = head[0][0].properties.timestamp if head else None
+    if stamp is None:
+        return None
+    return max(0.0, now - stamp.replace(tzinfo=stamp.tzinfo or datetime.UTC).timestamp())
 
 
 def _round(value: float | None) -> float | None:
