@@ -388,47 +388,6 @@ class VariableQueue(VqDisk):
         ms = self._next_ready(True)
         return None if ms is None else ms.props
 
-    def peek(self, offset: int, count: int) -> list[tuple[Message, bool]]:
-        """Ready messages [offset, offset + count) in order (q4, q3, delta, q2, q1), read
-        from RAM, the index or the store; nothing moves between q1..q4 and delta."""
-        out: list[tuple[Message, bool]] = []
-        skip = offset
-
-        def take(items: Iterable[MsgStatus]) -> bool:
-            nonlocal skip
-            for ms in items:
-                if skip:
-                    skip -= 1
-                    continue
-                msg = self._read_msg(ms)
-                if msg is not None:
-                    out.append((msg, ms.is_delivered))
-                if len(out) >= count:
-                    return True
-            return False
-
-        if count <= 0 or take(self.q4) or take(self.q3):
-            return out
-        d = self.delta
-        if d.count:
-            if skip >= d.count:
-                skip -= d.count
-            elif take(self._delta_statuses()):
-                return out
-        take(self.q2) or take(self.q1)
-        return out
-
-    def _delta_statuses(self) -> Iterable[MsgStatus]:
-        """Delta's messages in order, read segment by segment (bodies not loaded)."""
-        pending = (self.ram_pending_ack, self.disk_pending_ack, self.qi_pending_ack)
-        start, end = self.delta.start_seq_id, self.delta.end_seq_id
-        while start < end:
-            stop = min(next_segment_boundary(start), end)
-            for e in self._qi.read(start, stop):
-                if not any(e.seq_id in p for p in pending):
-                    yield self._status_of(e)
-            start = stop
-
     # -- whole queue -----------------------------------------------------------------------
     def purge(self) -> int:
         """Drop every ready message, delta included (read segment by segment)."""
