@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.exchange import Exchange
+    from broker.exchange.types import Exchange
 
 
 def route(

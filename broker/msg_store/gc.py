@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 from broker.msg_store import file_format as ff
 from broker.msg_store.index import FileSummary
 
-if TYPE_CHECKING:
-    from broker.msg_store.store import MessageStore
+# every function takes the MessageStore whose private state it works on (`store`); gc is
+# that class's helper and is imported by it, so it does not import store.py back
+MessageStore = Any
 
 log = logging.getLogger("broker.store")
 
