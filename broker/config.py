@@ -220,8 +220,8 @@ def _check_resources(values: Mapping[str, Any]) -> None:
     if not 0 <= mark <= 1:  # RabbitMQ's schema: a float in [0, 1] (0 disables publishing)
         raise ValueError(f"vm_memory_high_watermark must be in [0, 1], not {mark}")
     ratio = values.get("vm_memory_high_watermark_paging_ratio", 0.5)
-    if not 0 < ratio <= 1:
-        raise ValueError(f"vm_memory_high_watermark_paging_ratio must be in (0, 1], not {ratio}")
+    if not ratio > 0:  # above 1 queues never page (rabbitmq.com/memory.html allows it)
+        raise ValueError(f"vm_memory_high_watermark_paging_ratio must be positive, not {ratio}")
     if values.get("disk_free_limit_relative", 0.0) < 0:
         raise ValueError("disk_free_limit.relative must not be negative")
     if values.get("memory_monitor_interval", 1000) <= 0:

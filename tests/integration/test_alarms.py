@@ -82,13 +82,14 @@ def _aio_publisher(url: str, q: str, n: int, confirmed: list) -> None:
 
 
 def test_memory_alarm_blocks_publishers_until_a_consumer_drains(fast, unique, caplog):
-    """An absolute watermark 40 MiB above what the broker uses now; paging only at the
-    watermark (paging ratio 1.0), so the alarm is what stops the publishers. The consumer
-    starts while both are blocked; whichever frees memory first (its draining, or the
-    queue paging after its first 5 s report) clears the alarm."""
+    """An absolute watermark 40 MiB above what the broker uses now, and no paging at all
+    (a paging ratio above 1, as RabbitMQ allows, so paging cannot free the memory first:
+    with paging at the watermark the queue paged itself below it before both publishers
+    were blocked, and the alarm cleared on its own). The alarm stops the publishers; the
+    consumer starts while both are blocked, and its draining clears the alarm."""
     caplog.set_level(logging.WARNING, logger="broker.alarms")
     caplog.set_level(logging.WARNING, logger="aiormq")
-    b = fast(vm_memory_high_watermark_paging_ratio=1.0)
+    b = fast(vm_memory_high_watermark_paging_ratio=2.0)
     used = b.call(lambda: b.broker.resources.used)
     limit = b.call(lambda: b.broker.set_vm_memory_high_watermark(absolute=used + 40 * MiB))
     assert limit == used + 40 * MiB

@@ -65,3 +65,14 @@ def test_resource_settings_take_rabbitmq_units_and_names(tmp_path):
     assert cfg.disk_free_limit == 2_000_000_000
     with pytest.raises(ValueError):
         load_config(["--set", "vm_memory_high_watermark=1.5"], {})
+
+
+def test_paging_ratio_above_one_turns_paging_off():
+    """rabbitmq.com/memory.html: a vm_memory_high_watermark_paging_ratio above 1.0 keeps
+    queues from paging at all; 0 or less is refused."""
+    from broker.config import load_config
+
+    assert load_config(["--set", "vm_memory_high_watermark_paging_ratio=2.0"]
+                       ).vm_memory_high_watermark_paging_ratio == 2.0
+    with pytest.raises(ValueError):
+        load_config(["--set", "vm_memory_high_watermark_paging_ratio=0"])
