@@ -8,6 +8,7 @@ channel's writer; never touches a queue's state except through the queue façade
 
 from __future__ import annotations
 
+import copy
 import uuid
 from typing import Any
 
@@ -35,8 +36,7 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
     if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
         _send_reply(ch, method, message)
         return
-    queues = ch.vhost.route(method.exchange, method.routing_key, message.properties.headers,
-                            message.properties)
+    queues = ch.vhost.route(method.exchange, method.routing_key, message.headers, message)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
@@ -103,7 +103,7 @@ def publish(ch: Any, cmd: Any) -> None:
         if exchange.type == "topic":
             ch.access.check_topic(name, "topic", method.routing_key, WRITE, method)
     header = cmd.header
-    user_id = header.properties.user_id
+    _mode, _priority, expiration, user_id, reply_to = header.hot
     if (user_id is not None and user_id != ch.conn.username
             and not ch.access.has_tag("impersonator")):
         # rabbitmq.com/validated-user-id.html
@@ -111,7 +111,6 @@ def publish(ch: Any, cmd: Any) -> None:
             errors.PreconditionFailed,
             f"user_id property set to '{user_id}' but authenticated user was "
             f"'{ch.conn.username}'", method)
-    expiration = header.properties.expiration
     if expiration is not None:
         try:
             parse_expiration(expiration)
@@ -119,15 +118,19 @@ def publish(ch: Any, cmd: Any) -> None:
             raise errors.amqp_error(
                 errors.PreconditionFailed, f"invalid expiration '{expiration}': {exc}",
                 method) from None
-    raw_properties = header.raw_properties
-    if header.properties.reply_to == REPLY_TO:
+    if reply_to == REPLY_TO:
         if ch.reply_consumer is None:  # rabbit_channel: no reply consumer on this channel
             raise errors.amqp_error(errors.PreconditionFailed,
                                     "fast reply consumer does not exist", method)
-        header.properties.reply_to = ch.reply_consumer[1]
-        raw_properties = None  # re-encoded with the rewritten reply_to
-    message = Message(name, method.routing_key, header.properties, cmd.body or b"",
-                      raw_properties=raw_properties)
+        props = copy.copy(header.properties)
+        props.reply_to = ch.reply_consumer[1]  # re-encoded with the rewritten reply_to
+        message = Message(name, method.routing_key, props, cmd.body or b"")
+    elif header.decoded is None:  # no headers table: the properties stay encoded
+        message = Message.from_wire(name, method.routing_key, header.raw_properties,
+                                    header.hot, cmd.body or b"")
+    else:
+        message = Message(name, method.routing_key, header.decoded, cmd.body or b"",
+                          raw_properties=header.raw_properties)
     if ch.tx is not None:
         ch.tx.publishes.append((method, message))
         return

@@ -11,6 +11,8 @@ import os
 
 from pamqp import commands
 
+from broker.protocol.framing import decode_properties, encode_properties
+
 Properties = commands.Basic.Properties
 
 # msg_id = 8 random bytes chosen at boot + a 64-bit counter: unique like RabbitMQ's rabbit_guid
@@ -28,13 +30,15 @@ class Message:
     """One published message: routing info, properties, body.
 
     Fields: `msg_id` (16 bytes, store key), `exchange` and `routing_key` (as published, str),
-    `properties` (pamqp `Basic.Properties`), `body` (bytes), `raw_properties` (the encoded
-    property flags + list as received, or None). `persistent` is
-    delivery_mode == 2 (AMQP 0-9-1 §1.8.2 basic properties).
+    `body` (bytes), `raw_properties` (the encoded property flags + list as received, or
+    None), and the properties the broker reads itself: `persistent` (delivery_mode == 2,
+    AMQP 0-9-1 §1.8.2), `priority` (int or None), `expiration` (str or None). `properties`,
+    the pamqp `Basic.Properties`, is decoded from `raw_properties` on first use when the
+    message came from the wire without a headers table (`from_wire`); `headers` is None then.
     """
 
-    __slots__ = ("msg_id", "exchange", "routing_key", "properties", "body", "persistent",
-                 "raw_properties")
+    __slots__ = ("msg_id", "exchange", "routing_key", "_properties", "body", "persistent",
+                 "raw_properties", "priority", "expiration")
 
     def __init__(
         self,
@@ -48,20 +52,52 @@ class Message:
         self.msg_id = msg_id if msg_id is not None else new_msg_id()
         self.exchange = exchange
         self.routing_key = routing_key
-        self.properties = properties
+        self._properties = properties
         self.body = body
         self.persistent = properties.delivery_mode == 2
+        self.priority = properties.priority
+        self.expiration = properties.expiration
         # the properties as received on the wire (flags + list), forwarded without re-encoding
         self.raw_properties = raw_properties
+
+    @classmethod
+    def from_wire(cls, exchange: str, routing_key: str, raw_properties: bytes,
+                  hot: tuple, body: bytes) -> Message:
+        """A message whose properties stay encoded until someone asks for them: `hot` is
+        `properties.scan_properties(raw_properties)`, which is only given for a property
+        list without a headers table."""
+        message = cls.__new__(cls)
+        message.msg_id = _GUID_PREFIX + next(_guid_counter).to_bytes(8, "big")
+        message.exchange = exchange
+        message.routing_key = routing_key
+        message._properties = None
+        message.body = body
+        message.persistent = hot[0] == 2
+        message.priority = hot[1]
+        message.expiration = hot[2]
+        message.raw_properties = raw_properties
+        return message
+
+    @property
+    def properties(self) -> Properties:
+        """The pamqp Basic.Properties (decoded from the wire bytes once, on first use)."""
+        props = self._properties
+        if props is None:
+            props = self._properties = decode_properties(self.raw_properties)
+        return props
+
+    @property
+    def headers(self) -> dict | None:
+        """The headers table, without decoding anything when the message has none."""
+        props = self._properties
+        return props.headers if props is not None else None
 
     def wire_properties(self) -> bytes:
         """The encoded properties (flags + list): the bytes received, or encoded once and kept
         so every later delivery, return or write reuses them."""
         raw = self.raw_properties
         if raw is None:
-            from broker.protocol.framing import encode_properties
-
-            raw = self.raw_properties = encode_properties(self.properties)
+            raw = self.raw_properties = encode_properties(self._properties)
         return raw
 
     @property

@@ -310,7 +310,7 @@ class QueueProcess(Process):
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
         now = _wall()
         props = MessageProps(enqueued_at=now)
-        expiration = message.properties.expiration
+        expiration = message.expiration
         if self.message_ttl is not None or expiration is not None:
             try:
                 msg_ttl = parse_expiration(expiration)
@@ -386,8 +386,8 @@ class QueueProcess(Process):
         vhost = self.vhost
         for message, _props in items:
             dead, keys = dead_letter_message(message, reason, self.name, dlx, self.dlrk, now)
-            headers = dead.properties.headers
-            for queue in vhost.route_keys(dlx, keys, headers, dead.properties):
+            headers = dead.headers
+            for queue in vhost.route_keys(dlx, keys, headers, dead):
                 if reason != "rejected" and is_cycle(queue.name, headers):
                     continue  # rabbit_dead_letter detect_cycles: dropped
                 queue.cast((PUBLISH, None, dead, None))

@@ -138,7 +138,11 @@ class Reader(asyncio.Protocol):
                 item = decoder.next_frame()
                 if item is None:
                     break
-                self._frame(item[0], item[1])
+                frame = item[1]
+                if frame.__class__ is Command:
+                    self._whole_publish(item[0], frame)
+                else:
+                    self._frame(item[0], frame)
                 if self.state == CLOSED:
                     return
         except errors.HardError as exc:
@@ -283,12 +287,37 @@ class Reader(asyncio.Protocol):
             return
         ch.cast((CMD, cmd))
         if cmd.method.__class__ is commands.Basic.Publish:
-            if ch.spend_reader_credit():
-                self._blocked_on.add(ch)
-                self._flow_at = time.monotonic()
-                self._pause()
-            if self.throttle.check:
-                self._publish_received()
+            self._published(ch)
+
+    def _published(self, ch: ChannelProcess) -> None:
+        """A publish went to `ch`: spend reader credit (pause reading when out of it) and,
+        under a resource alarm, stop reading after it."""
+        if ch.spend_reader_credit():
+            self._blocked_on.add(ch)
+            self._flow_at = time.monotonic()
+            self._pause()
+        if self.throttle.check:
+            self._publish_received()
+
+    def _whole_publish(self, channel: int, cmd: Command) -> None:
+        """A basic.publish the decoder read whole (method, header, body in one pass): straight
+        to an open channel whose assembler is idle, as the assembler would have passed it on;
+        anything else (a closing channel, a partial command on the channel, a body over
+        max_message_size) takes the frames one by one through `_frame`, as received."""
+        if self.state == RUNNING and channel not in self._discarding:
+            ch = self.channels.get(channel)
+            if ch is not None and ch.state == OPEN:
+                assembler = self._assemblers[channel]
+                if assembler.idle and cmd.header.body_size <= assembler.max_message_size:
+                    ch.cast((CMD, cmd))
+                    self._published(ch)
+                    return
+        self._frame(channel, cmd.method)
+        if self.state == CLOSED:
+            return
+        self._frame(channel, cmd.header)
+        if cmd.header.body_size and self.state != CLOSED:
+            self._frame(channel, cmd.body)
 
     def _pause(self) -> None:
         if not self._paused and self.transport is not None:

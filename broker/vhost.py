@@ -347,19 +347,19 @@ class VHost:
 
     # -- routing ----------------------------------------------------------------------------
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
-              properties: Any = None) -> list[QueueProcess]:
-        """Queue processes a publish to `exchange_name` reaches (may be empty); `properties`
-        (the basic properties) matter only to x-consistent-hash's `hash-property`."""
+              message: Any = None) -> list[QueueProcess]:
+        """Queue processes a publish to `exchange_name` reaches (may be empty); `message`
+        (the Message) matters only to x-consistent-hash's `hash-property`."""
         queues = self.queues
         if exchange_name == "":
             q = queues.get(routing_key)
             return [q] if q is not None else []
         names = route_exchanges(self.exchanges, exchange_name, routing_key, headers,
-                                properties=properties)
+                                message=message)
         return [queues[n] for n in names if n in queues]
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
-                   properties: Any = None) -> list[QueueProcess]:
+                   message: Any = None) -> list[QueueProcess]:
         """Queue processes a message sent to `exchange_name` with several routing keys
         reaches (dead-lettering: the published key and its CC keys); each queue once. A
         missing exchange reaches nothing (a missing DLX drops silently, rabbitmq.com/dlx.html)."""
@@ -369,7 +369,7 @@ class VHost:
         if exchange_name not in self.exchanges:
             return []
         names = route_exchanges(self.exchanges, exchange_name, keys[0], headers,
-                                extra_keys=keys[1:], properties=properties)
+                                extra_keys=keys[1:], message=message)
         return [queues[n] for n in names if n in queues]
 
     def recover(self) -> int:

@@ -94,7 +94,7 @@ class PriorityBackingQueue:
         self._top = max_priority
 
     def _priority(self, message: Message) -> int:
-        p = message.properties.priority
+        p = message.priority
         if not p:
             return 0
         return p if p < self.max_priority else self.max_priority

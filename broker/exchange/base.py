@@ -71,9 +71,10 @@ class Routing(Protocol):
         """Drop every binding to `destination` (queue or exchange deleted)."""
 
     def route(self, routing_key: str, headers: dict | None,
-              properties: object = None) -> Iterable[Hashable]:
-        """Destinations a message with this routing key, headers and basic `properties`
-        (read only by x-consistent-hash's hash-property) reaches, each once.
+              message: object = None) -> Iterable[Hashable]:
+        """Destinations a message with this routing key and headers reaches, each once;
+        `message` (the broker.message.Message) is read only by x-consistent-hash's
+        hash-property.
 
         The result may be a read-only view into the table: iterate it before the next
         binding change, never mutate it."""

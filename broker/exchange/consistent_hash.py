@@ -69,7 +69,7 @@ def _weight(routing_key: str) -> int:
 class ConsistentHashRouting(BindingTable):
     """Routing table of an x-consistent-hash exchange (module docstring).
 
-    `route(routing_key, headers, properties)` returns a tuple of at most one destination.
+    `route(routing_key, headers, message)` returns a tuple of at most one destination.
     """
 
     __slots__ = ("_source", "_weights", "_buckets")
@@ -86,7 +86,7 @@ class ConsistentHashRouting(BindingTable):
         _weight(routing_key)
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: Any = None) -> tuple[Hashable, ...]:
+              message: Any = None) -> tuple[Hashable, ...]:
         buckets = self._buckets
         if not buckets:
             return ()
@@ -96,7 +96,8 @@ class ConsistentHashRouting(BindingTable):
         elif source[0] == "header":
             value = headers.get(source[1]) if headers else None
         else:
-            value = getattr(properties, source[1], None) if properties is not None else None
+            props = message.properties if message is not None else None  # type: ignore[attr-defined]
+            value = getattr(props, source[1], None)
             if source[1] == "timestamp" and value is not None:  # hashed as decimal text
                 value = str(int(value.timestamp()) if hasattr(value, "timestamp") else int(value))
         return (buckets[jump_consistent_hash(hash64(value), len(buckets))],)

@@ -52,7 +52,7 @@ class DefaultRouting:
         """Nothing to drop: the implicit binding goes with the queue itself."""
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: object = None) -> tuple[str, ...]:
+              message: object = None) -> tuple[str, ...]:
         """`(routing_key,)` if a queue of that name exists, else `()`."""
         return (routing_key,) if self._queue_exists(routing_key) else ()
 

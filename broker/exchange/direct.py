@@ -31,7 +31,7 @@ class DirectRouting(BindingTable):
         self._table: dict[str, dict[Hashable, int]] = {}
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: object = None) -> dict[Hashable, int]:
+              message: object = None) -> dict[Hashable, int]:
         """Destinations bound with `routing_key` (a read-only view; do not mutate)."""
         return self._table.get(routing_key, _EMPTY)
 

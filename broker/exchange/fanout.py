@@ -29,7 +29,7 @@ class FanoutRouting(BindingTable):
         self._dests: dict[Hashable, int] = {}
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: object = None) -> dict[Hashable, int]:
+              message: object = None) -> dict[Hashable, int]:
         """Every bound destination (a read-only view; do not mutate)."""
         return self._dests
 

@@ -174,7 +174,7 @@ class HeadersRouting(BindingTable):
         )
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: object = None) -> set[Hashable]:
+              message: object = None) -> set[Hashable]:
         """Destinations of every binding whose arguments match `headers` (None = {})."""
         # normalised once per message, not once per binding (bench/micro/routing.py: 4x)
         data = {k: norm_value(v) for k, v in headers.items()} if headers else {}

@@ -31,7 +31,7 @@ class ModulusHashRouting(BindingTable):
         self._order: list[Hashable] = []  # the distinct destinations, sorted
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: Any = None) -> tuple[Hashable, ...]:
+              message: Any = None) -> tuple[Hashable, ...]:
         order = self._order
         if not order:
             return ()

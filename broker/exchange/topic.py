@@ -60,7 +60,7 @@ class TopicRouting(BindingTable):
         self._cache_size = cache_size
 
     def route(self, routing_key: str, headers: dict | None = None,
-              properties: object = None) -> frozenset:
+              message: object = None) -> frozenset:
         """Destinations whose binding key matches `routing_key`, each once."""
         hit = self._cache.get(routing_key)
         if hit is not None:

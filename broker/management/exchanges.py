@@ -114,8 +114,7 @@ async def publish(request: web.Request) -> web.Response:
     v, x = find_exchange(request)
     message = message_from_json(x.name, await body(request))
     with amqp_errors():
-        queues = v.route(x.name, message.routing_key, message.properties.headers,
-                         message.properties)
+        queues = v.route(x.name, message.routing_key, message.headers, message)
     for q in queues:
         q.cast((PUBLISH, None, message, None))
     return reply({"routed": bool(queues)})

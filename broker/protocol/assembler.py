@@ -7,25 +7,19 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from pamqp import commands
 
 from broker.errors import PreconditionFailed, UnexpectedFrame, amqp_error
-from broker.protocol.framing import ContentHeader
+from broker.protocol.framing import Command, ContentHeader
+
+__all__ = ["CONTENT_METHODS", "Command", "CommandAssembler"]
 
 # Methods followed by a content header and body frames (the spec's content="1" methods).
 CONTENT_METHODS: frozenset[type] = frozenset(
     {commands.Basic.Publish, commands.Basic.Return, commands.Basic.Deliver, commands.Basic.GetOk}
 )
-
-
-class Command(NamedTuple):
-    """A complete command: a pamqp method and, for content methods, header and body."""
-
-    method: Any
-    header: ContentHeader | None
-    body: bytes | None
 
 
 _EXPECT_METHOD, _EXPECT_HEADER, _EXPECT_BODY = 0, 1, 2

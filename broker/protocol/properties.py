@@ -224,3 +224,82 @@ def decode_properties_tolerant(raw: bytes) -> Properties:
     if pos != end:
         raise ValueError("trailing bytes")
     return props
+
+
+# (delivery_mode, priority, expiration, user_id, reply_to): the properties the broker itself
+# reads while routing and queueing a message; None where absent
+HotFields = tuple
+
+_NO_HOT: HotFields = (None, None, None, None, None)
+_HEADERS_FLAG = Properties.flags["headers"]
+
+
+def scan_properties(raw: bytes) -> HotFields | None:
+    """The broker's hot properties from property flags + property list without building a
+    `Basic.Properties` (RabbitMQ, too, keeps the properties as received; rabbit_binary_parser
+    decodes them only when needed): (delivery_mode, priority, expiration, user_id, reply_to).
+
+    Returns None when the list has a `headers` table: the caller decodes it all then, so a
+    malformed table is still refused at once. Otherwise the whole list is checked as
+    `decode_properties_tolerant` checks it (every length inside the list, no bytes left over;
+    shortstrs need not be UTF-8, timestamps may be anything), and ValueError is raised
+    exactly when that decoder would raise. About 0.3 µs for a typical list (bench/micro/
+    codec.py) against 1.4 µs for the full decode.
+    """
+    try:
+        if raw[1] & 1:  # a second flags word: properties beyond the 14 of 0-9-1
+            flags, pos = read_property_flags(raw)
+        else:
+            flags = raw[0] << 8 | raw[1]
+            pos = 2
+        if not flags:
+            if len(raw) != 2:
+                raise ValueError("trailing bytes")
+            return _NO_HOT
+        if flags & _HEADERS_FLAG:
+            return None
+        delivery_mode = priority = expiration = user_id = reply_to = None
+        if flags & 0x8000:  # content_type
+            pos += 1 + raw[pos]
+        if flags & 0x4000:  # content_encoding
+            pos += 1 + raw[pos]
+        if flags & 0x1000:
+            delivery_mode = raw[pos]
+            pos += 1
+        if flags & 0x0800:
+            priority = raw[pos]
+            pos += 1
+        if flags & 0x0400:  # correlation_id
+            pos += 1 + raw[pos]
+        if flags & 0x0200:
+            stop = pos + 1 + raw[pos]
+            reply_to = _text(raw[pos + 1 : stop])
+            pos = stop
+        if flags & 0x0100:
+            stop = pos + 1 + raw[pos]
+            expiration = _text(raw[pos + 1 : stop])
+            pos = stop
+        if flags & 0x0080:  # message_id
+            pos += 1 + raw[pos]
+        if flags & 0x0040:  # timestamp
+            pos += 8
+        if flags & 0x0020:  # type
+            pos += 1 + raw[pos]
+        if flags & 0x0010:
+            stop = pos + 1 + raw[pos]
+            user_id = _text(raw[pos + 1 : stop])
+            pos = stop
+        if flags & 0x0008:  # app_id
+            pos += 1 + raw[pos]
+        if flags & 0x0004:  # cluster_id
+            pos += 1 + raw[pos]
+    except IndexError:
+        raise ValueError("truncated") from None
+    if pos != len(raw):
+        raise ValueError("truncated" if pos > len(raw) else "trailing bytes")
+    return delivery_mode, priority, expiration, user_id, reply_to
+
+
+def hot_fields(props: Properties) -> HotFields:
+    """The same five fields from decoded properties."""
+    return props.delivery_mode, props.priority, props.expiration, props.user_id, props.reply_to

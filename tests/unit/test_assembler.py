@@ -156,7 +156,12 @@ def assemble(chunks: list[bytes]) -> list[tuple[int, str, bytes | None]]:
         dec.feed(chunk)
         while (f := dec.next_frame()) is not None:
             ch, frame = f
-            cmd = asms.setdefault(ch, CommandAssembler()).feed(frame)
+            asm = asms.setdefault(ch, CommandAssembler())
+            if isinstance(frame, Command):  # a publish the decoder read whole (as the reader)
+                assert asm.idle
+                cmd = frame
+            else:
+                cmd = asm.feed(frame)
             if cmd is not None:
                 key = cmd.method.routing_key if cmd.header is not None else "ack"
                 out.append((ch, key, cmd.body))

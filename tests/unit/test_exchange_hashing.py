@@ -87,6 +87,9 @@ def test_consistent_hash_on_a_header_and_a_property():
         correlation_id = None
         timestamp = None
 
+    class Msg:  # what the router passes: the message, whose properties are read
+        properties = Props()
+
     by_header = new_routing("x-consistent-hash", {"hash-header": "user"})
     by_prop = new_routing("x-consistent-hash", {"hash-property": "message_id"})
     for r in (by_header, by_prop):
@@ -94,7 +97,7 @@ def test_consistent_hash_on_a_header_and_a_property():
             r.add_binding(f"q{i}", "5", {})
     dests = {by_header.route(f"rk-{i}", {"user": "alice"})[0] for i in range(50)}
     assert len(dests) == 1  # the routing key does not matter, the header does
-    dests = {by_prop.route(f"rk-{i}", None, Props())[0] for i in range(50)}
+    dests = {by_prop.route(f"rk-{i}", None, Msg())[0] for i in range(50)}
     assert len(dests) == 1
     assert len({by_header.route("k", {"user": f"u{i}"})[0] for i in range(200)}) == 8
 

@@ -19,6 +19,7 @@ from broker.protocol.framing import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     BadProtocolHeader,
+    Command,
     ContentHeader,
     FrameDecoder,
     check_protocol_header,
@@ -101,7 +102,11 @@ def decode_chunks(chunks: list[bytes]) -> list[tuple[int, object]]:
     for chunk in chunks:
         dec.feed(chunk)
         while (f := dec.next_frame()) is not None:
-            out.append((f[0], normal(f[1])))
+            if isinstance(f[1], Command):  # a publish read whole: compared frame by frame
+                parts = [f[1].method, f[1].header] + ([f[1].body] if f[1].body else [])
+                out.extend((f[0], normal(p)) for p in parts)
+            else:
+                out.append((f[0], normal(f[1])))
     assert dec.buffered == 0
     return out
 
@@ -439,3 +444,68 @@ def test_unexpected_frame_helper_texts() -> None:
     assert close_args(unexpected_frame(b"hello"))[1] == 'UNEXPECTED_FRAME - type 3, all octets = <<"hello">>'
     h = ContentHeader(60, 5, C.Basic.Properties(), b"\x00\x00")
     assert close_args(unexpected_frame(h))[1] == "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,5,0,0>>"
+
+
+# --- basic.publish read whole (issue 15) -----------------------------------------------------
+
+PUB = C.Basic.Publish(exchange="ex", routing_key="rk")
+
+
+def frames_of(data: bytes, frame_max: int = 131072) -> list:
+    dec = FrameDecoder(frame_max)
+    dec.feed(data)
+    out = []
+    while (f := dec.next_frame()) is not None:
+        out.append(f)
+    return out
+
+
+def test_publish_with_header_and_body_is_one_command() -> None:
+    props = C.Basic.Properties(delivery_mode=2, expiration="60000")
+    got = frames_of(method(1, PUB) + header(1, 3, props) + body(1, b"xyz"))
+    assert len(got) == 1 and got[0][0] == 1
+    cmd = got[0][1]
+    assert isinstance(cmd, Command) and cmd.body == b"xyz"
+    assert cmd.method.routing_key == "rk" and cmd.header.body_size == 3
+    assert cmd.header.hot == (2, None, "60000", None, None)
+    assert cmd.header.raw_properties == props.marshal()
+
+
+def test_empty_body_publish_is_one_command() -> None:
+    got = frames_of(method(1, PUB) + header(1, 0))
+    assert len(got) == 1 and got[0][1].body == b""
+
+
+@pytest.mark.parametrize("tail", [
+    header(2, 3) + body(2, b"xyz"),  # the header is on another channel
+    header(1, 6) + body(1, b"xyz") + body(1, b"abc"),  # the body takes two frames
+    header(1, 3),  # the body has not arrived yet
+    method(1, PUB),  # no header at all
+])
+def test_publish_not_whole_comes_frame_by_frame(tail: bytes) -> None:
+    got = frames_of(method(1, PUB) + tail)
+    assert not isinstance(got[0][1], Command)
+    assert type(got[0][1]) is C.Basic.Publish
+
+
+def test_malformed_header_after_publish_still_501_after_the_method() -> None:
+    raw = C.Basic.Properties(content_type="text/plain").marshal()[:-1]
+    payload = struct.pack(">HHQ", 60, 0, 3) + raw
+    bad = struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce"
+    dec = FrameDecoder()
+    dec.feed(method(1, PUB) + bad + body(1, b"xyz"))
+    assert type(dec.next_frame()[1]) is C.Basic.Publish
+    with pytest.raises(AMQPError) as info:
+        dec.next_frame()
+    assert close_args(info.value)[0] == 501
+
+
+def test_oversized_body_frame_after_publish_is_still_frame_too_large() -> None:
+    dec = FrameDecoder(frame_max=4096)
+    data = b"x" * 5000
+    dec.feed(method(1, PUB) + header(1, len(data)) + body(1, data))
+    assert type(dec.next_frame()[1]) is C.Basic.Publish
+    assert type(dec.next_frame()[1]) is ContentHeader
+    with pytest.raises(AMQPError) as info:
+        dec.next_frame()
+    assert close_args(info.value)[0] == 501 and "frame_too_large" in close_args(info.value)[1]
