@@ -60,6 +60,7 @@ _U64_U8 = struct.Struct(">QB")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _PUBLISH_ID = 60 << 16 | 40  # class basic, method publish
+_PUBLISH_PREFIX = _U16U16.pack(60, 40)
 
 Properties = commands.Basic.Properties
 
@@ -366,12 +367,19 @@ class FrameDecoder:
     540 unknown class/method. After an error the decoder is unusable (the connection closes).
     """
 
-    __slots__ = ("frame_max", "_buf", "_pos")
+    __slots__ = ("frame_max", "_buf", "_pos", "_last_args", "_last_method", "_last_header_raw",
+                 "_last_header")
 
     def __init__(self, frame_max: int = 131072) -> None:
         self.frame_max = frame_max  # negotiated frame_max; frames larger are a 501
         self._buf = bytearray()  # received, not yet decoded bytes start at _pos
         self._pos = 0  # read offset into _buf; compacted in feed() so buffering stays O(n)
+        # the last basic.publish arguments and content header payload seen, with what they
+        # decoded to: a publisher usually sends many alike, and both are immutable
+        self._last_args = b""
+        self._last_method: Any = None
+        self._last_header_raw = b""
+        self._last_header: ContentHeader | None = None
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer."""
@@ -391,7 +399,9 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     def next_frame(self) -> tuple[int, Any] | None:
-        """The next complete frame as (channel, frame), or None if more bytes are needed."""
+        """The next complete frame as (channel, frame), or None if more bytes are needed.
+        A basic.publish whose content header and single body frame follow complete in the
+        buffer comes back whole, as a `Command` (see `_publish`)."""
         buf = self._buf
         pos = self._pos
         if len(buf) - pos < 7:
@@ -406,12 +416,14 @@ class FrameDecoder:
         end = pos + 7 + size
         if len(buf) <= end:
             return None
+        if (ftype == FRAME_METHOD and size > 4 and buf[end] == FRAME_END
+                and _U32.unpack_from(buf, pos + 7)[0] == _PUBLISH_ID):
+            self._pos = end + 1
+            return channel, self._publish(channel, pos + 11, end)
         payload = bytes(buf[pos + 7 : end])
         if buf[end] != FRAME_END:
             raise _frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[end]}}}")
         self._pos = end + 1
-        if ftype == FRAME_METHOD and size > 4 and _U32.unpack_from(buf, pos + 7)[0] == _PUBLISH_ID:
-            return channel, self._publish(channel, payload, end + 1)
         if ftype == FRAME_BODY:
             if channel == 0:
                 raise _unexpected(ftype, payload)
@@ -428,15 +440,23 @@ class FrameDecoder:
             return 0, HEARTBEAT
         raise _frame_error(ftype, payload, "unknown_frame")
 
-
-    def _publish(self, channel: int, payload: bytes, at: int) -> Any:
-        """basic.publish: when its content header and its one body frame (or none, for an
-        empty body) already follow in the buffer on the same channel, well-formed, return
-        the whole Command and consume them; else the method alone (the assembler takes the
-        frames as they come, and any error in them is raised when they are read, as
-        before). One pass instead of three frames through the reader and the assembler."""
-        method = decode_method(payload)
+    def _publish(self, channel: int, args_at: int, args_end: int) -> Any:
+        """basic.publish, its arguments at buf[args_at:args_end] (the frame is consumed).
+        When its content header and its one body frame (or none, for an empty body) already
+        follow in the buffer on the same channel, well-formed, return the whole Command and
+        consume them; else the method alone (the assembler takes the frames as they come,
+        and any error in them is raised when they are read, as before). Arguments and header
+        equal to the previous publish's reuse what those decoded to."""
         buf = self._buf
+        last = self._last_args
+        if args_end - args_at == len(last) and buf.startswith(last, args_at):
+            method = self._last_method
+        else:
+            args = bytes(buf[args_at:args_end])
+            method = decode_method(_PUBLISH_PREFIX + args)
+            self._last_args = args
+            self._last_method = method
+        at = args_end + 1
         have = len(buf)
         if have < at + 7:
             return method
@@ -445,9 +465,15 @@ class FrameDecoder:
         if (ftype != FRAME_HEADER or hchannel != channel or hsize < 14 or hend >= have
                 or buf[hend] != FRAME_END or (self.frame_max and hsize > self.frame_max)):
             return method
-        class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, at + 7)
-        if class_id != 60:
-            return method
+        last = self._last_header_raw
+        if hsize == len(last) and buf.startswith(last, at + 7):
+            header = self._last_header
+            body_size = header.body_size  # type: ignore[union-attr]
+        else:
+            class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, at + 7)
+            if class_id != 60:
+                return method
+            header = None
         if body_size:
             bstart = hend + 1
             if have < bstart + 7:
@@ -463,19 +489,22 @@ class FrameDecoder:
         else:
             body = b""
             after = hend + 1
-        raw = bytes(buf[at + 19 : hend])
-        try:
-            hot = scan_properties(raw)
-        except ValueError:
-            return method  # the header frame is read on its own and raises 501 then
-        if hot is None:  # a headers table: decoded (and checked) now
+        if header is None:
+            raw = bytes(buf[at + 19 : hend])
             try:
-                props = decode_properties(raw)
-            except AMQPError:
-                return method
-            header = ContentHeader(60, body_size, props, raw, hot_fields(props))
-        else:
-            header = ContentHeader(60, body_size, None, raw, hot)
+                hot = scan_properties(raw)
+            except ValueError:
+                return method  # the header frame is read on its own and raises 501 then
+            if hot is None:  # a headers table: decoded (and checked) now
+                try:
+                    props = decode_properties(raw)
+                except AMQPError:
+                    return method
+                header = ContentHeader(60, body_size, props, raw, hot_fields(props))
+            else:
+                header = ContentHeader(60, body_size, None, raw, hot)
+            self._last_header_raw = bytes(buf[at + 7 : hend])
+            self._last_header = header
         self._pos = after
         return Command(method, header, body)
 

@@ -509,3 +509,21 @@ def test_oversized_body_frame_after_publish_is_still_frame_too_large() -> None:
     with pytest.raises(AMQPError) as info:
         dec.next_frame()
     assert close_args(info.value)[0] == 501 and "frame_too_large" in close_args(info.value)[1]
+
+
+def test_alike_publishes_share_decoded_method_and_header_unlike_ones_do_not() -> None:
+    p1 = C.Basic.Publish(exchange="ex", routing_key="a")
+    p2 = C.Basic.Publish(exchange="ex", routing_key="b")
+    props = C.Basic.Properties(delivery_mode=2)
+    other = C.Basic.Properties(delivery_mode=1)
+    got = [f[1] for f in frames_of(
+        method(1, p1) + header(1, 3, props) + body(1, b"xyz")
+        + method(1, p1) + header(1, 3, props) + body(1, b"abc")
+        + method(1, p2) + header(1, 4, props) + body(1, b"abcd")
+        + method(1, p2) + header(1, 4, other) + body(1, b"efgh"))]
+    assert [c.method.routing_key for c in got] == ["a", "a", "b", "b"]
+    assert [c.body for c in got] == [b"xyz", b"abc", b"abcd", b"efgh"]
+    assert [c.header.body_size for c in got] == [3, 3, 4, 4]
+    assert [c.header.hot[0] for c in got] == [2, 2, 2, 1]
+    assert got[0].method is got[1].method and got[0].header is got[1].header
+    assert got[1].method is not got[2].method and got[1].header is not got[2].header
