@@ -73,6 +73,9 @@ class ChannelProcess(Process):
         # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
         self.reply_consumer: tuple[str, str] | None = None
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
+        # (method, vhost topology version, permission generation) of the last basic.publish
+        # whose method passed its checks (channel_basic.publish)
+        self.publish_checked: tuple[Any, int, int] = (None, -1, -1)
         self.tx: TxState | None = None  # set by tx.select
         self._poke_pending = False  # a resume callback is registered with the writer
         self.opened = False  # channel.open-ok sent

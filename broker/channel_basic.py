@@ -84,24 +84,17 @@ def publish(ch: Any, cmd: Any) -> None:
     exchange (the default one is `amq.default`), 404 unknown exchange, 403 internal
     exchange, 403 outside the topic write permission, 406 for a `user_id` that is not the
     connection's user unless the user is tagged `impersonator`, 406 for an `expiration` that
-    is not a non-negative integer string (rabbitmq.com/ttl.html)."""
+    is not a non-negative integer string (rabbitmq.com/ttl.html). The checks of the method
+    are skipped for the same method object as the last publish's (the decoder hands alike
+    publishes one object) while neither the vhost's topology nor the permissions changed."""
     method = cmd.method
-    if method.immediate:
-        raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
     name = method.exchange
-    ch.access.check("exchange", name, WRITE, method)
-    if name:
-        exchange = ch.vhost.exchanges.get(name)
-        if exchange is None:
-            raise errors.amqp_error(
-                errors.NotFound, f"no exchange '{name}' in vhost '{ch.vhost.name}'", method)
-        if exchange.internal:
-            raise errors.amqp_error(
-                errors.AccessRefused,
-                f"cannot publish to internal exchange '{name}' in vhost '{ch.vhost.name}'",
-                method)
-        if exchange.type == "topic":
-            ch.access.check_topic(name, "topic", method.routing_key, WRITE, method)
+    vhost = ch.vhost
+    checked = ch.publish_checked
+    if (checked[0] is not method or checked[1] != vhost.topology_version
+            or checked[2] != ch.access.control.generation):
+        _check_publish(ch, method)
+        ch.publish_checked = (method, vhost.topology_version, ch.access.control.generation)
     header = cmd.header
     _mode, _priority, expiration, user_id, reply_to = header.hot
     if (user_id is not None and user_id != ch.conn.username
@@ -135,6 +128,26 @@ def publish(ch: Any, cmd: Any) -> None:
         ch.tx.publishes.append((method, message))
         return
     _route_and_send(ch, method, message)
+
+
+def _check_publish(ch: Any, method: Any) -> None:
+    """The checks of a basic.publish method (see `publish`); raises 540, 403 or 404."""
+    if method.immediate:
+        raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
+    name = method.exchange
+    ch.access.check("exchange", name, WRITE, method)
+    if name:
+        exchange = ch.vhost.exchanges.get(name)
+        if exchange is None:
+            raise errors.amqp_error(
+                errors.NotFound, f"no exchange '{name}' in vhost '{ch.vhost.name}'", method)
+        if exchange.internal:
+            raise errors.amqp_error(
+                errors.AccessRefused,
+                f"cannot publish to internal exchange '{name}' in vhost '{ch.vhost.name}'",
+                method)
+        if exchange.type == "topic":
+            ch.access.check_topic(name, "topic", method.routing_key, WRITE, method)
 
 
 def consume(ch: Any, cmd: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker import errors, limits, policies
@@ -25,6 +25,8 @@ from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 
 log = logging.getLogger("broker.vhost")
+
+ROUTE_CACHE_SIZE = 10000  # cached (exchange, routing key) routes per vhost
 
 PREDECLARED = (
     ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
@@ -62,6 +64,13 @@ class VHost:
         self._bq_factory = bq_factory  # builds a queue's backing queue
         self._memory_monitor = memory_monitor  # ResourceMonitor queues report RAM use to
         self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
+        # bumped by every change that can change where a publish goes (exchanges, bindings,
+        # queues, policies); channels compare it to reuse their checks of a publish
+        self.topology_version = 0
+        # (exchange, routing key) -> queues, for publishes without headers; emptied on every
+        # topology change; unused while an exchange routes by a message property
+        self._route_cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
+        self._property_routed = 0  # exchanges whose routing reads message properties
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
         # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
@@ -122,6 +131,9 @@ class VHost:
                             internal=internal, arguments=arguments, routing=routing,
                             policy=self.policy_for("exchanges", name))
         self.exchanges[name] = exchange
+        if not routing.key_only:
+            self._property_routed += 1
+        self._topology_changed()
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
                 self.name, name, type_, True, auto_delete, internal, arguments))
@@ -143,6 +155,9 @@ class VHost:
 
     def _remove_exchange(self, name: str) -> None:
         exchange = self.exchanges.pop(name, None)
+        self._topology_changed()
+        if exchange is not None and not exchange.routing.key_only:
+            self._property_routed -= 1
         if exchange is not None and exchange.durable and self.definitions is not None:
             self.definitions.remove_exchange(self.name, name)
         dest = ("exchange", name)
@@ -180,6 +195,7 @@ class VHost:
         exchange = self.get_exchange(source, method)
         exchange.routing.validate_binding(routing_key, arguments)
         if exchange.routing.add_binding(dest, routing_key, arguments):
+            self._topology_changed()
             if self._durable_binding(exchange, kind, destination):
                 self.definitions.add_binding(BindingDef(  # type: ignore[union-attr]
                     self.name, source, destination, kind, routing_key, arguments))
@@ -208,6 +224,7 @@ class VHost:
             return
         dest = self._destination(kind, destination, owner, method)
         if exchange.routing.remove_binding(dest, routing_key, arguments):
+            self._topology_changed()
             if self._durable_binding(exchange, kind, destination):
                 self.definitions.remove_binding(BindingDef(  # type: ignore[union-attr]
                     self.name, source, destination, kind, routing_key, arguments))
@@ -282,6 +299,7 @@ class VHost:
             policy=self.policy_for("queues", name),
             memory_monitor=self._memory_monitor)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
+        self._topology_changed()
         self.churn.queues_created += 1
         if durable and not exclusive and self.definitions is not None and not recovering:
             self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
@@ -329,6 +347,7 @@ class VHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self._topology_changed()
         self.churn.queues_deleted += 1
         if queue.durable and self.definitions is not None:
             self.definitions.remove_queue(self.name, queue.name)
@@ -347,16 +366,35 @@ class VHost:
 
     # -- routing ----------------------------------------------------------------------------
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
-              message: Any = None) -> list[QueueProcess]:
-        """Queue processes a publish to `exchange_name` reaches (may be empty); `message`
-        (the Message) matters only to x-consistent-hash's `hash-property`."""
+              message: Any = None) -> Sequence[QueueProcess]:
+        """Queue processes a publish to `exchange_name` reaches (may be empty; do not mutate
+        it); `message` (the Message) matters only to x-consistent-hash's `hash-property`.
+        Without headers the result is cached per (exchange, routing key) until the next
+        topology change (issue 15: routing a run of alike publishes costs one dict lookup)."""
         queues = self.queues
         if exchange_name == "":
             q = queues.get(routing_key)
-            return [q] if q is not None else []
+            return (q,) if q is not None else ()
+        cacheable = headers is None and not self._property_routed
+        if cacheable:
+            hit = self._route_cache.get((exchange_name, routing_key))
+            if hit is not None:
+                return hit
         names = route_exchanges(self.exchanges, exchange_name, routing_key, headers,
                                 message=message)
-        return [queues[n] for n in names if n in queues]
+        found = tuple(queues[n] for n in names if n in queues)
+        if cacheable:
+            cache = self._route_cache
+            if len(cache) >= ROUTE_CACHE_SIZE:  # many distinct keys: start afresh
+                cache.clear()
+            cache[(exchange_name, routing_key)] = found
+        return found
+
+    def _topology_changed(self) -> None:
+        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
+        self.topology_version += 1
+        if self._route_cache:
+            self._route_cache.clear()
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
                    message: Any = None) -> list[QueueProcess]:
@@ -382,7 +420,9 @@ class VHost:
             if x.name not in self.exchanges:
                 self.exchanges[x.name] = Exchange(
                     name=x.name, type=x.type, durable=True, auto_delete=x.auto_delete,
-                    internal=x.internal, arguments=x.arguments, routing=new_routing(x.type))
+                    internal=x.internal, arguments=x.arguments,
+                    routing=new_routing(x.type, x.arguments),  # e.g. x-consistent-hash's
+                    policy=self.policy_for("exchanges", x.name))  # hash-header, an AE policy
         queues = defs.list_queues(self.name)
         for q in queues:
             self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
@@ -393,6 +433,8 @@ class VHost:
                 "exchange", b.destination)
             if exchange is not None:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
+        self._property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
+        self._topology_changed()
         return len(queues)
 
     # -- policies ---------------------------------------------------------------------------
@@ -433,6 +475,7 @@ class VHost:
                 q.call(q.apply_policy, p)
         for x in self.exchanges.values():
             x.policy = self.policy_for("exchanges", x.name)
+        self._topology_changed()  # a policy's alternate-exchange changes routing
 
     def shutdown(self) -> None:
         """Clean stop: terminate every queue without deleting durable state, then close the

@@ -55,6 +55,9 @@ class Routing(Protocol):
     # Number of distinct destinations that are exchanges (tuples). The router reads this
     # attribute rather than calling has_exchange_destinations(): 20% of a direct route.
     exchange_destinations: int
+    # True when `route` reads only the routing key and headers, never the message's other
+    # properties (all but x-consistent-hash with hash-property): the vhost caches such routes
+    key_only: bool
 
     def validate_binding(self, routing_key: str, arguments: dict) -> None:
         """Raise what RabbitMQ raises for a binding this type refuses (e.g. 406
@@ -102,6 +105,7 @@ class BindingTable:
     """
 
     __slots__ = ("_bindings", "_by_destination", "exchange_destinations")
+    key_only = True  # Routing protocol attribute; x-consistent-hash may say otherwise
 
     def __init__(self) -> None:
         # (destination, routing_key, frozen args) -> the arguments dict as bound.

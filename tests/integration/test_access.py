@@ -404,3 +404,27 @@ def test_a_burst_of_failed_logins_costs_the_clients_not_the_broker(sec, make_use
 
     asyncio.run(asyncio.wait_for(main(), 30))
     wait_for(lambda: sec.call(lambda: len(sec.broker.connections)) == before, timeout=10)
+
+
+def test_revoking_write_stops_a_stream_of_alike_publishes(sec, make_user, admin):
+    """The channel skips the checks of a publish alike to the last one (issue 15) only
+    while permissions and topology stay as they were: revoking write, then deleting the
+    exchange, are seen by the very next publish."""
+    x = f"rvx-{uuid.uuid4().hex[:6]}"
+    admin.exchange_declare(x, "fanout")
+    user, pw = make_user()
+    conn = login(sec, user, pw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for _ in range(3):
+        ch.basic_publish(x, "k", b"m")
+    sec.call(lambda: users(sec).set_permissions(user, "/", ".*", "^nothing$", ".*"))
+    assert soft_error(ch.basic_publish, x, "k", b"m") == refused("exchange", x, user)
+    sec.call(lambda: users(sec).set_permissions(user, "/", *ALL))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish(x, "k", b"m")
+    admin.exchange_delete(x)
+    assert soft_error(ch.basic_publish, x, "k", b"m") == (
+        404, f"NOT_FOUND - no exchange '{x}' in vhost '/'")
+    conn.close()

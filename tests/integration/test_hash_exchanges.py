@@ -124,3 +124,29 @@ def test_aio_pika_consistent_hash(broker, unique):
             return sorted(counts)
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [0, 0, 30]
+
+
+def test_durable_hash_header_exchange_keeps_its_argument_after_a_restart(tmp_path,
+                                                                          embedded_only):
+    """Recovery rebuilt x-consistent-hash routing without its arguments (hash-header was
+    forgotten, routing keys were hashed): found while adding the route cache (issue 15)."""
+    from broker.embedded import EmbeddedBroker
+
+    def counts(ch, names):
+        return sorted(message_count(ch, q) for q in names)
+
+    names = [f"dq{i}" for i in range(4)]
+    with EmbeddedBroker(data_dir=str(tmp_path)) as b:
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as c:
+            ch = c.channel()
+            ch.exchange_declare("hx", "x-consistent-hash", durable=True,
+                                arguments={"hash-header": "tenant"})
+            for q in names:
+                ch.queue_declare(q, durable=True)
+                ch.queue_bind(q, "hx", "10")
+    with EmbeddedBroker(data_dir=str(tmp_path)) as b:
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as c:
+            ch = c.channel()
+            publish_many(ch, "hx", (f"rk-{i}" for i in range(40)), headers={"tenant": "acme"})
+            wait_for(lambda: sum(counts(ch, names)) == 40)
+            assert counts(ch, names) == [0, 0, 0, 40]
