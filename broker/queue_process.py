@@ -308,10 +308,13 @@ class QueueProcess(Process):
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
-        now = _wall()
-        props = MessageProps(enqueued_at=now)
+        # the MessageProps are made only when needed: not for a message without TTL or
+        # confirm that a no-ack consumer takes at once (s1's path)
         expiration = message.expiration
+        props: MessageProps | None = None
         if self.message_ttl is not None or expiration is not None:
+            now = _wall()
+            props = MessageProps(enqueued_at=now)
             try:
                 msg_ttl = parse_expiration(expiration)
             except ValueError:  # the channel refused it; a recovered oddity never expires
@@ -331,6 +334,8 @@ class QueueProcess(Process):
             return
         self.message_stats.publish += 1
         if seq is not None:
+            if props is None:
+                props = MessageProps(enqueued_at=_wall())
             self.confirms.on_publish(channel, message, seq, props)
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)
@@ -339,7 +344,8 @@ class QueueProcess(Process):
                     tag = None
                     self.message_stats.deliver_no_ack += 1
                 else:
-                    tag = bq.publish_delivered(message, props)
+                    tag = bq.publish_delivered(message, props if props is not None
+                                               else MessageProps())
                     consumer.unacked += 1
                     self.message_stats.deliver += 1
                 if self._tracks:
@@ -355,6 +361,8 @@ class QueueProcess(Process):
             self._dead_letter([(message, props)], "expired")
             self._credit_back(channel)
             return
+        if props is None:
+            props = MessageProps(enqueued_at=_wall())
         bq.publish(message, props)
         if self._limited and self.settings.over_limit(self.bq):
             self._drop_head()

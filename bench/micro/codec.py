@@ -16,7 +16,8 @@ import sys
 import timeit
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if not any(Path(p, "broker").is_dir() for p in sys.path[1:] if p):  # ab.py sets PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pamqp import body as pbody  # noqa: E402
 from pamqp import commands as C  # noqa: E402
@@ -111,11 +112,19 @@ CASES = {
 
 
 def main() -> None:
-    print(f"Python {sys.version.split()[0]}")
+    """Print µs per operation; with --json, one JSON object {case: µs} (bench/micro/ab.py)."""
+    results = {}
     for name, fn in CASES.items():
         number = 20000
-        best = min(timeit.repeat(fn, number=number, repeat=5)) / number
-        print(f"{best * 1e6:8.2f} µs  {name}")
+        results[name] = min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+    if "--json" in sys.argv:
+        import json
+
+        print(json.dumps(results))
+        return
+    print(f"Python {sys.version.split()[0]}")
+    for name, us in results.items():
+        print(f"{us:8.2f} µs  {name}")
 
 
 if __name__ == "__main__":

@@ -642,6 +642,27 @@ def encode_content(
 
 
 _DELIVER_ID = _U16U16.pack(60, 60)
+_METHOD_FRAME_HDR = struct.Struct(">BHI")
+# frame-end of the method frame, then the content header frame's header and fixed fields
+_END_AND_HEADER = struct.Struct(">BBHIHHQ")
+_END_AND_BODY_HDR = struct.Struct(">BBHI")
+# (consumer tag, exchange, routing key) -> (the arguments before the delivery tag, after it)
+_DELIVER_PARTS: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
+_DELIVER_PARTS_MAX = 4096
+
+
+def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
+    ctag = consumer_tag.encode()
+    exch = exchange.encode()
+    rkey = routing_key.encode()
+    if len(ctag) > 255 or len(exch) > 255 or len(rkey) > 255:
+        raise ValueError("shortstr longer than 255 bytes")
+    parts = (_DELIVER_ID + bytes((len(ctag),)) + ctag,
+             bytes((len(exch),)) + exch + bytes((len(rkey),)) + rkey)
+    if len(_DELIVER_PARTS) >= _DELIVER_PARTS_MAX:
+        _DELIVER_PARTS.clear()
+    _DELIVER_PARTS[(consumer_tag, exchange, routing_key)] = parts
+    return parts
 
 
 def encode_deliver(
@@ -657,22 +678,23 @@ def encode_deliver(
 ) -> bytes:
     """basic.deliver + content header + body frames, hand-encoded (the broker's hottest
     encode path; byte-for-byte equal to pamqp's output, see tests/unit/test_framing.py).
-    Strings longer than 255 bytes raise ValueError (shortstr)."""
-    ctag = consumer_tag.encode()
-    exch = exchange.encode()
-    rkey = routing_key.encode()
-    args = b"".join(
-        (
-            _DELIVER_ID,
-            bytes((len(ctag),)),
-            ctag,
-            _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
-            bytes((len(exch),)),
-            exch,
-            bytes((len(rkey),)),
-            rkey,
-        )
-    )
-    parts = [_FRAME_HDR.pack(FRAME_METHOD, channel, len(args)), args, b"\xce"]
-    parts += _content_frames(channel, 60, raw_properties, body, frame_max)
-    return b"".join(parts)
+    The encoded consumer tag, exchange and routing key are kept per (tag, exchange, key),
+    so a run of alike deliveries encodes only the delivery tag. Strings longer than 255
+    bytes raise ValueError (shortstr)."""
+    parts = _DELIVER_PARTS.get((consumer_tag, exchange, routing_key))
+    if parts is None:
+        parts = _deliver_parts(consumer_tag, exchange, routing_key)
+    head, tail = parts
+    size = len(body)
+    if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
+        return b"".join((
+            _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
+            _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail,
+            _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
+                                 60, 0, size),
+            raw_properties,
+            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size), body, b"\xce"))
+    out = [_METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
+           _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail, b"\xce"]
+    out += _content_frames(channel, 60, raw_properties, body, frame_max)
+    return b"".join(out)
