@@ -40,6 +40,7 @@ CMD = "cmd"  # ("cmd", Command)
 CONFIRM = "confirm"  # ("confirm", queue, [msg_seq_no])
 REJECT = "reject"  # ("reject", queue, [msg_seq_no])
 FAIL = "fail"  # ("fail", soft error) the reader's assembler refused a frame on this channel
+PUBLISHES = "publishes"  # ("publishes", [Command]) a run of basic.publish read in one go
 SHUTDOWN = "shutdown"  # ("shutdown",) the connection is closing: clean up after the mailbox
 
 
@@ -97,6 +98,8 @@ class ChannelProcess(Process):
                 grant = self.reader_credit.ack("reader")
                 if grant:
                     self.conn.grant_credit(self, grant)
+        elif kind == PUBLISHES:
+            self._publish_run(msg[1])
         elif kind == CONFIRM:
             if self.confirm is not None:
                 self.confirm.release(msg[1], msg[2])
@@ -153,6 +156,30 @@ class ChannelProcess(Process):
                 if self.state == OPEN:
                     for frame in held:
                         self.writer.send(frame)
+
+    def _publish_run(self, run: list) -> None:
+        """A run of basic.publish commands, handled as if each had been its own mailbox
+        message: when credit flow suspends this channel part-way, the rest goes back to the
+        front of the mailbox; the reader's credit is given back for those handled."""
+        handled = 0
+        for cmd in run:
+            if handled and (self._suspended or self._dead):
+                self._mailbox.appendleft((PUBLISHES, run[handled:]))
+                break
+            handled += 1
+            if self.state != OPEN:
+                self._while_closing(cmd)
+                continue
+            try:
+                publish(self, cmd)
+            except errors.SoftError as exc:
+                self.close_with_error(exc)
+            except errors.HardError as exc:
+                self.state = CLOSED
+                self.conn.connection_error(exc)
+        grant = self.reader_credit.ack("reader", handled)
+        if grant:
+            self.conn.grant_credit(self, grant)
 
     def _queue_gone(self, queue: Any) -> None:
         """An ack-lite queue was deleted: nack the confirms our unacked deliveries from it
@@ -249,9 +276,9 @@ class ChannelProcess(Process):
         return flow_state(self.credit.blocked, self.credit.blocked_at, time.monotonic())
 
     # -- façade for the reader --------------------------------------------------------------
-    def spend_reader_credit(self) -> bool:
-        """The reader sent one publish; True if the reader is now blocked on this channel."""
-        return self.reader_credit.send("reader")
+    def spend_reader_credit(self, n: int = 1) -> bool:
+        """The reader sent `n` publishes; True if the reader is now blocked on this channel."""
+        return self.reader_credit.send("reader", n)
 
     # -- façade for queue processes ---------------------------------------------------------
     def can_deliver(self, no_ack: bool) -> bool:
@@ -428,7 +455,7 @@ def _cast_lite(kind: str, refs: list[LiteRef]) -> None:
         channel.cast((kind, queue, seqs))
 
 
-from broker.channel_basic import BASIC_HANDLERS  # noqa: E402  (handlers import this module)
+from broker.channel_basic import BASIC_HANDLERS, publish  # noqa: E402  (they import this module)
 from broker.channel_entities import ENTITY_HANDLERS  # noqa: E402
 
 HANDLERS: dict[type, Any] = {**BASIC_HANDLERS, **ENTITY_HANDLERS}

@@ -47,9 +47,10 @@ class CreditFlow:
         self.blocked_at: float | None = None  # monotonic s the sender last became blocked
 
     # sender side
-    def send(self, peer: Hashable) -> bool:
-        """Spend one credit on `peer`; returns True if this made the sender blocked."""
-        credit = self._credit.get(peer, self.initial) - 1
+    def send(self, peer: Hashable, n: int = 1) -> bool:
+        """Spend `n` credits on `peer` (n messages sent); returns True if this made the
+        sender blocked."""
+        credit = self._credit.get(peer, self.initial) - n
         self._credit[peer] = credit
         if credit <= 0 and peer not in self._blocked_on:
             self._blocked_on.add(peer)

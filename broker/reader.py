@@ -21,7 +21,7 @@ from pamqp.base import Frame
 
 from broker import errors, limits, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
-from broker.channel import CMD, FAIL, OPEN, ChannelProcess
+from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
 from broker.credit_flow import flow_state
 from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
@@ -42,6 +42,7 @@ from broker.writer import Writer
 log = logging.getLogger("broker.connection")
 
 C = commands.Connection
+MAX_RUN = 256  # publishes handed to a channel in one mailbox message (its drain BATCH)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for connection.close-ok before dropping the socket
 
 # CLOSING: we sent connection.close and wait for close-ok. DRAINING: the client sent
@@ -308,9 +309,33 @@ class Reader(asyncio.Protocol):
             ch = self.channels.get(channel)
             if ch is not None and ch.state == OPEN:
                 assembler = self._assemblers[channel]
-                if assembler.idle and cmd.header.body_size <= assembler.max_message_size:
-                    ch.cast((CMD, cmd))
-                    self._published(ch)
+                max_size = assembler.max_message_size
+                if assembler.idle and cmd.header.body_size <= max_size:
+                    if self.throttle.check:  # an alarm may stop reading after this one
+                        ch.cast((CMD, cmd))
+                        self._published(ch)
+                        return
+                    # the whole publishes that follow on this channel in what was read go
+                    # as one run (credit is spent for each, as if they came one by one: a
+                    # read is handled whole, as RabbitMQ's reader handles it)
+                    run = [cmd]
+                    take = self.decoder.next_publish
+                    oversized = None
+                    while len(run) < MAX_RUN:
+                        more = take(channel)
+                        if more is None:
+                            break
+                        if more.header.body_size > max_size:
+                            oversized = more  # refused through the assembler, after the run
+                            break
+                        run.append(more)
+                    ch.cast((PUBLISHES, run))
+                    if ch.spend_reader_credit(len(run)):
+                        self._blocked_on.add(ch)
+                        self._flow_at = time.monotonic()
+                        self._pause()
+                    if oversized is not None:
+                        self._whole_publish(channel, oversized)
                     return
         self._frame(channel, cmd.method)
         if self.state == CLOSED:

@@ -61,6 +61,7 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _PUBLISH_ID = 60 << 16 | 40  # class basic, method publish
 _PUBLISH_PREFIX = _U16U16.pack(60, 40)
+_new_tuple = tuple.__new__  # Command(...) without NamedTuple's generated __new__: 0.08 µs less
 
 Properties = commands.Basic.Properties
 
@@ -418,8 +419,11 @@ class FrameDecoder:
             return None
         if (ftype == FRAME_METHOD and size > 4 and buf[end] == FRAME_END
                 and _U32.unpack_from(buf, pos + 7)[0] == _PUBLISH_ID):
+            cmd = self._whole_publish(channel, end)
+            if cmd is not None:
+                return channel, cmd
             self._pos = end + 1
-            return channel, self._publish(channel, pos + 11, end)
+            return channel, self._publish_method(pos + 11, end)
         payload = bytes(buf[pos + 7 : end])
         if buf[end] != FRAME_END:
             raise _frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[end]}}}")
@@ -440,31 +444,57 @@ class FrameDecoder:
             return 0, HEARTBEAT
         raise _frame_error(ftype, payload, "unknown_frame")
 
-    def _publish(self, channel: int, args_at: int, args_end: int) -> Any:
-        """basic.publish, its arguments at buf[args_at:args_end] (the frame is consumed).
-        When its content header and its one body frame (or none, for an empty body) already
-        follow in the buffer on the same channel, well-formed, return the whole Command and
-        consume them; else the method alone (the assembler takes the frames as they come,
-        and any error in them is raised when they are read, as before). Arguments and header
-        equal to the previous publish's reuse what those decoded to."""
+    def next_publish(self, channel: int) -> Command | None:
+        """The next frames as one whole basic.publish on `channel` (see `_whole_publish`),
+        consumed; or None, with nothing consumed, when they are anything else. The reader
+        uses it to take a run of publishes in one go."""
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 11:
+            return None
+        ftype, fchannel, size = _FRAME_HDR.unpack_from(buf, pos)
+        end = pos + 7 + size
+        if (ftype != FRAME_METHOD or fchannel != channel or size <= 4 or end >= len(buf)
+                or buf[end] != FRAME_END or (self.frame_max and size > self.frame_max)
+                or _U32.unpack_from(buf, pos + 7)[0] != _PUBLISH_ID):
+            return None
+        return self._whole_publish(channel, end)
+
+    def _publish_method(self, args_at: int, args_end: int) -> Any:
+        """The Basic.Publish whose arguments are buf[args_at:args_end]; the same object as
+        the last one when the bytes are the same. Raises FrameError 501 as decode_method."""
         buf = self._buf
         last = self._last_args
         if args_end - args_at == len(last) and buf.startswith(last, args_at):
-            method = self._last_method
-        else:
-            args = bytes(buf[args_at:args_end])
-            method = decode_method(_PUBLISH_PREFIX + args)
-            self._last_args = args
-            self._last_method = method
-        at = args_end + 1
+            return self._last_method
+        args = bytes(buf[args_at:args_end])
+        method = decode_method(_PUBLISH_PREFIX + args)
+        self._last_args = args
+        self._last_method = method
+        return method
+
+    def _whole_publish(self, channel: int, end: int) -> Command | None:
+        """The basic.publish method frame at `_pos` ends at `end` (its frame-end octet).
+        When its content header and its one body frame (or none, for an empty body) follow
+        complete in the buffer on the same channel, well-formed, consume all of them and
+        return the Command; else None, with nothing consumed (the frames then go one by one
+        through the assembler, and an error in any of them is raised when it is read, as
+        always). Arguments and header equal to the previous publish's reuse what those
+        decoded to (a publisher sends the same ones over and over)."""
+        try:
+            method = self._publish_method(self._pos + 11, end)
+        except AMQPError:
+            return None  # raised when the frame is read on its own
+        buf = self._buf
+        at = end + 1
         have = len(buf)
         if have < at + 7:
-            return method
+            return None
         ftype, hchannel, hsize = _FRAME_HDR.unpack_from(buf, at)
         hend = at + 7 + hsize
         if (ftype != FRAME_HEADER or hchannel != channel or hsize < 14 or hend >= have
                 or buf[hend] != FRAME_END or (self.frame_max and hsize > self.frame_max)):
-            return method
+            return None
         last = self._last_header_raw
         if hsize == len(last) and buf.startswith(last, at + 7):
             header = self._last_header
@@ -472,18 +502,18 @@ class FrameDecoder:
         else:
             class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, at + 7)
             if class_id != 60:
-                return method
+                return None
             header = None
         if body_size:
             bstart = hend + 1
             if have < bstart + 7:
-                return method
+                return None
             ftype, bchannel, bsize = _FRAME_HDR.unpack_from(buf, bstart)
             bend = bstart + 7 + bsize
             if (ftype != FRAME_BODY or bchannel != channel or bsize != body_size
                     or bend >= have or buf[bend] != FRAME_END
                     or (self.frame_max and bsize > self.frame_max)):
-                return method
+                return None
             body = bytes(buf[bstart + 7 : bend])
             after = bend + 1
         else:
@@ -494,19 +524,19 @@ class FrameDecoder:
             try:
                 hot = scan_properties(raw)
             except ValueError:
-                return method  # the header frame is read on its own and raises 501 then
+                return None  # the header frame is read on its own and raises 501 then
             if hot is None:  # a headers table: decoded (and checked) now
                 try:
                     props = decode_properties(raw)
                 except AMQPError:
-                    return method
+                    return None
                 header = ContentHeader(60, body_size, props, raw, hot_fields(props))
             else:
                 header = ContentHeader(60, body_size, None, raw, hot)
             self._last_header_raw = bytes(buf[at + 7 : hend])
             self._last_header = header
         self._pos = after
-        return Command(method, header, body)
+        return _new_tuple(Command, (method, header, body))
 
 
 def unexpected_frame(frame: Any) -> Exception:

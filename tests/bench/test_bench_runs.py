@@ -239,8 +239,8 @@ def _count_credit_flow_blockings(broker: Any, monkeypatch: pytest.MonkeyPatch) -
     count = [0]
     send = CreditFlow.send
 
-    def counting_send(self: CreditFlow, peer: Any) -> bool:
-        blocked = send(self, peer)
+    def counting_send(self: CreditFlow, peer: Any, n: int = 1) -> bool:
+        blocked = send(self, peer, n)
         count[0] += blocked
         return blocked
 

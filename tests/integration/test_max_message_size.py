@@ -61,3 +61,30 @@ def test_max_message_size_raw_close_fields(small_broker):
         close = c.read_until_channel_close(1)
     assert isinstance(close, commands.Channel.Close)
     assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 40)
+
+
+def test_oversized_publish_in_a_run_closes_the_channel_after_the_ones_before(small_broker):
+    """A run of whole publishes read in one go (issue 15) with one over the limit in the
+    middle: those before it are queued, it closes the channel with 406, the rest are
+    discarded, as when each arrives alone."""
+    from pamqp import body, frame, header
+
+    def one(ch: int, q: str, data: bytes) -> bytes:
+        return (frame.marshal(commands.Basic.Publish(routing_key=q), ch)
+                + frame.marshal(header.ContentHeader(0, len(data), commands.Basic.Properties()),
+                                ch)
+                + frame.marshal(body.ContentBody(data), ch))
+
+    with RawClient(small_broker.host, small_broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.open_channel(2)
+        c.send(commands.Queue.Declare(queue="", exclusive=True), 2)
+        q = c.expect(commands.Queue.DeclareOk, 2).queue
+        c.send_bytes(b"".join(one(1, q, b"ok%d" % i) for i in range(50))
+                     + one(1, q, b"z" * (LIMIT + 1))
+                     + b"".join(one(1, q, b"after%d" % i) for i in range(50)))
+        close = c.read_until_channel_close(1)
+        assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 40)
+        c.send(commands.Queue.Declare(queue=q, passive=True), 2)
+        assert c.expect(commands.Queue.DeclareOk, 2).message_count == 50

@@ -138,3 +138,39 @@ def test_message_order_preserved_per_publisher(broker):
             got.append(int(c.read_content(1)[1]))
         assert got == list(range(n))
         c.close()
+
+
+def test_runs_of_publishes_beyond_credit_interleaved_with_methods_and_channels(broker):
+    """The reader takes runs of whole publishes in one go (issue 15), up to its credit
+    towards the channel: 2 500 publishes in one write, with a method on the same channel
+    and publishes on another channel in between, a body split over two frames and a
+    partial last command: every message queued once, in order, per channel."""
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.open_channel(2)
+        q1 = declare_queue(c, 1)
+        q2 = declare_queue(c, 2)
+        parts = [frame.marshal(commands.Confirm.Select(nowait=True), 1)]
+        for i in range(2500):
+            parts.append(publish_bytes(1, q1, b"%d" % i, chunk=1 if i == 1700 else 0))
+            if i % 600 == 0:
+                parts.append(frame.marshal(commands.Basic.Qos(prefetch_count=10), 1))
+                parts.append(publish_bytes(2, q2, b"%d" % i))
+        data = b"".join(parts)
+        last = publish_bytes(1, q1, b"last")
+        c.send_bytes(data + last[:-3])
+        c.send_bytes(last[-3:])
+        acked = 0
+        while acked < 2501:
+            method = c.read_frame()[1]
+            if isinstance(method, commands.Basic.Ack):
+                assert method.delivery_tag > acked
+                acked = method.delivery_tag
+        c.send(commands.Queue.Declare(queue=q1, passive=True), 1)
+        assert c.expect(commands.Queue.DeclareOk, 1).message_count == 2501
+        c.send(commands.Queue.Declare(queue=q2, passive=True), 2)
+        assert c.expect(commands.Queue.DeclareOk, 2).message_count == 5
+        assert [get_body(c, q1) for _ in range(3)] == [b"0", b"1", b"2"]
+        assert [get_body(c, q2, 2) for _ in range(2)] == [b"0", b"600"]
+        c.close()
