@@ -162,19 +162,32 @@ class ChannelProcess(Process):
         message: when credit flow suspends this channel part-way, the rest goes back to the
         front of the mailbox; the reader's credit is given back for those handled."""
         handled = 0
-        for cmd in run:
+        total = len(run)
+        while handled < total:
             if handled and (self._suspended or self._dead):
                 self._mailbox.appendleft((PUBLISHES, run[handled:]))
                 break
-            handled += 1
+            cmd = run[handled]
             if self.state != OPEN:
+                handled += 1
                 self._while_closing(cmd)
                 continue
+            # the publishes that follow with the same method and header objects go together
+            method, header = cmd.method, cmd.header
+            stop = handled + 1
+            while stop < total and run[stop].method is method and run[stop].header is header:
+                stop += 1
             try:
-                publish(self, cmd)
+                if stop - handled == 1:
+                    publish(self, cmd)
+                    handled += 1
+                else:
+                    handled += publish_alike(self, run, handled, stop)
             except errors.SoftError as exc:
+                handled += 1
                 self.close_with_error(exc)
             except errors.HardError as exc:
+                handled += 1
                 self.state = CLOSED
                 self.conn.connection_error(exc)
         grant = self.reader_credit.ack("reader", handled)
@@ -455,7 +468,11 @@ def _cast_lite(kind: str, refs: list[LiteRef]) -> None:
         channel.cast((kind, queue, seqs))
 
 
-from broker.channel_basic import BASIC_HANDLERS, publish  # noqa: E402  (they import this module)
+from broker.channel_basic import (  # noqa: E402  (they import this module)
+    BASIC_HANDLERS,
+    publish,
+    publish_alike,
+)
 from broker.channel_entities import ENTITY_HANDLERS  # noqa: E402
 
 HANDLERS: dict[type, Any] = {**BASIC_HANDLERS, **ENTITY_HANDLERS}

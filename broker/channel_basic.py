@@ -23,7 +23,7 @@ from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.message import Message
 from broker.protocol.framing import build_method, encode_content_raw
-from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE
 from broker.ttl import parse_expiration
 from broker.tx import TxState
 
@@ -57,6 +57,71 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
         ch.spend_queue_credit(queue)
 
 
+def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
+    """run[start:stop] are publishes with one method object and one header object (the
+    decoder hands alike publishes the same ones): checked once, routed once (nothing can
+    change the topology between them), each queue sent one PUBLISHES message. Handles as
+    many as every queue's credit allows (at least one); returns how many. Anything needing
+    per-message care (a transaction, direct reply-to) goes through `publish` one by one.
+    Raises what `publish` raises, before any of them is routed."""
+    cmd = run[start]
+    method = cmd.method
+    header = cmd.header
+    if ch.tx is not None or header.hot[4] == REPLY_TO or (
+            not method.exchange and method.routing_key.startswith(REPLY_PREFIX)):
+        publish(ch, cmd)
+        return 1
+    publish(ch, cmd, alone=False)  # checks it; the Message is made below
+    name = method.exchange
+    routing_key = method.routing_key
+    raw = header.raw_properties
+    hot = header.hot
+    decoded = header.decoded
+    if decoded is None:
+        first = Message.from_wire(name, routing_key, raw, hot, cmd.body or b"")
+    else:
+        first = Message(name, routing_key, decoded, cmd.body or b"", raw_properties=raw)
+    queues = ch.vhost.route(name, routing_key, first.headers, first)
+    n = stop - start
+    credit = ch.credit
+    for queue in queues:
+        left = credit.credit_left(queue)
+        if left < n:
+            n = left if left > 1 else 1
+    messages = [first]
+    if decoded is None:
+        from_wire = Message.from_wire
+        for i in range(start + 1, start + n):
+            messages.append(from_wire(name, routing_key, raw, hot, run[i].body or b""))
+    else:
+        for i in range(start + 1, start + n):
+            messages.append(Message(name, routing_key, decoded, run[i].body or b"",
+                                    raw_properties=raw))
+    ch.message_stats.publish += n
+    confirm = ch.confirm
+    seqs: list | None = None
+    if confirm is not None:
+        seqs = []
+        for _ in range(n):
+            seq = confirm.next_seq_no()
+            confirm.track(seq, queues)
+            seqs.append(seq)
+    if not queues:
+        if method.mandatory:
+            ch.message_stats.return_unroutable += n
+            for message in messages:
+                _basic_return(ch, message, 312, "NO_ROUTE")
+        else:
+            ch.message_stats.drop_unroutable += n
+        return n
+    msg = (PUBLISHES, ch, messages, seqs)
+    for queue in queues:
+        queue.cast(msg)
+        if credit.send(queue, n) and not ch.shutting_down:
+            ch.suspend()
+    return n
+
+
 def _send_reply(ch: Any, method: Any, message: Message) -> None:
     """Direct reply-to (rabbitmq.com/direct-reply-to.html): deliver to the requester's
     reply consumer; a gone requester drops the reply (basic.return NO_ROUTE if mandatory).
@@ -79,7 +144,7 @@ def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
         message.body, ch.frame_max))
 
 
-def publish(ch: Any, cmd: Any) -> None:
+def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
     """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 403 without write on the
     exchange (the default one is `amq.default`), 404 unknown exchange, 403 internal
     exchange, 403 outside the topic write permission, 406 for a `user_id` that is not the
@@ -111,6 +176,8 @@ def publish(ch: Any, cmd: Any) -> None:
             raise errors.amqp_error(
                 errors.PreconditionFailed, f"invalid expiration '{expiration}': {exc}",
                 method) from None
+    if not alone:  # publish_alike makes and routes the messages itself
+        return
     if reply_to == REPLY_TO:
         if ch.reply_consumer is None:  # rabbit_channel: no reply consumer on this channel
             raise errors.amqp_error(errors.PreconditionFailed,

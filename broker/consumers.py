@@ -55,6 +55,7 @@ class ConsumerSet:
         self._groups: dict[int, deque[Consumer]] = {}  # priority -> consumers in rr order
         self._priorities: list[int] = []  # sorted ascending; iterate reversed
         self._by_key: dict[tuple[int, str], Consumer] = {}  # (id(channel), tag) -> consumer
+        self._only: Consumer | None = None  # the consumer when there is exactly one
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -69,6 +70,7 @@ class ConsumerSet:
             bisect.insort(self._priorities, consumer.priority)
         group.append(consumer)
         self._by_key[(id(consumer.channel), consumer.tag)] = consumer
+        self._only = consumer if len(self._by_key) == 1 else None
 
     def get(self, channel: Any, tag: str) -> Consumer | None:
         return self._by_key.get((id(channel), tag))
@@ -81,6 +83,8 @@ class ConsumerSet:
             if not group:
                 del self._groups[consumer.priority]
                 self._priorities.remove(consumer.priority)
+            by_key = self._by_key
+            self._only = next(iter(by_key.values())) if len(by_key) == 1 else None
         return consumer
 
     def remove_channel(self, channel: Any) -> list[Consumer]:
@@ -101,6 +105,12 @@ class ConsumerSet:
         """The consumer to deliver the next message to, rotated to the back of its group;
         None if no consumer has capacity. `channel_ok(c)` checks the channel-side limits
         (channel-wide prefetch, flow, socket backpressure)."""
+        only = self._only
+        if only is not None:  # one consumer: no groups to walk, nothing to rotate
+            if ((only.no_ack or only.prefetch == 0 or only.unacked < only.prefetch)
+                    and channel_ok(only)):
+                return only
+            return None
         if self.single_active:
             consumer = self.active()
             if consumer is not None and consumer.has_capacity() and channel_ok(consumer):

@@ -41,6 +41,7 @@ log = logging.getLogger("broker.queue")
 
 # mailbox message kinds (first tuple element)
 PUBLISH = 0  # (PUBLISH, channel, message, msg_seq_no | None)
+PUBLISHES = 11  # (PUBLISHES, channel, [message], [msg_seq_no] | None): alike publishes
 ACK = 1  # (ACK, channel, [(ack_tag, consumer_tag | None)])
 REQUEUE = 2  # (REQUEUE, channel, [(ack_tag, consumer_tag | None)])
 DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject without requeue
@@ -160,6 +161,15 @@ class QueueProcess(Process):
         kind = msg[0]
         if kind == PUBLISH:
             self._publish(msg[1], msg[2], msg[3])
+        elif kind == PUBLISHES:
+            # each as its own PUBLISH would be, down to the error boundary
+            channel, messages, seqs = msg[1], msg[2], msg[3]
+            publish_one = self._publish
+            for i, message in enumerate(messages):
+                try:
+                    publish_one(channel, message, None if seqs is None else seqs[i])
+                except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6)
+                    self.crashed(exc)
         elif kind == ACK:
             tags = self._settle(msg[1], msg[2])
             self.message_stats.ack += len(msg[2])

@@ -369,7 +369,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("frame_max", "_buf", "_pos", "_last_args", "_last_method", "_last_header_raw",
-                 "_last_header")
+                 "_last_header", "_last_prefix")
 
     def __init__(self, frame_max: int = 131072) -> None:
         self.frame_max = frame_max  # negotiated frame_max; frames larger are a 501
@@ -381,6 +381,9 @@ class FrameDecoder:
         self._last_method: Any = None
         self._last_header_raw = b""
         self._last_header: ContentHeader | None = None
+        # the last whole publish's bytes up to its body: its method frame, header frame and
+        # body frame header; an alike publish repeats them exactly, only the body differs
+        self._last_prefix: bytes | None = None
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer."""
@@ -419,6 +422,11 @@ class FrameDecoder:
             return None
         if (ftype == FRAME_METHOD and size > 4 and buf[end] == FRAME_END
                 and _U32.unpack_from(buf, pos + 7)[0] == _PUBLISH_ID):
+            prefix = self._last_prefix
+            if prefix is not None and buf.startswith(prefix, pos):
+                cmd = self._alike_publish()
+                if cmd is not None:
+                    return channel, cmd
             cmd = self._whole_publish(channel, end)
             if cmd is not None:
                 return channel, cmd
@@ -450,6 +458,11 @@ class FrameDecoder:
         uses it to take a run of publishes in one go."""
         buf = self._buf
         pos = self._pos
+        prefix = self._last_prefix
+        if prefix is not None and buf.startswith(prefix, pos):
+            cmd = self._alike_publish()
+            if cmd is not None:
+                return cmd
         if len(buf) - pos < 11:
             return None
         ftype, fchannel, size = _FRAME_HDR.unpack_from(buf, pos)
@@ -459,6 +472,23 @@ class FrameDecoder:
                 or _U32.unpack_from(buf, pos + 7)[0] != _PUBLISH_ID):
             return None
         return self._whole_publish(channel, end)
+
+    def _alike_publish(self) -> Command | None:
+        """The buffer at `_pos` starts with the last whole publish's bytes up to its body:
+        the same method and header (objects reused), a body of the same size. The Command,
+        consumed, once the body and its frame end are in; else None, nothing consumed."""
+        buf = self._buf
+        start = self._pos + len(self._last_prefix)  # type: ignore[arg-type]
+        header = self._last_header
+        size = header.body_size  # type: ignore[union-attr]
+        if size:
+            end = start + size
+            if len(buf) <= end or buf[end] != FRAME_END:
+                return None
+            self._pos = end + 1
+            return _new_tuple(Command, (self._last_method, header, bytes(buf[start:end])))
+        self._pos = start
+        return _new_tuple(Command, (self._last_method, header, b""))
 
     def _publish_method(self, args_at: int, args_end: int) -> Any:
         """The Basic.Publish whose arguments are buf[args_at:args_end]; the same object as
@@ -471,6 +501,7 @@ class FrameDecoder:
         method = decode_method(_PUBLISH_PREFIX + args)
         self._last_args = args
         self._last_method = method
+        self._last_prefix = None  # it held the previous method's frame
         return method
 
     def _whole_publish(self, channel: int, end: int) -> Command | None:
@@ -504,6 +535,7 @@ class FrameDecoder:
             if class_id != 60:
                 return None
             header = None
+        start = self._pos
         if body_size:
             bstart = hend + 1
             if have < bstart + 7:
@@ -516,9 +548,10 @@ class FrameDecoder:
                 return None
             body = bytes(buf[bstart + 7 : bend])
             after = bend + 1
+            body_at = bstart + 7
         else:
             body = b""
-            after = hend + 1
+            after = body_at = hend + 1
         if header is None:
             raw = bytes(buf[at + 19 : hend])
             try:
@@ -535,6 +568,7 @@ class FrameDecoder:
                 header = ContentHeader(60, body_size, None, raw, hot)
             self._last_header_raw = bytes(buf[at + 7 : hend])
             self._last_header = header
+        self._last_prefix = bytes(buf[start:body_at])  # _last_method and _last_header's
         self._pos = after
         return _new_tuple(Command, (method, header, body))
 
@@ -679,6 +713,10 @@ _END_AND_BODY_HDR = struct.Struct(">BBHI")
 # (consumer tag, exchange, routing key) -> (the arguments before the delivery tag, after it)
 _DELIVER_PARTS: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
 _DELIVER_PARTS_MAX = 4096
+# the last single-body-frame delivery encoded: (raw_properties, body size, channel, consumer
+# tag, routing key, exchange, bytes before the delivery tag, bytes between it and the body);
+# the next delivery of a run differs only in its tag, redelivered flag and body
+_LAST_DELIVER: list = [None, -1, -1, "", "", "", b"", b""]
 
 
 def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
@@ -709,21 +747,31 @@ def encode_deliver(
     """basic.deliver + content header + body frames, hand-encoded (the broker's hottest
     encode path; byte-for-byte equal to pamqp's output, see tests/unit/test_framing.py).
     The encoded consumer tag, exchange and routing key are kept per (tag, exchange, key),
-    so a run of alike deliveries encodes only the delivery tag. Strings longer than 255
+    and all but the tag and body of the last delivery (same properties object, body size,
+    channel, tag, exchange and key), so a run of alike deliveries encodes only the tag. Strings longer than 255
     bytes raise ValueError (shortstr)."""
+    size = len(body)
+    last = _LAST_DELIVER
+    if (last[0] is raw_properties and last[1] == size and last[2] == channel
+            and last[3] == consumer_tag and last[4] == routing_key and last[5] == exchange):
+        return b"".join((last[6], _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
+                         last[7], body, b"\xce"))
     parts = _DELIVER_PARTS.get((consumer_tag, exchange, routing_key))
     if parts is None:
         parts = _deliver_parts(consumer_tag, exchange, routing_key)
     head, tail = parts
-    size = len(body)
     if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
-        return b"".join((
-            _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
-            _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail,
+        before = _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9) + head
+        after = b"".join((
+            tail,
             _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
                                  60, 0, size),
             raw_properties,
-            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size), body, b"\xce"))
+            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
+        _LAST_DELIVER[:] = (raw_properties, size, channel, consumer_tag, routing_key, exchange,
+                            before, after)
+        return b"".join((before, _U64_U8.pack(delivery_tag, 1 if redelivered else 0), after,
+                         body, b"\xce"))
     out = [_METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
            _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail, b"\xce"]
     out += _content_frames(channel, 60, raw_properties, body, frame_max)

@@ -527,3 +527,62 @@ def test_alike_publishes_share_decoded_method_and_header_unlike_ones_do_not() ->
     assert [c.header.hot[0] for c in got] == [2, 2, 2, 1]
     assert got[0].method is got[1].method and got[0].header is got[1].header
     assert got[1].method is not got[2].method and got[1].header is not got[2].header
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from(["a", "b"]),
+                          st.sampled_from([None, 1, 2]), st.binary(max_size=12),
+                          st.booleans()), min_size=1, max_size=25),
+       st.lists(st.integers(1, 60), min_size=1, max_size=40))
+def test_publish_streams_decode_like_pamqp_at_any_split(pubs: list, cuts: list) -> None:
+    """Whole, alike and partial publishes mixed over two channels, with other methods
+    between them and bodies split over frames, fed in arbitrary pieces: the commands
+    equal what the frames say (the decoder's caches never hand out a stale method or
+    header; issue 15)."""
+    from broker.protocol.assembler import CommandAssembler
+
+    parts, want = [], []
+    for ch, rk, mode, data, split in pubs:
+        props = C.Basic.Properties(delivery_mode=mode)
+        parts.append(method(ch, C.Basic.Publish(exchange="x", routing_key=rk)))
+        parts.append(header(ch, len(data), props))
+        step = 1 if split and len(data) > 1 else max(len(data), 1)
+        parts.extend(body(ch, data[i:i + step]) for i in range(0, len(data), step))
+        if split:
+            parts.append(method(ch, C.Basic.Qos(prefetch_count=1)))
+        want.append((ch, rk, mode, data))
+    stream = b"".join(parts)
+    dec = FrameDecoder()
+    asms = {1: CommandAssembler(), 2: CommandAssembler()}
+    got = []
+    pos = 0
+    for n in cuts + [len(stream)]:
+        dec.feed(stream[pos:pos + n])
+        pos += n
+        while (f := dec.next_frame()) is not None:
+            ch, frame = f
+            cmd = frame if isinstance(frame, Command) else asms[ch].feed(frame)
+            if cmd is not None and cmd.header is not None:
+                got.append((ch, cmd.method.routing_key, cmd.header.hot[0], cmd.body))
+        if pos >= len(stream):
+            break
+    assert got == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 7]), st.sampled_from(["c1", "c2"]),
+                          st.integers(1, 2**40), st.booleans(), st.sampled_from(["", "x"]),
+                          st.sampled_from(["k", "q"]), st.sampled_from([0, 1, 2]),
+                          st.binary(max_size=20)), min_size=1, max_size=12))
+def test_runs_of_deliveries_encode_like_pamqp(deliveries: list) -> None:
+    """encode_deliver reuses the last delivery's bytes for an alike one (issue 15): any
+    sequence, alike or not, still encodes exactly as pamqp does."""
+    props = [C.Basic.Properties(delivery_mode=1), C.Basic.Properties(delivery_mode=2),
+             C.Basic.Properties(message_id="m")]
+    raws = [p.marshal() for p in props]
+    for ch, ctag, tag, redelivered, exchange, rk, which, data in deliveries:
+        m = C.Basic.Deliver(consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
+                            exchange=exchange, routing_key=rk)
+        want = pamqp_content(ch, m, props[which], data, 4096)
+        assert encode_deliver(ch, ctag, tag, redelivered, exchange, rk, raws[which], data,
+                              4096) == want
