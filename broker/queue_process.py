@@ -120,6 +120,7 @@ class QueueProcess(Process):
         self._deferred: dict[Any, int] = {}
         self._monitor = memory_monitor  # gets our RAM duration, casts us RAM targets
         self._ram_timer: asyncio.TimerHandle | None = None  # the 5 s RAM duration report
+        self._ram_activity = -1  # _activity() at the last report; unchanged = idle
         if memory_monitor is not None:
             memory_monitor.register(self, self._ram_target,
                                     lambda: self.cast((RAM_REPORT,)))
@@ -201,9 +202,14 @@ class QueueProcess(Process):
         elif kind == RAM_DURATION:
             self._ram_timer = None
             self._report_ram_duration()
-            if not self.deleted:
+            activity = self._activity()
+            if not self.deleted and activity != self._ram_activity:
+                self._ram_activity = activity
                 self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
                                                         (RAM_DURATION,))
+            # else idle for a whole interval: no more ticks until something happens
+            # (rabbit_amqqueue_process reports once more and stops its rate timer when it
+            # hibernates); the memory monitor still reaches it (RAM_TARGET, RAM_REPORT)
         elif kind == RAM_REPORT:
             self._report_ram_duration()
         elif kind == RAM_TARGET:
@@ -220,6 +226,16 @@ class QueueProcess(Process):
             deferred, self._deferred = self._deferred, {}
             for channel, n in deferred.items():
                 channel.grant_credit(self, n)
+        if (self._ram_timer is None and self._monitor is not None and not self.deleted
+                and self._activity() != self._ram_activity):  # busy again: tick again
+            self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
+                                                    (RAM_DURATION,))
+
+    def _activity(self) -> int:
+        """A count that moves whenever messages come, go or are settled here."""
+        stats = self.message_stats
+        return (stats.publish + stats.deliver + stats.deliver_no_ack + stats.get
+                + stats.get_no_ack + stats.ack + stats.redeliver)
 
     # -- memory (ARCHITECTURE §7, rabbit_amqqueue_process update_ram_duration) ---------------
     def _ram_target(self, duration: float | None) -> None:
