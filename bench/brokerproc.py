@@ -111,6 +111,10 @@ class BrokerSampler:
         s.sample_raw(None)
         return s
 
+    def cpu_rss(self) -> tuple[float, int] | None:
+        """(CPU seconds used so far, RSS in bytes) now, or None if the process is gone."""
+        return _cpu_rss(self.pid)
+
     def sample_raw(self, now: float | None) -> tuple[float, int] | None:
         got = _cpu_rss(self.pid)
         if got is None:

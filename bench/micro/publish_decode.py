@@ -5,8 +5,9 @@ Run: python bench/micro/publish_decode.py [--json]  — µs per publish, best of
 A buffer of 1 000 basic.publish commands (method + content header + one body frame) is fed
 to a FrameDecoder and turned into commands the way `broker.reader.Reader` does: a whole
 `Command` from the decoder is taken as it is, anything else goes through the channel's
-CommandAssembler. Cases: s1's shape (16 B, delivery_mode only), the paper's (1 500 B,
-persistent, content_type), and one with a headers table. It runs against whatever `broker`
+CommandAssembler. Cases: s1's shape (16 B, delivery_mode only), every publish with its own
+message_id (nothing alike to reuse), the paper's (1 500 B, persistent, content_type), and one
+with a headers table. It runs against whatever `broker`
 package is first on sys.path, so `bench/micro/ab.py` can compare two checkouts.
 """
 
@@ -35,8 +36,20 @@ def stream(size: int, props: C.Basic.Properties) -> bytes:
     return one * RUN
 
 
+def unique_ids(size: int) -> bytes:
+    """RUN publishes whose properties differ (a message_id each), as many applications send
+    them: no two are alike, so the decoder's reuse of the last publish's bytes never applies."""
+    return b"".join(
+        pframe.marshal(C.Basic.Publish(exchange="amq.direct", routing_key="bench.queue"), 1)
+        + pframe.marshal(pheader.ContentHeader(0, size, C.Basic.Properties(
+            delivery_mode=2, message_id=f"id-{i:08d}")), 1)
+        + pframe.marshal(pbody.ContentBody(b"x" * size), 1)
+        for i in range(RUN))
+
+
 CASES = {
     "s1: 16 B, delivery_mode=1": stream(16, C.Basic.Properties(delivery_mode=1)),
+    "unique message_id each, 100 B": unique_ids(100),
     "paper: 1500 B, persistent, content_type": stream(
         1500, C.Basic.Properties(content_type="application/octet-stream", delivery_mode=2)),
     "headers table, 100 B": stream(100, C.Basic.Properties(headers={"k": "v", "n": 1},
