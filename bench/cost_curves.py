@@ -13,9 +13,9 @@
     python -m bench.cost_curves plot A.json [B.json ...] --out curves.png
 
 queues: for each N, declare N queues (cc-q-<i>, not durable) with one auto-ack consumer each
-(all on one consumer connection, spread over channels of 500 consumers), then measure the
-broker's CPU (%, 100 = one core) over `--idle-seconds` with nothing happening (what idle
-queues cost), then publish `--rate` msg/s in all (round-robin over the queues through the
+(all on one consumer connection, spread over channels of 500 consumers), wait
+`--settle-seconds`, then measure the broker's CPU (%, 100 = one core) over `--idle-seconds`
+with nothing happening (what idle queues cost), then publish `--rate` msg/s in all (round-robin over the queues through the
 default exchange, 16-byte bodies carrying a timestamp) for `--seconds` and measure the CPU,
 the rates and the end-to-end latency (p50/p99, ms). RSS (MB) after setup and after the load.
 connections: for each M, open M connections (handshake done, one channel each, heartbeat 0
@@ -138,7 +138,8 @@ def _content(channel: int, body: bytes) -> bytes:
     return head + struct.pack("!BHI", 3, channel, len(body)) + body + b"\xce"
 
 
-async def queues_point(uri: URI, n: int, rate: float, seconds: float, idle: float) -> dict:
+async def queues_point(uri: URI, n: int, rate: float, seconds: float, idle: float,
+                       settle: float = 6.0) -> dict:
     """One point of the queue curve (see the module docstring)."""
     probe = Probe(uri)
     rss_before = probe.rss_mb()
@@ -158,7 +159,7 @@ async def queues_point(uri: URI, n: int, rate: float, seconds: float, idle: floa
                          commands.Basic.ConsumeOk)
     setup_s = time.monotonic() - t0
     rss_setup = probe.rss_mb()
-    await asyncio.sleep(1.0)  # let declare/consume traffic settle
+    await asyncio.sleep(settle)  # past the queues' last busy-time work (a RAM report 5 s on)
     mark = probe.mark()
     await asyncio.sleep(idle)
     idle_cpu = probe.cpu_since(mark)
@@ -182,23 +183,23 @@ async def queues_point(uri: URI, n: int, rate: float, seconds: float, idle: floa
             "sent": sent, "consumed": lat.count, "latency_ms": lat.summary()}
 
 
-async def _open_many(uri: URI, m: int) -> list[Connection]:
+async def _open_many(uri: URI, m: int, batch_size: int = OPEN_BATCH) -> list[Connection]:
     conns: list[Connection] = []
-    for start in range(0, m, OPEN_BATCH):
+    for start in range(0, m, batch_size):
         batch = await asyncio.gather(*(Connection.open(uri, f"cc-idle-{i}")
-                                       for i in range(start, min(m, start + OPEN_BATCH))))
+                                       for i in range(start, min(m, start + batch_size))))
         conns.extend(batch)
     await asyncio.gather(*(c.channel() for c in conns))
     return conns
 
 
 async def connections_point(uri: URI, m: int, busy_rate: float, seconds: float,
-                            idle: float) -> dict:
+                            idle: float, open_batch: int = OPEN_BATCH) -> dict:
     """One point of the connection curve (see the module docstring)."""
     probe = Probe(uri)
     rss_before = probe.rss_mb()
     t0 = time.monotonic()
-    idle_conns = await _open_many(uri, m)
+    idle_conns = await _open_many(uri, m, open_batch)
     open_s = time.monotonic() - t0
     rss_open = probe.rss_mb()
     await asyncio.sleep(1.0)
@@ -249,11 +250,12 @@ async def run(args: argparse.Namespace) -> dict:
     counts = [int(c) for c in args.counts.split(",")]
     for count in counts:
         if args.curve == "queues":
-            point = await queues_point(uri, count, args.rate, args.seconds, args.idle_seconds)
+            point = await queues_point(uri, count, args.rate, args.seconds, args.idle_seconds,
+                                       args.settle_seconds)
         else:
             raise_nofile(count + 100)
             point = await connections_point(uri, count, args.busy_rate, args.seconds,
-                                            args.idle_seconds)
+                                            args.idle_seconds, args.open_batch)
         doc[args.curve].append(point)
         print(json.dumps(point), flush=True)
     doc["loadavg_after"] = os.getloadavg()
@@ -285,7 +287,7 @@ def plot(paths: list[str], out: str) -> None:
                               label=f"{label} idle")
             axes[row][1].plot(xs, [p.get("busy_cpu_pct") for p in points], marker="x",
                               linestyle="--", label=f"{label} busy")
-        axes[row][0].set(xscale="log", xlabel=curve, ylabel="broker RSS (MB)",
+        axes[row][0].set(xscale="log", xlabel=curve, ylabel="broker RSS after the run (MB)",
                          title=f"memory vs {curve}")
         axes[row][1].set(xscale="log", xlabel=curve, ylabel="broker CPU (% of a core)",
                          title=f"CPU vs {curve} (idle, and at the low rate)")
@@ -308,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--busy-rate", type=float, default=5000.0,
                        help="connections: msg/s of the busy pair")
         p.add_argument("--seconds", type=float, default=10.0)
+        p.add_argument("--open-batch", type=int, default=OPEN_BATCH,
+                       help="connections: how many are opened concurrently")
         p.add_argument("--idle-seconds", type=float, default=10.0)
+        p.add_argument("--settle-seconds", type=float, default=6.0,
+                       help="queues: wait after setup before the idle window (a queue reports "
+                            "its RAM use once more 5 s after its last activity)")
         p.add_argument("--json", help="write the result document here")
     p = sub.add_parser("plot")
     p.add_argument("files", nargs="+")

@@ -120,7 +120,7 @@ class QueueProcess(Process):
         self._deferred: dict[Any, int] = {}
         self._monitor = memory_monitor  # gets our RAM duration, casts us RAM targets
         self._ram_timer: asyncio.TimerHandle | None = None  # the 5 s RAM duration report
-        self._ram_activity = -1  # _activity() at the last report; unchanged = idle
+        self._ram_activity = 0  # _activity() at the last report; unchanged = idle
         if memory_monitor is not None:
             memory_monitor.register(self, self._ram_target,
                                     lambda: self.cast((RAM_REPORT,)))

@@ -11,7 +11,8 @@ from bench import cost_curves
 def test_queue_and_connection_curves_at_tiny_sizes(broker, tmp_path) -> None:
     q_json, c_json = tmp_path / "q.json", tmp_path / "c.json"
     assert cost_curves.main(["queues", broker.url, "--counts", "1,5", "--seconds", "1",
-                             "--idle-seconds", "0.5", "--rate", "100", "--name", "t",
+                             "--idle-seconds", "0.5", "--settle-seconds", "0.2", "--rate", "100",
+                             "--name", "t",
                              "--json", str(q_json)]) == 0
     assert cost_curves.main(["connections", broker.url, "--counts", "20", "--seconds", "1",
                              "--idle-seconds", "0.5", "--busy-rate", "200",
