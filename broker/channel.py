@@ -26,7 +26,7 @@ from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
-from broker.protocol.framing import encode_deliver, encode_method
+from broker.protocol.encoding import encode_deliver, encode_method
 from broker.queue_process import ACK, REQUEUE, RUN
 from broker.stats import MessageStats
 from broker.tx import TxState

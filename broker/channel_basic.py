@@ -22,7 +22,7 @@ from broker.direct_reply_to import PREFIX as REPLY_PREFIX
 from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.message import Message
-from broker.protocol.framing import build_method, encode_content_raw
+from broker.protocol.encoding import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE
 from broker.ttl import parse_expiration
 from broker.tx import TxState

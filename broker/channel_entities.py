@@ -19,7 +19,7 @@ from broker.access import CONFIGURE, READ, WRITE
 from broker.direct_reply_to import PREFIX as REPLY_PREFIX
 from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
-from broker.protocol.framing import build_method
+from broker.protocol.encoding import build_method
 
 E = commands.Exchange
 Q = commands.Queue

@@ -11,7 +11,8 @@ import os
 
 from pamqp import commands
 
-from broker.protocol.framing import decode_properties, encode_properties
+from broker.protocol.encoding import encode_properties
+from broker.protocol.framing import decode_properties
 
 Properties = commands.Basic.Properties
 

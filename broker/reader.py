@@ -25,6 +25,7 @@ from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
 from broker.credit_flow import flow_state
 from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
+from broker.protocol.encoding import encode_method
 from broker.protocol.framing import (
     HEARTBEAT,
     HEARTBEAT_FRAME,
@@ -32,7 +33,6 @@ from broker.protocol.framing import (
     BadProtocolHeader,
     FrameDecoder,
     check_protocol_header,
-    encode_method,
     unexpected_frame,
 )
 from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the AMQP codec hot paths (broker/protocol/framing.py).
+"""Micro-benchmark of the AMQP codec hot paths (broker/protocol/framing.py, encoding.py).
 
 Run: python bench/micro/codec.py   — prints µs per operation (best of 5 timeit repeats).
 Measures: decode of one basic.publish (method + header + 100-byte body), the Basic.Publish /
@@ -25,6 +25,8 @@ from pamqp import frame as pframe  # noqa: E402
 from pamqp import header as pheader  # noqa: E402
 
 from broker.protocol import framing  # noqa: E402
+
+encoding = getattr(__import__("broker.protocol", fromlist=["x"]), "encoding", framing)  # older trees: framing
 
 PROPS = C.Basic.Properties(content_type="application/octet-stream", delivery_mode=2)
 BODY = b"x" * 100
@@ -97,10 +99,10 @@ CASES = {
     "properties decode (Go zero timestamps: pamqp fails, fallback)": lambda: (
         framing.decode_properties(GO_ZERO_PROPS)
     ),
-    "encode_deliver (fast path)": lambda: framing.encode_deliver(
+    "encode_deliver (fast path)": lambda: encoding.encode_deliver(
         1, "amq.ctag-abc", 42, False, "amq.direct", "bench.queue", RAW_PROPS, BODY, 131072
     ),
-    "encode_content_raw (generic method encoder)": lambda: framing.encode_content_raw(
+    "encode_content_raw (generic method encoder)": lambda: encoding.encode_content_raw(
         1, DELIVER, RAW_PROPS, BODY, 131072
     ),
     "pamqp marshal deliver+header+body (reference)": lambda: (

@@ -1,28 +1,48 @@
-# Owns: the AMQP 0-9-1 frame layer — protocol header check, bytes → frames (FrameDecoder) and
-# frames → bytes (encode_*). Method arguments and properties are (un)marshalled with pamqp,
-# except the hot paths noted below.
+# Owns: the AMQP 0-9-1 frame layer's decoding side — protocol header check, bytes → frames
+# and whole publishes (FrameDecoder), method and property decoding; encoding is in
+# encoding.py. Method arguments and properties are decoded with pamqp, except the hot paths
+# noted below.
 # Talks to: the connection reader (feeds socket bytes, pulls frames, hands them to one
-# CommandAssembler per channel) and the writer / channel / queue processes (encode_*).
+# CommandAssembler per channel).
 # Must never: import asyncio, touch a socket, or know channel state (that is the assembler's
 # and the reader's). Errors are AMQP hard errors built with broker.errors.amqp_error, with
 # RabbitMQ 3.10's reply codes and texts (rabbit_reader.erl / rabbit_binary_parser.erl).
-"""AMQP 0-9-1 framing: sans-IO frame decoder and encoders (AMQP 0-9-1 §2.3.5, §4.2.3)."""
+"""AMQP 0-9-1 framing: sans-IO frame decoder (AMQP 0-9-1 §2.3.5, §4.2.3).
+
+The frame constants (FRAME_*, HEARTBEAT_FRAME) are defined in encoding.py and re-exported
+here for the decoder's users."""
+
+
 
 from __future__ import annotations
 
-import inspect
 import struct
 from typing import Any, NamedTuple
 
-from pamqp import commands, decode, encode
+from pamqp import commands, decode
 
 from broker.errors import (
     AMQPError,
     FrameError,
     NotImplemented_,
-    UnexpectedFrame,
     amqp_error,
 )
+from broker.protocol.encoding import (
+    _FRAME_HDR,
+    _HEADER_FIXED,
+    _U16U16,
+    ARG_SPECS,
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    FRAME_OVERHEAD,
+    HEARTBEAT_FRAME,
+    encode_args,
+)
+from broker.protocol.frame_errors import erl_binary, frame_error, unexpected
 from broker.protocol.properties import (
     HotFields,
     decode_properties_tolerant,
@@ -31,14 +51,16 @@ from broker.protocol.properties import (
     scan_properties,
 )
 
+__all__ = [
+    "FRAME_BODY", "FRAME_END", "FRAME_HEADER", "FRAME_HEARTBEAT", "FRAME_METHOD",
+    "FRAME_MIN_SIZE", "FRAME_OVERHEAD", "HEARTBEAT", "HEARTBEAT_FRAME", "PROTOCOL_HEADER",
+    "BadProtocolHeader", "Command", "ContentHeader", "FrameDecoder", "check_protocol_header",
+    "decode_header", "decode_method", "decode_properties", "erl_binary", "unexpected_frame",
+]
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ also starts 0-9-1 for the pre-errata header "AMQP 1 1 0 9" (rabbit_reader.erl).
 _ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
-FRAME_END = 0xCE
-FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-FRAME_MIN_SIZE = 4096
-FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet; frame_max counts the whole frame
 
 
 class _Heartbeat:
@@ -52,10 +74,6 @@ class _Heartbeat:
 
 HEARTBEAT: Any = _Heartbeat()
 
-_FRAME_HDR = struct.Struct(">BHI")
-_U16U16 = struct.Struct(">HH")
-_HEADER_FIXED = struct.Struct(">HHQ")
-_U64 = struct.Struct(">Q")
 _U64_U8 = struct.Struct(">QB")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -140,36 +158,8 @@ class Command(NamedTuple):
     body: bytes | None
 
 
-def erl_binary(data: bytes) -> str:
-    """Format bytes as Erlang's ~p prints a binary (<<"abc">> or <<0,1,2>>), for reply texts."""
-    if data and all(32 <= b < 127 for b in data):
-        text = data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
-        return f'<<"{text}">>'
-    return "<<" + ",".join(str(b) for b in data) + ">>"
-
-
-def _snippet(payload: bytes) -> str:
-    """RabbitMQ's payload_snippet: all octets up to 16, else the first 16 (rabbit_reader)."""
-    if len(payload) <= 16:
-        return f"all octets = {erl_binary(payload)}"
-    return f"first octets = {erl_binary(payload[:16])}"
-
-
-def _frame_error(ftype: int, payload: bytes, reason: str) -> Exception:
-    return amqp_error(FrameError, f"type {ftype}, {_snippet(payload)}: {reason}")
-
-
-def _unexpected(ftype: int, payload: bytes) -> Exception:
-    return amqp_error(UnexpectedFrame, f"type {ftype}, {_snippet(payload)}")
-
-
 # --- method argument decoding -------------------------------------------------------------
 
-# class -> ((attribute, amqp type), ...) from pamqp's spec tables.
-_ARG_SPECS: dict[type, tuple[tuple[str, str], ...]] = {
-    cls: tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
-    for cls in commands.INDEX_MAPPING.values()
-}
 _DECODE_ERRORS = (
     struct.error,
     ValueError,
@@ -191,7 +181,7 @@ def _decode_args(cls: type, data: bytes) -> Any:
     end = len(data)
     bits = -1
     bitpos = 8
-    for name, amqp_type in _ARG_SPECS[cls]:
+    for name, amqp_type in ARG_SPECS[cls]:
         if amqp_type == "bit":
             if bits < 0 or bitpos == 8:
                 bits = data[pos]
@@ -261,7 +251,7 @@ def decode_method(payload: bytes) -> Any:
     without a close there; 540 is the spec's nearest code).
     """
     if len(payload) < 4:
-        raise _frame_error(FRAME_METHOD, payload, "unknown_frame")
+        raise frame_error(FRAME_METHOD, payload, "unknown_frame")
     class_id, method_id = _U16U16.unpack_from(payload)
     index = class_id << 16 | method_id
     args = payload[4:]
@@ -335,7 +325,7 @@ def decode_header(payload: bytes) -> ContentHeader:
     """Decode a content header frame payload. Raises FrameError 501 when shorter than 14 bytes
     (class_id, weight, body_size, one flags word) or when properties do not decode."""
     if len(payload) < 14:
-        raise _frame_error(FRAME_HEADER, payload, "unknown_frame")
+        raise frame_error(FRAME_HEADER, payload, "unknown_frame")
     class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
     return _header(class_id, body_size, payload[12:])
 
@@ -416,7 +406,7 @@ class FrameDecoder:
         # boundary against RabbitMQ 3.10
         if self.frame_max and size > self.frame_max:
             limit = self.frame_max - FRAME_OVERHEAD
-            raise _frame_error(ftype, b"", f"{{frame_too_large,{size},{limit}}}")
+            raise frame_error(ftype, b"", f"{{frame_too_large,{size},{limit}}}")
         end = pos + 7 + size
         if len(buf) <= end:
             return None
@@ -434,23 +424,23 @@ class FrameDecoder:
             return channel, self._publish_method(pos + 11, end)
         payload = bytes(buf[pos + 7 : end])
         if buf[end] != FRAME_END:
-            raise _frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[end]}}}")
+            raise frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[end]}}}")
         self._pos = end + 1
         if ftype == FRAME_BODY:
             if channel == 0:
-                raise _unexpected(ftype, payload)
+                raise unexpected(ftype, payload)
             return channel, payload
         if ftype == FRAME_METHOD:
             return channel, decode_method(payload)
         if ftype == FRAME_HEADER:
             if channel == 0:
-                raise _unexpected(ftype, payload)
+                raise unexpected(ftype, payload)
             return channel, decode_header(payload)
         if ftype == FRAME_HEARTBEAT and not payload:
             if channel != 0:
-                raise _unexpected(ftype, payload)
+                raise unexpected(ftype, payload)
             return 0, HEARTBEAT
-        raise _frame_error(ftype, payload, "unknown_frame")
+        raise frame_error(ftype, payload, "unknown_frame")
 
     def next_publish(self, channel: int) -> Command | None:
         """The next frames as one whole basic.publish on `channel` (see `_whole_publish`),
@@ -579,200 +569,16 @@ def unexpected_frame(frame: Any) -> Exception:
     connection.open-ok: verified "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>").
     The payload is re-encoded, so it matches the wire for canonically encoded frames."""
     if frame is HEARTBEAT:
-        return _unexpected(FRAME_HEARTBEAT, b"")
+        return unexpected(FRAME_HEARTBEAT, b"")
     if type(frame) is bytes:
-        return _unexpected(FRAME_BODY, frame)
+        return unexpected(FRAME_BODY, frame)
     if type(frame) is ContentHeader:
         fixed = _HEADER_FIXED.pack(frame.class_id, 0, frame.body_size)
-        return _unexpected(FRAME_HEADER, fixed + frame.raw_properties)
+        return unexpected(FRAME_HEADER, fixed + frame.raw_properties)
     try:
-        octets = _encode_args(frame)
+        octets = encode_args(frame)
     except (TypeError, ValueError, OverflowError, struct.error):
         # a decoded value pamqp cannot encode back (e.g. a table value read as raw bytes):
         # the class and method ids still say what came (found by tests/fuzz)
         octets = _U16U16.pack(frame.index >> 16, frame.index & 0xFFFF)
-    return _unexpected(FRAME_METHOD, octets)
-
-
-# --- encoding -----------------------------------------------------------------------------
-
-
-def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
-
-
-def _encode_args(method: Any) -> bytes:
-    """Method arguments per pamqp's spec tables, without pamqp's validate(): RabbitMQ allows
-    any UTF-8 exchange/queue name, pamqp's regex does not."""
-    out = [_U16U16.pack(method.index >> 16, method.index & 0xFFFF)]
-    bits = -1
-    bitpos = 0
-    for name, amqp_type in _ARG_SPECS[type(method)]:
-        value = getattr(method, name, None)
-        if amqp_type == "bit":
-            if bits < 0:
-                bits, bitpos = 0, 0
-            if value:
-                bits |= 1 << bitpos
-            bitpos += 1
-            if bitpos == 8:
-                out.append(bytes((bits,)))
-                bits = -1
-            continue
-        if bits >= 0:
-            out.append(bytes((bits,)))
-            bits = -1
-        out.append(encode.by_type(value, amqp_type))
-    if bits >= 0:
-        out.append(bytes((bits,)))
-    return b"".join(out)
-
-
-_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
-
-
-def build_method(cls: type, **fields: Any) -> Any:
-    """A pamqp command instance of `cls` with `fields`, others at their defaults, without
-    pamqp's validate(): pamqp's name pattern refuses names RabbitMQ accepts (any UTF-8 up to
-    255 bytes: 'café', 'orders*', 'q?', a tab), and `Queue.DeclareOk`, `Basic.GetOk` and
-    `Basic.Return` echo such names back (issue 8). Unknown field names raise TypeError."""
-    defaults = _DEFAULTS.get(cls)
-    if defaults is None:
-        params = inspect.signature(cls.__init__).parameters
-        defaults = _DEFAULTS[cls] = tuple(
-            (name, params[name].default) for name in cls.__slots__ if name in params)
-    method = cls.__new__(cls)
-    for name, default in defaults:
-        setattr(method, name, fields.pop(name, default))
-    if fields:
-        raise TypeError(f"{cls.__name__} has no field(s) {sorted(fields)}")
-    return method
-
-
-def encode_method(channel: int, method: Any) -> bytes:
-    """One method frame for a pamqp command instance (AMQP 0-9-1 §4.2.4). Field values are
-    not validated (the broker's own names may be any UTF-8); a value of the wrong type
-    raises TypeError/ValueError from pamqp's encoders."""
-    return _frame(FRAME_METHOD, channel, _encode_args(method))
-
-
-def encode_properties(properties: commands.Basic.Properties) -> bytes:
-    """raw_properties (property flags + property list) of a pamqp Basic.Properties."""
-    return properties.marshal()
-
-
-def _content_frames(
-    channel: int, class_id: int, raw_properties: bytes, body: bytes, frame_max: int
-) -> list[bytes]:
-    size = len(body)
-    parts = [
-        _FRAME_HDR.pack(FRAME_HEADER, channel, 12 + len(raw_properties)),
-        _HEADER_FIXED.pack(class_id, 0, size),
-        raw_properties,
-        b"\xce",
-    ]
-    chunk = frame_max - FRAME_OVERHEAD if frame_max else size
-    if size <= chunk:
-        if size:
-            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, size), body, b"\xce")
-        return parts
-    view = memoryview(body)
-    for start in range(0, size, chunk):
-        piece = view[start : start + chunk]
-        parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
-    return parts
-
-
-def encode_content_raw(
-    channel: int, method: Any, raw_properties: bytes, body: bytes, frame_max: int
-) -> bytes:
-    """Method frame + content header frame + body frames (each payload <= frame_max - 8;
-    none when body is empty), with properties already encoded (`encode_properties`).
-    AMQP 0-9-1 §4.2.6."""
-    parts = [_frame(FRAME_METHOD, channel, _encode_args(method))]
-    parts += _content_frames(channel, method.index >> 16, raw_properties, body, frame_max)
-    return b"".join(parts)
-
-
-def encode_content(
-    channel: int,
-    method: Any,
-    properties: commands.Basic.Properties,
-    body: bytes,
-    frame_max: int,
-) -> bytes:
-    """Like encode_content_raw, with a pamqp Basic.Properties object."""
-    return encode_content_raw(channel, method, properties.marshal(), body, frame_max)
-
-
-_DELIVER_ID = _U16U16.pack(60, 60)
-_METHOD_FRAME_HDR = struct.Struct(">BHI")
-# frame-end of the method frame, then the content header frame's header and fixed fields
-_END_AND_HEADER = struct.Struct(">BBHIHHQ")
-_END_AND_BODY_HDR = struct.Struct(">BBHI")
-# (consumer tag, exchange, routing key) -> (the arguments before the delivery tag, after it)
-_DELIVER_PARTS: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
-_DELIVER_PARTS_MAX = 4096
-# the last single-body-frame delivery encoded: (raw_properties, body size, channel, consumer
-# tag, routing key, exchange, bytes before the delivery tag, bytes between it and the body);
-# the next delivery of a run differs only in its tag, redelivered flag and body
-_LAST_DELIVER: list = [None, -1, -1, "", "", "", b"", b""]
-
-
-def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
-    ctag = consumer_tag.encode()
-    exch = exchange.encode()
-    rkey = routing_key.encode()
-    if len(ctag) > 255 or len(exch) > 255 or len(rkey) > 255:
-        raise ValueError("shortstr longer than 255 bytes")
-    parts = (_DELIVER_ID + bytes((len(ctag),)) + ctag,
-             bytes((len(exch),)) + exch + bytes((len(rkey),)) + rkey)
-    if len(_DELIVER_PARTS) >= _DELIVER_PARTS_MAX:
-        _DELIVER_PARTS.clear()
-    _DELIVER_PARTS[(consumer_tag, exchange, routing_key)] = parts
-    return parts
-
-
-def encode_deliver(
-    channel: int,
-    consumer_tag: str,
-    delivery_tag: int,
-    redelivered: bool,
-    exchange: str,
-    routing_key: str,
-    raw_properties: bytes,
-    body: bytes,
-    frame_max: int,
-) -> bytes:
-    """basic.deliver + content header + body frames, hand-encoded (the broker's hottest
-    encode path; byte-for-byte equal to pamqp's output, see tests/unit/test_framing.py).
-    The encoded consumer tag, exchange and routing key are kept per (tag, exchange, key),
-    and all but the tag and body of the last delivery (same properties object, body size,
-    channel, tag, exchange and key), so a run of alike deliveries encodes only the tag. Strings longer than 255
-    bytes raise ValueError (shortstr)."""
-    size = len(body)
-    last = _LAST_DELIVER
-    if (last[0] is raw_properties and last[1] == size and last[2] == channel
-            and last[3] == consumer_tag and last[4] == routing_key and last[5] == exchange):
-        return b"".join((last[6], _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
-                         last[7], body, b"\xce"))
-    parts = _DELIVER_PARTS.get((consumer_tag, exchange, routing_key))
-    if parts is None:
-        parts = _deliver_parts(consumer_tag, exchange, routing_key)
-    head, tail = parts
-    if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
-        before = _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9) + head
-        after = b"".join((
-            tail,
-            _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
-                                 60, 0, size),
-            raw_properties,
-            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
-        _LAST_DELIVER[:] = (raw_properties, size, channel, consumer_tag, routing_key, exchange,
-                            before, after)
-        return b"".join((before, _U64_U8.pack(delivery_tag, 1 if redelivered else 0), after,
-                         body, b"\xce"))
-    out = [_METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
-           _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail, b"\xce"]
-    out += _content_frames(channel, 60, raw_properties, body, frame_max)
-    return b"".join(out)
+    return unexpected(FRAME_METHOD, octets)

@@ -22,7 +22,7 @@ from broker.errors import (
     NotAllowed,
     amqp_error,
 )
-from broker.protocol.framing import FRAME_MIN_SIZE
+from broker.protocol.encoding import FRAME_MIN_SIZE
 from broker.protocol.sasl import parse_response
 
 C = commands.Connection

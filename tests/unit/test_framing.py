@@ -13,6 +13,13 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 
 from broker.errors import AMQPError, close_args
+from broker.protocol.encoding import (
+    encode_content,
+    encode_content_raw,
+    encode_deliver,
+    encode_method,
+    encode_properties,
+)
 from broker.protocol.framing import (
     FRAME_END,
     HEARTBEAT,
@@ -23,11 +30,6 @@ from broker.protocol.framing import (
     ContentHeader,
     FrameDecoder,
     check_protocol_header,
-    encode_content,
-    encode_content_raw,
-    encode_deliver,
-    encode_method,
-    encode_properties,
 )
 
 RICH_PROPS = C.Basic.Properties(
