@@ -31,6 +31,7 @@ from broker.message import Message
 from broker.policies import effective_queue_arguments
 from broker.queue_arguments import parse_arguments
 from broker.queue_expiry import UnusedLease
+from broker.queue_memory import RamReports
 from broker.stats import MessageStats
 from broker.ttl import expiry_ms, parse_expiration
 
@@ -54,7 +55,6 @@ RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the de
 RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
-RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
 
 class QueueProcess(Process):
@@ -118,13 +118,10 @@ class QueueProcess(Process):
         self.message_stats = MessageStats()  # publish/deliver/get/ack counts (management)
         # credit owed to channels, held back while the backing queue is out of store credit
         self._deferred: dict[Any, int] = {}
-        self._monitor = memory_monitor  # gets our RAM duration, casts us RAM targets
-        self._ram_timer: asyncio.TimerHandle | None = None  # the 5 s RAM duration report
-        self._ram_activity = 0  # _activity() at the last report; unchanged = idle
-        if memory_monitor is not None:
-            memory_monitor.register(self, self._ram_target,
-                                    lambda: self.cast((RAM_REPORT,)))
-            self._ram_timer = loop.call_later(RAM_DURATION_INTERVAL, self.cast, (RAM_DURATION,))
+        # our RAM duration to the memory monitor, its targets to us (None: no monitor)
+        self.ram: RamReports | None = (
+            RamReports(self, memory_monitor, (RAM_DURATION,), (RAM_REPORT,), RAM_TARGET)
+            if memory_monitor is not None else None)
 
     def _apply(self, args: dict) -> None:
         """Take TTL, length limits, overflow, dead-lettering, expiry and mode from the
@@ -200,18 +197,11 @@ class QueueProcess(Process):
             if self.bq.needs_resume():  # the next paging pass, or store credit came back
                 self.bq.resume()
         elif kind == RAM_DURATION:
-            self._ram_timer = None
-            self._report_ram_duration()
-            activity = self._activity()
-            if not self.deleted and activity != self._ram_activity:
-                self._ram_activity = activity
-                self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
-                                                        (RAM_DURATION,))
-            # else idle for a whole interval: no more ticks until something happens
-            # (rabbit_amqqueue_process reports once more and stops its rate timer when it
-            # hibernates); the memory monitor still reaches it (RAM_TARGET, RAM_REPORT)
+            if self.ram is not None and not self.deleted:
+                self.ram.tick(self.bq)
         elif kind == RAM_REPORT:
-            self._report_ram_duration()
+            if self.ram is not None and not self.deleted:
+                self.ram.report(self.bq)
         elif kind == RAM_TARGET:
             self.bq.set_ram_duration_target(msg[1])
 
@@ -226,29 +216,9 @@ class QueueProcess(Process):
             deferred, self._deferred = self._deferred, {}
             for channel, n in deferred.items():
                 channel.grant_credit(self, n)
-        if (self._ram_timer is None and self._monitor is not None and not self.deleted
-                and self._activity() != self._ram_activity):  # busy again: tick again
-            self._ram_timer = self._loop.call_later(RAM_DURATION_INTERVAL, self.cast,
-                                                    (RAM_DURATION,))
+        if self.ram is not None and not self.ram.ticking and not self.deleted:
+            self.ram.busy()
 
-    def _activity(self) -> int:
-        """A count that moves whenever messages come, go or are settled here."""
-        stats = self.message_stats
-        return (stats.publish + stats.deliver + stats.deliver_no_ack + stats.get
-                + stats.get_no_ack + stats.ack + stats.redeliver)
-
-    # -- memory (ARCHITECTURE §7, rabbit_amqqueue_process update_ram_duration) ---------------
-    def _ram_target(self, duration: float | None) -> None:
-        """The memory monitor's callback: a lower desired RAM duration, applied in order."""
-        self.cast((RAM_TARGET, duration))
-
-    def _report_ram_duration(self) -> None:
-        """Report how many seconds of traffic we hold in RAM, apply the answer (every 5 s,
-        and when the monitor asks)."""
-        if self.deleted or self._monitor is None:
-            return
-        desired = self._monitor.report(self, self.bq.ram_duration())
-        self.bq.set_ram_duration_target(desired)
 
     def flow_state(self) -> str:
         """"flow" while the backing queue is out of message-store credit, else "running"."""
@@ -271,7 +241,7 @@ class QueueProcess(Process):
         """Drop expired messages from the head (only the head is looked at: a message
         behind an unexpired one waits until it reaches the head, and is dropped then, never
         delivered, as in RabbitMQ), then set the one timer for the new head's expiry."""
-        now = _now_ms()
+        now = int(_wall() * 1000)  # ms since the epoch
         dropped = self.bq.dropwhile(lambda p: p.expiry is not None and p.expiry <= now)
         if dropped:
             self.confirms.on_drop([m.msg_id for m, _p in dropped])
@@ -590,12 +560,11 @@ class QueueProcess(Process):
             self._sync_timer.cancel()
             self._sync_timer = None
         self.lease.cancel()
-        for timer in (self._expiry_timer, self._ram_timer):
-            if timer is not None:
-                timer.cancel()
-        self._expiry_timer = self._ram_timer = None
-        if self._monitor is not None:
-            self._monitor.deregister(self)
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if self.ram is not None:
+            self.ram.stop()
         self._deferred.clear()
         if delete:
             self.bq.delete_and_terminate()
@@ -621,10 +590,6 @@ def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:
         out[channel] = [seq]
     else:
         seqs.append(seq)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _wall = time.time  # s since the epoch, one call per enqueue

@@ -19,7 +19,7 @@ from typing import Any
 from pamqp import commands
 from pamqp.base import Frame
 
-from broker import errors, limits, tls
+from broker import admission, errors, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
 from broker.credit_flow import flow_state
@@ -216,36 +216,10 @@ class Reader(asyncio.Protocol):
         return buf[8:]
 
     def _authenticate(self, mechanism: str, username: str, password: str) -> bool:
-        """PLAIN/AMQPLAIN: the password; EXTERNAL: the certificate's user exists (RabbitMQ
-        check_user_login(Username, [])). loopback_users applies to both."""
-        if mechanism == "EXTERNAL":
-            ok = (self.broker.users.user(username) is not None
-                  and self.broker.loopback_allowed(username, self.peer))
-        else:
-            ok = self.broker.check_user(username, password, self.peer)
-        if not ok:
-            log.warning("login refused for user %r from %s (%s)", username, self.peer, mechanism)
-        return ok
+        return admission.authenticate(self.broker, self.peer, mechanism, username, password)
 
     def _vhost_allowed(self, username: str, vhost: str) -> bool:
-        """connection.open checks in rabbit_reader's order: the broker-wide `connection_max`,
-        the vhost's and the user's `max-connections` (530 with RabbitMQ's texts, raised
-        here), then the user's permission row in the vhost (False → 530 access refused)."""
-        broker = self.broker
-        cap = self.config.connection_max
-        vhost_limit = broker.users.limits_of_vhost(vhost).get("max-connections")
-        user_limit = broker.users.user_limits.get(username, {}).get("max-connections")
-        if cap >= 0 or vhost_limit is not None or user_limit is not None:  # count only then
-            opened = [c for c in broker.connections if c.vhost is not None and c is not self]
-            if limits.over(cap, len(opened)):
-                raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
-            if limits.over(vhost_limit, sum(1 for c in opened if c.vhost.name == vhost)):
-                raise errors.amqp_error(errors.NotAllowed, limits.vhost_connections_text(
-                    vhost, username, vhost_limit))  # type: ignore[arg-type]
-            if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
-                raise errors.amqp_error(errors.NotAllowed, limits.user_connections_text(
-                    username, user_limit))  # type: ignore[arg-type]
-        return broker.users.control.vhost_allowed(username, vhost)
+        return admission.vhost_allowed(self.broker, self, username, vhost)
 
     # -- frames -----------------------------------------------------------------------------
     def _frame(self, channel: int, frame: Any) -> None:
@@ -398,19 +372,7 @@ class Reader(asyncio.Protocol):
                                     "expected method frame, got non method frame instead")
         if not isinstance(frame, commands.Channel.Open):
             raise errors.amqp_error(errors.ChannelError, "expected 'channel.open'", frame)
-        # RabbitMQ limits the number of open channels, not the channel number
-        if self.channel_max and len(self.channels) >= self.channel_max:
-            raise errors.amqp_error(
-                errors.NotAllowed,
-                f"number of channels opened ({len(self.channels)}) has reached the "
-                f"negotiated channel_max ({self.channel_max})", frame)
-        user_limit = self.broker.users.user_limits.get(self.username, {}).get("max-channels")
-        if user_limit is not None and user_limit >= 0:
-            used = sum(len(c.channels) for c in self.broker.connections
-                       if c.username == self.username)
-            if limits.over(user_limit, used):
-                raise errors.amqp_error(
-                    errors.NotAllowed, limits.user_channels_text(self.username, user_limit))
+        admission.check_channel_open(self.broker, self, frame)
         ch = ChannelProcess(self, channel)
         self.broker.churn.channels_opened += 1
         self.channels[channel] = ch

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.usefixtures("embedded_only")
 
 
 def test_idle_queues_stop_ticking_and_busy_ones_tick_again(monkeypatch):
-    from broker import queue_process
+    from broker import queue_memory
 
-    monkeypatch.setattr(queue_process, "RAM_DURATION_INTERVAL", 0.05)
+    monkeypatch.setattr(queue_memory, "RAM_DURATION_INTERVAL", 0.05)
     b = start_embedded()
     try:
         with pika.BlockingConnection(pika.URLParameters(b.url)) as c:
@@ -31,7 +31,7 @@ def test_idle_queues_stop_ticking_and_busy_ones_tick_again(monkeypatch):
 
             def ticking() -> list[str]:
                 queues = b.broker.vhosts["/"].queues
-                return b.call(lambda: [q for q in names if queues[q]._ram_timer is not None])
+                return b.call(lambda: [q for q in names if queues[q].ram.ticking])
 
             wait_for(lambda: ticking() == [], timeout=5)  # all went quiet
             time.sleep(0.3)
