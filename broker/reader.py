@@ -264,10 +264,10 @@ class Reader(asyncio.Protocol):
         if cmd.method.__class__ is commands.Basic.Publish:
             self._published(ch)
 
-    def _published(self, ch: ChannelProcess) -> None:
-        """A publish went to `ch`: spend reader credit (pause reading when out of it) and,
-        under a resource alarm, stop reading after it."""
-        if ch.spend_reader_credit():
+    def _published(self, ch: ChannelProcess, n: int = 1) -> None:
+        """`n` publishes went to `ch`: spend reader credit (pause reading when out of it)
+        and, under a resource alarm, stop reading after them."""
+        if ch.spend_reader_credit(n):
             self._blocked_on.add(ch)
             self._flow_at = time.monotonic()
             self._pause()
@@ -304,10 +304,7 @@ class Reader(asyncio.Protocol):
                             break
                         run.append(more)
                     ch.cast((PUBLISHES, run))
-                    if ch.spend_reader_credit(len(run)):
-                        self._blocked_on.add(ch)
-                        self._flow_at = time.monotonic()
-                        self._pause()
+                    self._published(ch, len(run))
                     if oversized is not None:
                         self._whole_publish(channel, oversized)
                     return
