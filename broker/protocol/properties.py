@@ -234,6 +234,13 @@ _NO_HOT: HotFields = (None, None, None, None, None)
 _HEADERS_FLAG = Properties.flags["headers"]
 
 
+def _shortstr(raw: bytes, pos: int) -> tuple[str, int]:
+    """The shortstr at raw[pos] (UTF-8, else surrogate-escaped) and the offset after it; an
+    overrun is caught by the caller's final length check."""
+    stop = pos + 1 + raw[pos]
+    return _text(raw[pos + 1 : stop]), stop
+
+
 def scan_properties(raw: bytes) -> HotFields | None:
     """The broker's hot properties from property flags + property list without building a
     `Basic.Properties` (RabbitMQ, too, keeps the properties as received; rabbit_binary_parser
@@ -272,13 +279,9 @@ def scan_properties(raw: bytes) -> HotFields | None:
         if flags & 0x0400:  # correlation_id
             pos += 1 + raw[pos]
         if flags & 0x0200:
-            stop = pos + 1 + raw[pos]
-            reply_to = _text(raw[pos + 1 : stop])
-            pos = stop
+            reply_to, pos = _shortstr(raw, pos)
         if flags & 0x0100:
-            stop = pos + 1 + raw[pos]
-            expiration = _text(raw[pos + 1 : stop])
-            pos = stop
+            expiration, pos = _shortstr(raw, pos)
         if flags & 0x0080:  # message_id
             pos += 1 + raw[pos]
         if flags & 0x0040:  # timestamp
@@ -286,9 +289,7 @@ def scan_properties(raw: bytes) -> HotFields | None:
         if flags & 0x0020:  # type
             pos += 1 + raw[pos]
         if flags & 0x0010:
-            stop = pos + 1 + raw[pos]
-            user_id = _text(raw[pos + 1 : stop])
-            pos = stop
+            user_id, pos = _shortstr(raw, pos)
         if flags & 0x0008:  # app_id
             pos += 1 + raw[pos]
         if flags & 0x0004:  # cluster_id
