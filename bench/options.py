@@ -53,6 +53,9 @@ class Scenario:
     # (bench) --message-priorities N: producer channel k publishes with priority k mod (N+1)
     # (0 = no priority property), to load priority queues with a mix of priorities
     message_priorities: int = 0
+    # (bench) --message-id: every message carries its own message_id property (16 hex
+    # digits of its tag), so no two publishes are alike, as many applications send them
+    message_id: bool = False
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
     confirm_timeout: float = 30.0  # --confirm-timeout: give up (or resend) after (s)
@@ -147,6 +150,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("--queue-args", type=parse_queue_args, help="queue arguments, e.g. x-max-length=10")
     a("--message-priorities", type=int,
       help="(bench) producer channel k publishes with priority k mod (N+1); 0 = none")
+    a("--message-id", action="store_true", default=None,
+      help="(bench) a message_id property per message (16 hex digits): no two publishes alike")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

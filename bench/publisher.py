@@ -44,6 +44,7 @@ class Publisher:
             mandatory=sc.mandatory, frame_max=ch.conn.frame_max,
             priority=(producer_id % (sc.message_priorities + 1)
                       if sc.message_priorities else None),
+            message_id=bool(sc.message_id),
         )
         self.window = sc.confirm
         self.next_seq = 0

@@ -21,6 +21,7 @@ timestamp and a sequence number in its bodies the same way
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from pamqp import commands, frame, header
 
@@ -83,13 +84,17 @@ def scan(buf: bytes, pos: int, frame_max: int) -> tuple[int, int, int, int] | No
     return ftype, channel, pos + 7, end
 
 
+_ID_PLACEHOLDER = "0" * 16  # a message_id of 16 hex digits, patched per message
+
+
 class PublishTemplate:
     """One message of one publishing channel, encoded once: publish + header + body frames.
 
     ``build(n, ts_ns, first_tag)`` returns n consecutive messages in one bytearray, each a copy of
     the template with its 16-byte body header patched (tags first_tag .. first_tag+n-1). Bodies
     larger than ``frame_max - 8`` are split into several body frames; the bench header is always
-    in the first. ``body_size`` in bytes (>= 16); ``delivery_mode`` 2 = persistent.
+    in the first. ``body_size`` in bytes (>= 16); ``delivery_mode`` 2 = persistent. With
+    ``message_id`` every message carries its tag as a 16-hex-digit message_id property.
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class PublishTemplate:
         mandatory: bool = False,
         frame_max: int = 131072,
         priority: int | None = None,
+        message_id: bool = False,
     ) -> None:
         if body_size < BODY_HEADER_SIZE:
             raise ValueError(f"body size must be >= {BODY_HEADER_SIZE} bytes, got {body_size}")
@@ -111,8 +117,11 @@ class PublishTemplate:
             channel,
         )
         props = commands.Basic.Properties(delivery_mode=2 if persistent else 1,
-                                          priority=priority)
+                                          priority=priority,
+                                          message_id=_ID_PLACEHOLDER if message_id else None)
         head = frame.marshal(header.ContentHeader(0, body_size, props), channel)
+        # where the message_id's 16 digits are in the template (patched per message), or -1
+        self.id_offset = len(method) + head.index(_ID_PLACEHOLDER.encode()) if message_id else -1
         chunk = frame_max - FRAME_OVERHEAD
         body = bytes(body_size)
         parts = [method, head]
@@ -140,7 +149,16 @@ class PublishTemplate:
         for i in range(n):
             pack_into(buf, off, ts_ns, first_tag + i)
             off += step
+        if self.id_offset >= 0:
+            self._patch_ids(buf, range(first_tag, first_tag + n))
         return buf
+
+    def _patch_ids(self, buf: bytearray, tags: Any) -> None:
+        """Give message i the message_id of its tag (16 hex digits)."""
+        off = self.id_offset
+        for tag in tags:
+            buf[off:off + 16] = b"%016x" % tag
+            off += self.size
 
     def build_tags(self, tags: list[int], ts_ns: int) -> bytearray:
         """One message per tag in ``tags`` (used for resends, where tags are not consecutive)."""
@@ -149,6 +167,8 @@ class PublishTemplate:
         for tag in tags:
             BODY_HEADER.pack_into(buf, off, ts_ns, tag)
             off += self.size
+        if self.id_offset >= 0:
+            self._patch_ids(buf, tags)
         return buf
 
 

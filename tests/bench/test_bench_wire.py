@@ -235,3 +235,19 @@ def test_decode_run_finds_the_run_on_its_channel_only() -> None:
     assert recs is not None and len(recs) == 99  # up to the odd-shaped delivery (index 100)
     assert [int(t) for t in recs["dtag"][:3]] == [2, 3, 4]
     assert batch.decode_run(data, msg, 2, len(one[0]), 4, len(one[1]), len(one[2])) is None
+
+
+def test_message_id_template_gives_every_message_its_own_id() -> None:
+    """--message-id: each message's properties carry its tag, so no two are alike."""
+    from pamqp import frame as pframe
+
+    t = wire.PublishTemplate(1, "", "q", 32, message_id=True)
+    buf = bytes(t.build(3, 123, 40)) + bytes(t.build_tags([7], 5))
+    ids = []
+    pos = 0
+    while pos < len(buf):
+        n, _ch, value = pframe.unmarshal(buf[pos:])
+        pos += n
+        if hasattr(value, "properties"):
+            ids.append(value.properties.message_id)
+    assert ids == [f"{40:016x}", f"{41:016x}", f"{42:016x}", f"{7:016x}"]
