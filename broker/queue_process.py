@@ -134,6 +134,10 @@ class QueueProcess(Process):
             self._expiring = True
         self._limited = a.limited  # rabbitmq.com/maxlength.html
         self._rejects = a.rejects
+        # drop-head is the only overflow that ever drops what is already enqueued; under
+        # reject-publish(-dlx) a requeue or a lower policy limit may leave the queue past its
+        # limit (rabbit_amqqueue_process maybe_drop_head: a no-op for the rejecting modes)
+        self._drops_head = a.limited and not a.rejects
         self.dlx: str | None = a.dlx  # rabbitmq.com/dlx.html
         self.dlrk: str | None = a.dlrk
         # queue expiry (rabbitmq.com/ttl.html#queue-ttl): unused = no consumers, no
@@ -150,7 +154,7 @@ class QueueProcess(Process):
         was at declare (owed confirms follow the rule they were made under)."""
         self.policy = policy
         self._apply(effective_queue_arguments(self.arguments, policy))
-        if self._limited and self.settings.over_limit(self.bq):
+        if self._drops_head and self.settings.over_limit(self.bq):
             self._drop_head()
         self._flush_confirms()
 
@@ -180,8 +184,9 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(tags)
             self.bq.requeue(tags)
             self._expiring = True  # a requeued message may carry an expiry: look again
-            if self._limited and self.settings.over_limit(self.bq):  # RabbitMQ enforces the limit after
-                self._drop_head()                     # a requeue too (3.10.8, checked)
+            # drop-head enforces the limit after a requeue too (3.10.8, checked)
+            if self._drops_head and self.settings.over_limit(self.bq):
+                self._drop_head()
         elif kind == DISCARD:  # reject/nack without requeue: dead-lettered as "rejected"
             tags = self._settle(msg[1], msg[2])
             if self._tracks:
@@ -360,7 +365,7 @@ class QueueProcess(Process):
         if props is None:
             props = MessageProps(enqueued_at=_wall())
         bq.publish(message, props)
-        if self._limited and self.settings.over_limit(self.bq):
+        if self._drops_head and self.settings.over_limit(self.bq):
             self._drop_head()
         if props.expiry is not None and self._expiry_timer is None:
             self._drop_expired()  # arms the timer for the head
@@ -488,7 +493,7 @@ class QueueProcess(Process):
                 self.confirms.on_requeue(unacked)
             self.bq.requeue(unacked)
             self._expiring = True
-            if self._limited and self.settings.over_limit(self.bq):
+            if self._drops_head and self.settings.over_limit(self.bq):
                 self._drop_head()
         if not self._maybe_auto_delete():
             self.cast((RUN,))

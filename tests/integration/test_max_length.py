@@ -63,6 +63,35 @@ def test_reject_publish_without_confirms_drops_silently(channel, unique):
     assert get_all(channel, q) == [b"m0"]
 
 
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+@pytest.mark.parametrize("settle", ["reject", "nack", "close"])
+def test_reject_publish_keeps_a_requeued_message(connect, unique, overflow, settle):
+    """reject-publish refuses new publishes only: a requeue may take the queue past its limit
+    and nothing already enqueued is dropped (rabbit_amqqueue_process maybe_drop_head is a
+    no-op for the rejecting modes; RabbitMQ 3.10.8 delivers a, then c)."""
+    conn = connect()
+    ch = conn.channel()
+    q = unique("ml")
+    ch.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": overflow})
+    try:
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"a")
+        holder = connect().channel() if settle == "close" else ch
+        method, _p, body = holder.basic_get(q)
+        assert body == b"a"
+        ch.basic_publish("", q, b"c")  # a is unacked: c fits
+        if settle == "reject":
+            holder.basic_reject(method.delivery_tag, requeue=True)
+        elif settle == "nack":
+            holder.basic_nack(method.delivery_tag, requeue=True)
+        else:
+            holder.connection.close()
+        wait_for(lambda: message_count(ch, q) == 2)
+        assert get_all(ch, q) == [b"a", b"c"]
+    finally:
+        ch.queue_delete(q)
+
+
 @pytest.mark.parametrize(("value", "why"), [
     ("drop-tail", "invalid_overflow"),
     (7, "{unacceptable_type,signedint}"),
