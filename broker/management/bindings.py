@@ -13,6 +13,7 @@ from aiohttp import web
 
 from broker.management import shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.body_fields import amqp_arguments
 from broker.management.context import broker
 from broker.management.http import (
     amqp_errors,
@@ -86,9 +87,9 @@ async def create(request: web.Request) -> web.Response:
     v, source, kind, dest = _ends(request)
     data = await body(request)
     key = data.get("routing_key", "")
-    arguments = data.get("arguments") or {}
-    if not isinstance(key, str) or not isinstance(arguments, dict):
-        raise bad_request("routing_key must be a string and arguments an object")
+    arguments = amqp_arguments(data.get("arguments"))
+    if not isinstance(key, str):
+        raise bad_request("routing_key must be a string")
     with amqp_errors():  # an exclusive queue: 400 RESOURCE_LOCKED text, as RabbitMQ
         v.bind(kind, dest, source, key, arguments)
     location = shapes.properties_key(key, arguments)

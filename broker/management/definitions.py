@@ -20,6 +20,7 @@ from aiohttp import web
 from broker import __version__, errors
 from broker.management import shapes
 from broker.management.auth import current, require_admin
+from broker.management.body_fields import to_bool
 from broker.management.context import broker
 from broker.management.http import bad_request, body, no_content, not_found, param, reply
 from broker.passwords import decode_hash, encode_hash
@@ -141,12 +142,14 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
             p.get("apply-to", "all")))
     for x in data.get("exchanges", []):
         attempt(f"exchange {x.get('name')!r}", lambda x=x: target(x).declare_exchange(
-            x["name"], x["type"], durable=x.get("durable", True),
-            auto_delete=x.get("auto_delete", False), internal=x.get("internal", False),
+            x["name"], x["type"], durable=to_bool(x.get("durable"), True),
+            auto_delete=to_bool(x.get("auto_delete"), False),
+            internal=to_bool(x.get("internal"), False),
             arguments=x.get("arguments") or {}, check_reserved=True))
     for q in data.get("queues", []):
         attempt(f"queue {q.get('name')!r}", lambda q=q: target(q).declare_queue(
-            q["name"], durable=q.get("durable", True), auto_delete=q.get("auto_delete", False),
+            q["name"], durable=to_bool(q.get("durable"), True),
+            auto_delete=to_bool(q.get("auto_delete"), False),
             arguments=q.get("arguments") or {}))
     for bd in data.get("bindings", []):
         attempt(f"binding {bd.get('source')!r} -> {bd.get('destination')!r}",

@@ -11,10 +11,10 @@ from aiohttp import web
 
 from broker.management import shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.body_fields import amqp_arguments, parse_bool
 from broker.management.context import broker
 from broker.management.http import (
     amqp_errors,
-    bad_request,
     body,
     created,
     list_reply,
@@ -78,23 +78,24 @@ async def get_exchange(request: web.Request) -> web.Response:
 @routes.put("/api/exchanges/{vhost}/{name}")
 async def put_exchange(request: web.Request) -> web.Response:
     """Declare: {"type": "direct", "durable": true, "auto_delete": false, "internal": false,
-    "arguments": {}}; 201 created, 204 equivalent, 400 otherwise (the AMQP text)."""
+    "arguments": {}}, every key optional (type "direct", flags false: the exchange.declare
+    record's defaults in RabbitMQ 3.10.8; booleans may be "true"/"false" strings,
+    broker/management/body_fields.py); 201 created, 204 equivalent, 400 otherwise (the
+    AMQP text, or the malformed field)."""
     b = broker(request)
     vhost = param(request, "vhost")
     require_vhost(b, current(request), vhost)
     data = await body(request)
-    if "type" not in data:
-        raise bad_request("key_missing: type")
-    arguments = data.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be an object")
+    durable = parse_bool(data, "durable", False)
+    auto_delete = parse_bool(data, "auto_delete", False)
+    internal = parse_bool(data, "internal", False)
+    arguments = amqp_arguments(data.get("arguments"))
     v = b.vhosts[vhost]
     name = exchange_name(request)
     existed = name in v.exchanges
     with amqp_errors():
-        v.declare_exchange(name, str(data["type"]), durable=bool(data.get("durable", True)),
-                           auto_delete=bool(data.get("auto_delete", False)),
-                           internal=bool(data.get("internal", False)), arguments=arguments,
+        v.declare_exchange(name, str(data.get("type") or "direct"), durable=durable,
+                           auto_delete=auto_delete, internal=internal, arguments=arguments,
                            check_reserved=True)
     return no_content() if existed else created()
 

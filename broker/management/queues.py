@@ -12,6 +12,7 @@ from aiohttp import web
 
 from broker.management import shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.body_fields import amqp_arguments, parse_bool, parse_int
 from broker.management.context import broker, sampler
 from broker.management.http import (
     amqp_errors,
@@ -84,23 +85,23 @@ async def get_queue(request: web.Request) -> web.Response:
 
 @routes.put("/api/queues/{vhost}/{name}")
 async def put_queue(request: web.Request) -> web.Response:
-    """Declare: {"durable": true, "auto_delete": false, "arguments": {}}; 201 when created,
-    204 when an equivalent queue exists, 400 (the AMQP 406 text) when it is not
-    equivalent."""
+    """Declare: {"durable": true, "auto_delete": false, "arguments": {}}, every key optional
+    (absent flags are false, as the queue.declare record's defaults in RabbitMQ 3.10.8;
+    booleans may be the strings "true"/"false": broker/management/body_fields.py); 201
+    when created, 204 when an equivalent queue exists, 400 (the AMQP 406 text) when it is
+    not equivalent or a field is malformed."""
     b = broker(request)
     vhost = param(request, "vhost")
     require_vhost(b, current(request), vhost)
     name = param(request, "name")
     data = await body(request)
-    arguments = data.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be an object")
+    durable = parse_bool(data, "durable", False)
+    auto_delete = parse_bool(data, "auto_delete", False)
+    arguments = amqp_arguments(data.get("arguments"))
     v = b.vhosts[vhost]
     existed = name in v.queues
     with amqp_errors():
-        v.declare_queue(name, durable=bool(data.get("durable", True)),
-                        auto_delete=bool(data.get("auto_delete", False)),
-                        arguments=arguments)
+        v.declare_queue(name, durable=durable, auto_delete=auto_delete, arguments=arguments)
     return no_content() if existed else created()
 
 
@@ -151,17 +152,15 @@ async def get_messages(request: web.Request) -> web.Response:
     ackmode = data.get("ackmode", "ack_requeue_true")
     if ackmode not in ACK_MODES:
         raise bad_request(f"ackmode must be one of {', '.join(ACK_MODES)}")
-    try:
-        count = int(data.get("count", 1))
-    except (TypeError, ValueError):
-        raise bad_request("count must be an integer") from None
+    count = parse_int(data.get("count", 1))
     encoding = data.get("encoding", "auto")
     if encoding not in ("auto", "base64"):
         raise bad_request("encoding must be auto or base64")
     truncate = data.get("truncate")
+    truncate = parse_int(truncate) if truncate is not None else None
     got = _fetch(q, max(0, count))
     out = [message_json(f.message, f.redelivered, left, encoding,
-                        int(truncate) if truncate is not None else None) for f, left in got]
+                        truncate) for f, left in got]
     entries = [(f.ack_tag, None) for f, _left in got if f.ack_tag is not None]
     if entries:
         kind = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
