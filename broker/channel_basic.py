@@ -36,7 +36,7 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
     if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
         _send_reply(ch, method, message)
         return
-    queues = ch.vhost.route(method.exchange, method.routing_key, message.headers, message)
+    queues = ch.vhost.route_message(method.exchange, method.routing_key, message)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
@@ -81,7 +81,7 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         first = Message.from_wire(name, routing_key, raw, hot, cmd.body or b"")
     else:
         first = Message(name, routing_key, decoded, cmd.body or b"", raw_properties=raw)
-    queues = ch.vhost.route(name, routing_key, first.headers, first)
+    queues = ch.vhost.route_message(name, routing_key, first)
     n = stop - start
     credit = ch.credit
     for queue in queues:
@@ -185,7 +185,7 @@ def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
         props = copy.copy(header.properties)
         props.reply_to = ch.reply_consumer[1]  # re-encoded with the rewritten reply_to
         message = Message(name, method.routing_key, props, cmd.body or b"")
-    elif header.decoded is None:  # no headers table: the properties stay encoded
+    elif header.decoded is None:  # the properties stay encoded (a headers table too)
         message = Message.from_wire(name, method.routing_key, header.raw_properties,
                                     header.hot, cmd.body or b"")
     else:

@@ -15,6 +15,8 @@ from broker.protocol.encoding import encode_properties
 from broker.protocol.framing import decode_properties
 
 Properties = commands.Basic.Properties
+# the headers flag (0x2000) in the first octet of an encoded property list's flags word
+_HEADERS_BIT = Properties.flags["headers"] >> 8
 
 # msg_id = 8 random bytes chosen at boot + a 64-bit counter: unique like RabbitMQ's rabbit_guid
 # (16 bytes), without a syscall per message.
@@ -35,7 +37,7 @@ class Message:
     None), and the properties the broker reads itself: `persistent` (delivery_mode == 2,
     AMQP 0-9-1 §1.8.2), `priority` (int or None), `expiration` (str or None). `properties`,
     the pamqp `Basic.Properties`, is decoded from `raw_properties` on first use when the
-    message came from the wire without a headers table (`from_wire`); `headers` is None then.
+    message came from the wire (`from_wire`), and so is `headers`.
     """
 
     __slots__ = ("msg_id", "exchange", "routing_key", "_properties", "body", "persistent",
@@ -65,8 +67,7 @@ class Message:
     def from_wire(cls, exchange: str, routing_key: str, raw_properties: bytes,
                   hot: tuple, body: bytes) -> Message:
         """A message whose properties stay encoded until someone asks for them: `hot` is
-        `properties.scan_properties(raw_properties)`, which is only given for a property
-        list without a headers table."""
+        `properties.scan_properties(raw_properties)` (which checked the whole list)."""
         message = cls.__new__(cls)
         message.msg_id = _GUID_PREFIX + next(_guid_counter).to_bytes(8, "big")
         message.exchange = exchange
@@ -89,9 +90,25 @@ class Message:
 
     @property
     def headers(self) -> dict | None:
-        """The headers table, without decoding anything when the message has none."""
+        """The headers table (None when there is none), decoded on first use: a message
+        from the wire keeps its table encoded until something reads it (headers-exchange
+        routing, dead-lettering, the management API)."""
         props = self._properties
-        return props.headers if props is not None else None
+        if props is not None:
+            return props.headers
+        raw = self.raw_properties
+        if raw is None or not raw[0] & _HEADERS_BIT:
+            return None
+        return self.properties.headers
+
+    @property
+    def has_headers(self) -> bool:
+        """Whether the message carries a headers table, without decoding it."""
+        props = self._properties
+        if props is not None:
+            return props.headers is not None
+        raw = self.raw_properties
+        return raw is not None and bool(raw[0] & _HEADERS_BIT)
 
     def wire_properties(self) -> bytes:
         """The encoded properties (flags + list): the bytes received, or encoded once and kept

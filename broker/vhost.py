@@ -71,6 +71,8 @@ class VHost:
         # topology change; unused while an exchange routes by a message property
         self._route_cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
         self._property_routed = 0  # exchanges whose routing reads message properties
+        # (topology_version, whether an exchange with bindings reads headers) of route_message
+        self._headers_routed: tuple[int, bool] = (-1, False)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
         # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
@@ -365,6 +367,22 @@ class VHost:
                 self.delete_queue_now(queue)
 
     # -- routing ----------------------------------------------------------------------------
+    def route_message(self, exchange_name: str, routing_key: str,
+                      message: Any) -> Sequence[QueueProcess]:
+        """`route` for a broker.message.Message: its headers table is passed (and so
+        decoded) only while some exchange of this vhost that routes by headers has bindings;
+        otherwise headers cannot change the result and stay encoded (issue 26)."""
+        headers = None
+        if message.has_headers:
+            version, reads = self._headers_routed
+            if version != self.topology_version:
+                reads = any(x.routing.reads_headers and len(x.routing)
+                            for x in self.exchanges.values())
+                self._headers_routed = (self.topology_version, reads)
+            if reads:
+                headers = message.headers
+        return self.route(exchange_name, routing_key, headers, message)
+
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
               message: Any = None) -> Sequence[QueueProcess]:
         """Queue processes a publish to `exchange_name` reaches (may be empty; do not mutate

@@ -58,6 +58,10 @@ class Routing(Protocol):
     # True when `route` reads only the routing key and headers, never the message's other
     # properties (all but x-consistent-hash with hash-property): the vhost caches such routes
     key_only: bool
+    # True when `route` reads the headers table (a headers exchange, x-consistent-hash with
+    # hash-header): while no such exchange of a vhost has bindings, a message's headers stay
+    # encoded through routing (issue 26)
+    reads_headers: bool
 
     def validate_binding(self, routing_key: str, arguments: dict) -> None:
         """Raise what RabbitMQ raises for a binding this type refuses (e.g. 406
@@ -106,6 +110,7 @@ class BindingTable:
 
     __slots__ = ("_bindings", "_by_destination", "exchange_destinations")
     key_only = True  # Routing protocol attribute; x-consistent-hash may say otherwise
+    reads_headers = False  # Routing protocol attribute; headers and hash-header say otherwise
 
     def __init__(self) -> None:
         # (destination, routing_key, frozen args) -> the arguments dict as bound.

@@ -72,13 +72,14 @@ class ConsistentHashRouting(BindingTable):
     `route(routing_key, headers, message)` returns a tuple of at most one destination.
     """
 
-    __slots__ = ("_source", "_weights", "_buckets", "key_only")
+    __slots__ = ("_source", "_weights", "_buckets", "key_only", "reads_headers")
 
     def __init__(self, arguments: dict | None = None) -> None:
         super().__init__()
         self._source = hash_source(arguments)  # what is hashed; 406 on bad arguments
         # hash-property reads the message's properties: its routes cannot be cached
         self.key_only = self._source is None or self._source[0] == "header"
+        self.reads_headers = self._source is not None and self._source[0] == "header"
         # (destination, routing_key, frozen args) -> weight, in binding order
         self._weights: dict[tuple[Hashable, str, Hashable], int] = {}
         self._buckets: list[Hashable] = []  # bucket number -> destination

@@ -28,6 +28,7 @@ class DefaultRouting:
     __slots__ = ("_queue_exists",)
     exchange_destinations = 0  # only queues are reached (Routing protocol attribute)
     key_only = True  # routes by the routing key alone (Routing protocol attribute)
+    reads_headers = False
 
     def __init__(self, queue_exists: Callable[[str], bool]) -> None:
         self._queue_exists = queue_exists  # the vhost's "is there a queue of this name"

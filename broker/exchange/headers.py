@@ -146,6 +146,7 @@ class HeadersRouting(BindingTable):
     """
 
     __slots__ = ("_matchers",)
+    reads_headers = True  # Routing protocol attribute
 
     def __init__(self) -> None:
         super().__init__()

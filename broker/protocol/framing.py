@@ -113,10 +113,11 @@ class ContentHeader:
     `raw_properties` is the payload after class_id/weight/body_size (property flags and
     property list): the broker forwards it without re-encoding. `hot` holds the properties
     the broker reads itself, (delivery_mode, priority, expiration, user_id, reply_to)
-    (`properties.scan_properties`); `properties`, the whole `Basic.Properties`, is decoded on
-    first use, except that a list with a `headers` table is decoded at once (so it is checked
-    at once). `ContentHeader(class_id, body_size, properties, raw_properties)` builds one from
-    decoded properties.
+    (`properties.scan_properties`, which also checks a `headers` table without decoding it);
+    `properties`, the whole `Basic.Properties`, is decoded on first use, except where the
+    scan asks for a decode at once (a table that may hold CC/BCC, or deep nesting).
+    `ContentHeader(class_id, body_size, properties, raw_properties)` builds one from decoded
+    properties.
     """
 
     __slots__ = ("class_id", "body_size", "raw_properties", "hot", "_properties")
@@ -140,8 +141,7 @@ class ContentHeader:
 
     @property
     def decoded(self) -> commands.Basic.Properties | None:
-        """The decoded properties if they are decoded already, else None (then the list
-        has no `headers` table)."""
+        """The decoded properties if they are decoded already, else None."""
         return self._properties
 
     def __repr__(self) -> str:
@@ -331,8 +331,9 @@ def decode_header(payload: bytes) -> ContentHeader:
 
 
 def _header(class_id: int, body_size: int, raw: bytes) -> ContentHeader:
-    """A ContentHeader with its properties scanned, or decoded when they carry a headers
-    table or the scan refuses them (then the decoder's error, 501, is the one raised)."""
+    """A ContentHeader with its properties scanned, or decoded when the scan asks for it
+    (a headers table that may hold CC/BCC, deep nesting) or refuses them (then the
+    decoder's error, 501, is the one raised)."""
     try:
         hot = scan_properties(raw)
     except ValueError:
@@ -548,7 +549,7 @@ class FrameDecoder:
                 hot = scan_properties(raw)
             except ValueError:
                 return None  # the header frame is read on its own and raises 501 then
-            if hot is None:  # a headers table: decoded (and checked) now
+            if hot is None:  # CC/BCC or deep nesting: decoded (and checked) now
                 try:
                     props = decode_properties(raw)
                 except AMQPError:
