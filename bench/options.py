@@ -56,6 +56,9 @@ class Scenario:
     # (bench) --message-id: every message carries its own message_id property (16 hex
     # digits of its tag), so no two publishes are alike, as many applications send them
     message_id: bool = False
+    # (bench) --properties celery: every message carries a Celery 5 task message's properties
+    # (content type/encoding, a headers table with its own task id, correlation_id, reply_to)
+    properties: str = "none"
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
     confirm_timeout: float = 30.0  # --confirm-timeout: give up (or resend) after (s)
@@ -152,6 +155,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
       help="(bench) producer channel k publishes with priority k mod (N+1); 0 = none")
     a("--message-id", action="store_true", default=None,
       help="(bench) a message_id property per message (16 hex digits): no two publishes alike")
+    a("--properties", choices=["none", "celery"], default=None,
+      help="(bench) property shape: celery = a Celery 5 task message's properties and headers, "
+           "its task id distinct per message")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

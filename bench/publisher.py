@@ -45,6 +45,7 @@ class Publisher:
             priority=(producer_id % (sc.message_priorities + 1)
                       if sc.message_priorities else None),
             message_id=bool(sc.message_id),
+            properties=sc.properties or "none",
         )
         self.window = sc.confirm
         self.next_seq = 0

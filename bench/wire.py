@@ -85,6 +85,36 @@ def scan(buf: bytes, pos: int, frame_max: int) -> tuple[int, int, int, int] | No
 
 
 _ID_PLACEHOLDER = "0" * 16  # a message_id of 16 hex digits, patched per message
+_UUID_PLACEHOLDER = "f" * 36  # a Celery task id (uuid text, 36 characters), patched per message
+PROPERTY_SHAPES = ("none", "celery")
+
+
+def celery_properties(persistent: bool) -> commands.Basic.Properties:
+    """The properties of a Celery 5 task message (task protocol 2, as kombu publishes
+    `add.delay(2, 2)`): content type and encoding, the task id as `correlation_id` and in
+    the `headers` table (`id`, `root_id`) beside a dozen more fields (voids, an array, a
+    nested table), and the caller's result queue as `reply_to`. The task id is
+    `_UUID_PLACEHOLDER` here; `PublishTemplate` gives every message its own.
+    Source: celery/app/amqp.py `as_task_v2` (the headers Celery 5.3 sends)."""
+    task_id = _UUID_PLACEHOLDER
+    headers = {
+        "lang": "py", "task": "tasks.add", "id": task_id, "shadow": None, "eta": None,
+        "expires": None, "group": None, "group_index": None, "retries": 0,
+        "timelimit": [None, None], "root_id": task_id, "parent_id": None,
+        "argsrepr": "(2, 2)", "kwargsrepr": "{}", "origin": "gen4242@bench-host",
+        "ignore_result": False, "replaced_task_nesting": 0, "stamped_headers": None,
+        "stamps": {"bench": "celery-shape"},
+    }
+    return commands.Basic.Properties(
+        content_type="application/json", content_encoding="utf-8", headers=headers,
+        delivery_mode=2 if persistent else 1, priority=0, correlation_id=task_id,
+        reply_to="8e6f2d3c-6b8f-3c1a-9d5e-0a1b2c3d4e5f")
+
+
+def _uuid_text(tag: int) -> bytes:
+    """36 bytes of uuid text, distinct per tag."""
+    h = b"%032x" % tag
+    return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
 
 
 class PublishTemplate:
@@ -94,7 +124,9 @@ class PublishTemplate:
     the template with its 16-byte body header patched (tags first_tag .. first_tag+n-1). Bodies
     larger than ``frame_max - 8`` are split into several body frames; the bench header is always
     in the first. ``body_size`` in bytes (>= 16); ``delivery_mode`` 2 = persistent. With
-    ``message_id`` every message carries its tag as a 16-hex-digit message_id property.
+    ``message_id`` every message carries its tag as a 16-hex-digit message_id property; with
+    ``properties="celery"`` the properties of a Celery task message (`celery_properties`)
+    whose task id (in three places) is distinct per message.
     """
 
     def __init__(
@@ -109,6 +141,7 @@ class PublishTemplate:
         frame_max: int = 131072,
         priority: int | None = None,
         message_id: bool = False,
+        properties: str = "none",
     ) -> None:
         if body_size < BODY_HEADER_SIZE:
             raise ValueError(f"body size must be >= {BODY_HEADER_SIZE} bytes, got {body_size}")
@@ -116,12 +149,27 @@ class PublishTemplate:
             commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=mandatory),
             channel,
         )
-        props = commands.Basic.Properties(delivery_mode=2 if persistent else 1,
-                                          priority=priority,
-                                          message_id=_ID_PLACEHOLDER if message_id else None)
+        if properties not in PROPERTY_SHAPES:
+            raise ValueError(f"properties must be one of {PROPERTY_SHAPES}, got {properties!r}")
+        if properties == "celery":
+            props = celery_properties(persistent)
+            if priority is not None:
+                props.priority = priority
+        else:
+            props = commands.Basic.Properties(delivery_mode=2 if persistent else 1,
+                                              priority=priority)
+        if message_id:
+            props.message_id = _ID_PLACEHOLDER
         head = frame.marshal(header.ContentHeader(0, body_size, props), channel)
-        # where the message_id's 16 digits are in the template (patched per message), or -1
-        self.id_offset = len(method) + head.index(_ID_PLACEHOLDER.encode()) if message_id else -1
+        # where the per-message ids are in the template: (offset, 16 = message_id digits or
+        # 36 = task-id uuid text), patched per message
+        self.id_fields: list[tuple[int, int]] = []
+        for placeholder in (_ID_PLACEHOLDER, _UUID_PLACEHOLDER):
+            raw = placeholder.encode()
+            at = head.find(raw)
+            while at >= 0:
+                self.id_fields.append((len(method) + at, len(raw)))
+                at = head.find(raw, at + len(raw))
         chunk = frame_max - FRAME_OVERHEAD
         body = bytes(body_size)
         parts = [method, head]
@@ -149,16 +197,21 @@ class PublishTemplate:
         for i in range(n):
             pack_into(buf, off, ts_ns, first_tag + i)
             off += step
-        if self.id_offset >= 0:
+        if self.id_fields:
             self._patch_ids(buf, range(first_tag, first_tag + n))
         return buf
 
     def _patch_ids(self, buf: bytearray, tags: Any) -> None:
-        """Give message i the message_id of its tag (16 hex digits)."""
-        off = self.id_offset
+        """Give message i the ids of its tag: 16 hex digits of message_id, uuid text of a
+        task id."""
+        base = 0
+        fields = self.id_fields
         for tag in tags:
-            buf[off:off + 16] = b"%016x" % tag
-            off += self.size
+            digits = b"%016x" % tag
+            task_id = _uuid_text(tag) if any(n == 36 for _o, n in fields) else b""
+            for off, n in fields:
+                buf[base + off:base + off + n] = digits if n == 16 else task_id
+            base += self.size
 
     def build_tags(self, tags: list[int], ts_ns: int) -> bytearray:
         """One message per tag in ``tags`` (used for resends, where tags are not consecutive)."""
@@ -167,7 +220,7 @@ class PublishTemplate:
         for tag in tags:
             BODY_HEADER.pack_into(buf, off, ts_ns, tag)
             off += self.size
-        if self.id_offset >= 0:
+        if self.id_fields:
             self._patch_ids(buf, tags)
         return buf
 

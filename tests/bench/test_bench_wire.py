@@ -251,3 +251,27 @@ def test_message_id_template_gives_every_message_its_own_id() -> None:
         if hasattr(value, "properties"):
             ids.append(value.properties.message_id)
     assert ids == [f"{40:016x}", f"{41:016x}", f"{42:016x}", f"{7:016x}"]
+
+
+def test_celery_template_gives_every_message_its_own_task_id() -> None:
+    """--properties celery: a Celery task message's properties, its task id (correlation_id,
+    headers id and root_id) distinct per message; the rest as Celery sends it."""
+    from pamqp import frame as pframe
+
+    t = wire.PublishTemplate(1, "", "q", 32, persistent=True, message_id=True,
+                             properties="celery")
+    buf = bytes(t.build(2, 123, 40)) + bytes(t.build_tags([7], 5))
+    seen = []
+    pos = 0
+    while pos < len(buf):
+        n, _ch, value = pframe.unmarshal(buf[pos:])
+        pos += n
+        if hasattr(value, "properties"):
+            p = value.properties
+            h = p.headers
+            assert p.correlation_id == h["id"] == h["root_id"]
+            assert (p.content_type, p.delivery_mode, h["task"], h["timelimit"], h["stamps"]) == (
+                "application/json", 2, "tasks.add", [None, None], {"bench": "celery-shape"})
+            seen.append((p.message_id, p.correlation_id))
+    assert [m for m, _c in seen] == [f"{40:016x}", f"{41:016x}", f"{7:016x}"]
+    assert [c.replace("-", "") for _m, c in seen] == [f"{t:032x}" for t in (40, 41, 7)]
