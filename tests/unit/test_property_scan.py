@@ -67,7 +67,7 @@ def assert_scan_agrees(raw: bytes) -> None:
     except (ValueError, RecursionError):
         with pytest.raises(ValueError):
             if scan_properties(raw) is None:  # left to the decoder, which refuses it
-                raise ValueError("decoded: refused")
+                raise ValueError("decoded: refused") from None
     else:
         got = scan_properties(raw)
         assert got is None or got == expected
