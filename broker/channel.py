@@ -172,10 +172,10 @@ class ChannelProcess(Process):
                 handled += 1
                 self._while_closing(cmd)
                 continue
-            # the publishes that follow with the same method and header objects go together
-            method, header = cmd.method, cmd.header
+            # the publishes that follow with the same method object go together
+            method = cmd.method
             stop = handled + 1
-            while stop < total and run[stop].method is method and run[stop].header is header:
+            while stop < total and run[stop].method is method:
                 stop += 1
             try:
                 if stop - handled == 1:

@@ -58,12 +58,15 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
 
 
 def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
-    """run[start:stop] are publishes with one method object and one header object (the
-    decoder hands alike publishes the same ones): checked once, routed once (nothing can
-    change the topology between them), each queue sent one PUBLISHES message. Handles as
-    many as every queue's credit allows (at least one); returns how many. Anything needing
-    per-message care (a transaction, direct reply-to) goes through `publish` one by one.
-    Raises what `publish` raises, before any of them is routed."""
+    """run[start:stop] are publishes with one method object (the decoder hands publishes
+    with the same arguments the same one): the method is checked once, the run routed once
+    while routing cannot depend on a message's properties (no exchange of the vhost with
+    bindings reads headers or properties; else only publishes with one header object go
+    together), each queue sent one PUBLISHES message. Each distinct header is checked
+    (user_id, expiration) before anything is routed; the group ends before a header that
+    fails (it is refused when it comes first, after the ones before it are published) or
+    that needs per-message care (direct reply-to). Handles as many as every queue's credit
+    allows (at least one); returns how many. Raises what `publish` raises for run[start]."""
     cmd = run[start]
     method = cmd.method
     header = cmd.header
@@ -72,16 +75,26 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         publish(ch, cmd)
         return 1
     publish(ch, cmd, alone=False)  # checks it; the Message is made below
+    vhost = ch.vhost
+    per_header = not vhost.routes_by_key_only()
+    last = header
+    for i in range(start + 1, stop):
+        h = run[i].header
+        if h is last:
+            continue
+        if per_header or h.hot[4] == REPLY_TO:
+            stop = i
+            break
+        try:
+            _check_header(ch, method, h)
+        except errors.AMQPError:
+            stop = i  # refused when it comes first
+            break
+        last = h
     name = method.exchange
     routing_key = method.routing_key
-    raw = header.raw_properties
-    hot = header.hot
-    decoded = header.decoded
-    if decoded is None:
-        first = Message.from_wire(name, routing_key, raw, hot, cmd.body or b"")
-    else:
-        first = Message(name, routing_key, decoded, cmd.body or b"", raw_properties=raw)
-    queues = ch.vhost.route_message(name, routing_key, first)
+    first = _message(name, routing_key, header, cmd.body)
+    queues = vhost.route_message(name, routing_key, first)
     n = stop - start
     credit = ch.credit
     for queue in queues:
@@ -89,14 +102,16 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         if left < n:
             n = left if left > 1 else 1
     messages = [first]
-    if decoded is None:
-        from_wire = Message.from_wire
-        for i in range(start + 1, start + n):
-            messages.append(from_wire(name, routing_key, raw, hot, run[i].body or b""))
-    else:
-        for i in range(start + 1, start + n):
-            messages.append(Message(name, routing_key, decoded, run[i].body or b"",
-                                    raw_properties=raw))
+    from_wire = Message.from_wire
+    for i in range(start + 1, start + n):
+        c = run[i]
+        h = c.header
+        if h.decoded is None:
+            messages.append(from_wire(name, routing_key, h.raw_properties, h.hot,
+                                      c.body or b""))
+        else:
+            messages.append(Message(name, routing_key, h.decoded, c.body or b"",
+                                    raw_properties=h.raw_properties))
     ch.message_stats.publish += n
     confirm = ch.confirm
     seqs: list | None = None
@@ -120,6 +135,15 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         if credit.send(queue, n) and not ch.shutting_down:
             ch.suspend()
     return n
+
+
+def _message(name: str, routing_key: str, header: Any, body: bytes | None) -> Message:
+    """The Message of one publish: its properties stay encoded unless decoded already."""
+    if header.decoded is None:
+        return Message.from_wire(name, routing_key, header.raw_properties, header.hot,
+                                 body or b"")
+    return Message(name, routing_key, header.decoded, body or b"",
+                   raw_properties=header.raw_properties)
 
 
 def _send_reply(ch: Any, method: Any, message: Message) -> None:
@@ -161,10 +185,32 @@ def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
         _check_publish(ch, method)
         ch.publish_checked = (method, vhost.topology_version, ch.access.control.generation)
     header = cmd.header
-    _mode, _priority, expiration, user_id, reply_to = header.hot
+    _check_header(ch, method, header)
+    if not alone:  # publish_alike makes and routes the messages itself
+        return
+    if header.hot[4] == REPLY_TO:
+        if ch.reply_consumer is None:  # rabbit_channel: no reply consumer on this channel
+            raise errors.amqp_error(errors.PreconditionFailed,
+                                    "fast reply consumer does not exist", method)
+        props = copy.copy(header.properties)
+        props.reply_to = ch.reply_consumer[1]  # re-encoded with the rewritten reply_to
+        message = Message(name, method.routing_key, props, cmd.body or b"")
+    else:  # the properties stay encoded (a headers table too) unless decoded already
+        message = _message(name, method.routing_key, header, cmd.body)
+    if ch.tx is not None:
+        ch.tx.publishes.append((method, message))
+        return
+    _route_and_send(ch, method, message)
+
+
+def _check_header(ch: Any, method: Any, header: Any) -> None:
+    """The checks of a publish's properties: 406 for a `user_id` that is not the
+    connection's user unless the user is tagged `impersonator`
+    (rabbitmq.com/validated-user-id.html), 406 for an `expiration` that is not a
+    non-negative integer string (rabbit_channel check_expiration_header)."""
+    _mode, _priority, expiration, user_id, _reply_to = header.hot
     if (user_id is not None and user_id != ch.conn.username
             and not ch.access.has_tag("impersonator")):
-        # rabbitmq.com/validated-user-id.html
         raise errors.amqp_error(
             errors.PreconditionFailed,
             f"user_id property set to '{user_id}' but authenticated user was "
@@ -172,29 +218,10 @@ def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
     if expiration is not None:
         try:
             parse_expiration(expiration)
-        except ValueError as exc:  # rabbit_channel check_expiration_header
+        except ValueError as exc:
             raise errors.amqp_error(
                 errors.PreconditionFailed, f"invalid expiration '{expiration}': {exc}",
                 method) from None
-    if not alone:  # publish_alike makes and routes the messages itself
-        return
-    if reply_to == REPLY_TO:
-        if ch.reply_consumer is None:  # rabbit_channel: no reply consumer on this channel
-            raise errors.amqp_error(errors.PreconditionFailed,
-                                    "fast reply consumer does not exist", method)
-        props = copy.copy(header.properties)
-        props.reply_to = ch.reply_consumer[1]  # re-encoded with the rewritten reply_to
-        message = Message(name, method.routing_key, props, cmd.body or b"")
-    elif header.decoded is None:  # the properties stay encoded (a headers table too)
-        message = Message.from_wire(name, method.routing_key, header.raw_properties,
-                                    header.hot, cmd.body or b"")
-    else:
-        message = Message(name, method.routing_key, header.decoded, cmd.body or b"",
-                          raw_properties=header.raw_properties)
-    if ch.tx is not None:
-        ch.tx.publishes.append((method, message))
-        return
-    _route_and_send(ch, method, message)
 
 
 def _check_publish(ch: Any, method: Any) -> None:

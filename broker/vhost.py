@@ -373,15 +373,25 @@ class VHost:
         decoded) only while some exchange of this vhost that routes by headers has bindings;
         otherwise headers cannot change the result and stay encoded (issue 26)."""
         headers = None
-        if message.has_headers:
-            version, reads = self._headers_routed
-            if version != self.topology_version:
-                reads = any(x.routing.reads_headers and len(x.routing)
-                            for x in self.exchanges.values())
-                self._headers_routed = (self.topology_version, reads)
-            if reads:
-                headers = message.headers
+        if message.has_headers and self._reads_headers():
+            headers = message.headers
         return self.route(exchange_name, routing_key, headers, message)
+
+    def _reads_headers(self) -> bool:
+        """Some exchange of this vhost with bindings routes by headers (recomputed once
+        per topology change)."""
+        version, reads = self._headers_routed
+        if version != self.topology_version:
+            reads = any(x.routing.reads_headers and len(x.routing)
+                        for x in self.exchanges.values())
+            self._headers_routed = (self.topology_version, reads)
+        return reads
+
+    def routes_by_key_only(self) -> bool:
+        """Where a publish goes depends on its exchange and routing key alone: no exchange
+        here routes by a message property, none with bindings by headers. Publishes that
+        differ only in their properties then share one route."""
+        return not self._property_routed and not self._reads_headers()
 
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
               message: Any = None) -> Sequence[QueueProcess]:
