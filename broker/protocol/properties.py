@@ -40,6 +40,8 @@ from typing import Any
 from pamqp import commands
 from pamqp import decode as pdecode
 
+from broker.protocol.table_check import DecodeNow, check_headers
+
 Properties = commands.Basic.Properties
 
 _PROPERTY_SPECS = tuple(
@@ -226,97 +228,12 @@ def decode_properties_tolerant(raw: bytes) -> Properties:
     return props
 
 
-# field type tag -> size in bytes of the values of fixed size (the tags `decode_value` reads)
-_FIXED_SIZE = {ord(tag): size for tag, size in (
-    ("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2), ("I", 4), ("i", 4), ("f", 4),
-    ("l", 8), ("L", 8), ("d", 8), ("T", 8), ("D", 5), ("V", 0), ("\x00", 0))}
-# tables and arrays nested deeper than this are left to the full decoder (which refuses
-# hostile nesting with RecursionError → 501): the skip then accepts nothing it would refuse
-MAX_SKIP_DEPTH = 32
-
-
-class TooDeep(ValueError):
-    """A field table or array nested past MAX_SKIP_DEPTH: not an error by itself, the
-    caller decodes the properties in full instead."""
-
-
-def skip_table(data: bytes, pos: int, end: int, depth: int = 0) -> int:
-    """Check the field table at data[pos:end] without decoding it: the position after it.
-    Raises ValueError exactly where `decode_table` would (truncated, a pair past the table's
-    length, an unknown field type tag), TooDeep past MAX_SKIP_DEPTH. About 0.1 µs per
-    field: a headers table is checked at publish (as RabbitMQ's channel decodes it) and
-    decoded only when something reads it."""
-    if pos + 4 > end:
-        raise ValueError("truncated")
-    stop = pos + 4 + _U32.unpack_from(data, pos)[0]
-    if stop > end:
-        raise ValueError("truncated")
-    pos += 4
-    fixed = _FIXED_SIZE
-    while pos < stop:
-        pos += 1 + data[pos]  # the key shortstr
-        if pos >= stop:
-            raise ValueError("truncated")
-        tag = data[pos]
-        pos += 1
-        size = fixed.get(tag)
-        if size is not None:
-            pos += size
-        elif tag == 0x53 or tag == 0x78:  # 'S' longstr, 'x' byte array
-            if pos + 4 > stop:
-                raise ValueError("truncated")
-            pos += 4 + _U32.unpack_from(data, pos)[0]
-        elif tag == 0x46 or tag == 0x41:  # 'F' table, 'A' array
-            if depth >= MAX_SKIP_DEPTH:
-                raise TooDeep("nested too deep to skip")
-            pos = (skip_table if tag == 0x46 else skip_array)(data, pos, stop, depth + 1)
-        else:
-            raise ValueError(f"unknown field type {tag:#x}")
-        if pos > stop:
-            raise ValueError("truncated")
-    return stop
-
-
-def skip_array(data: bytes, pos: int, end: int, depth: int = 0) -> int:
-    """`skip_table` for a field array (values without keys, `decode_array`)."""
-    if pos + 4 > end:
-        raise ValueError("truncated")
-    stop = pos + 4 + _U32.unpack_from(data, pos)[0]
-    if stop > end:
-        raise ValueError("truncated")
-    pos += 4
-    fixed = _FIXED_SIZE
-    while pos < stop:
-        tag = data[pos]
-        pos += 1
-        size = fixed.get(tag)
-        if size is not None:
-            pos += size
-        elif tag == 0x53 or tag == 0x78:
-            if pos + 4 > stop:
-                raise ValueError("truncated")
-            pos += 4 + _U32.unpack_from(data, pos)[0]
-        elif tag == 0x46 or tag == 0x41:
-            if depth >= MAX_SKIP_DEPTH:
-                raise TooDeep("nested too deep to skip")
-            pos = (skip_table if tag == 0x46 else skip_array)(data, pos, stop, depth + 1)
-        else:
-            raise ValueError(f"unknown field type {tag:#x}")
-        if pos > stop:
-            raise ValueError("truncated")
-    return stop
-
-
 # (delivery_mode, priority, expiration, user_id, reply_to): the properties the broker itself
 # reads while routing and queueing a message; None where absent
 HotFields = tuple
 
 _NO_HOT: HotFields = (None, None, None, None, None)
 _HEADERS_FLAG = Properties.flags["headers"]
-# the shortstr keys of sender-selected distribution (rabbitmq.com/sender-selected.html) as
-# they appear in an encoded table: length octet, name, then a type tag
-_SELECTED = b"\x02CC"
-_BLIND = b"\x03BCC"
 
 
 def _shortstr(raw: bytes, pos: int) -> tuple[str, int]:
@@ -328,18 +245,19 @@ def _shortstr(raw: bytes, pos: int) -> tuple[str, int]:
 
 def scan_properties(raw: bytes) -> HotFields | None:
     """The broker's hot properties from property flags + property list without building a
-    `Basic.Properties` (RabbitMQ, too, keeps the properties as received; rabbit_binary_parser
-    decodes them only when needed): (delivery_mode, priority, expiration, user_id, reply_to).
+    `Basic.Properties`: (delivery_mode, priority, expiration, user_id, reply_to). RabbitMQ's
+    channel decodes the list of every publish (rabbit_binary_parser) and refuses a malformed
+    one; this broker checks it and keeps it encoded (Message decodes it on first use).
 
-    A `headers` table is checked (`skip_table`), not decoded: Message.headers decodes it
-    when something reads it. Returns None when the caller must decode the list at once:
-    the table may hold `CC` or `BCC` (sender-selected distribution routes by them and strips
-    BCC) or is nested past MAX_SKIP_DEPTH. Otherwise the whole list is checked as
-    `decode_properties_tolerant` checks it (every length inside the list, no bytes left over;
-    shortstrs need not be UTF-8, timestamps may be anything), and ValueError is raised
-    exactly when that decoder would raise. About 0.3 µs for a typical list (bench/micro/
-    codec.py) against 1.4 µs for the full decode; about 2 µs for a Celery task's headers
-    against 25 µs to decode them.
+    A `headers` table is checked (broker/protocol/table_check.py), not decoded. Returns None
+    when the caller must decode the list at once: the table holds a top-level `CC` or `BCC`
+    key (sender-selected distribution routes by them and strips BCC) or nests past 32
+    levels. Otherwise the whole list is checked as `decode_properties_tolerant` checks it
+    (every length inside the list, no bytes left over; shortstrs need not be UTF-8,
+    timestamps may be anything), and ValueError is raised exactly when that decoder would
+    raise. About 0.3 µs for a typical list (bench/micro/
+    codec.py) against 1.4 µs for the full decode; about 1 µs for a Celery task's headers
+    (a learnt layout; 4-5 µs walked) against 25 µs to decode them.
     """
     try:
         if raw[1] & 1:  # a second flags word: properties beyond the 14 of 0-9-1
@@ -357,11 +275,9 @@ def scan_properties(raw: bytes) -> HotFields | None:
         if flags & 0x4000:  # content_encoding
             pos += 1 + raw[pos]
         if flags & _HEADERS_FLAG:
-            if _SELECTED in raw or _BLIND in raw:  # maybe a CC or BCC key: decode it all
-                return None
             try:
-                pos = skip_table(raw, pos, len(raw))
-            except TooDeep:
+                pos = check_headers(raw, pos, len(raw))
+            except DecodeNow:  # a CC or BCC key, or deep nesting
                 return None
         if flags & 0x1000:
             delivery_mode = raw[pos]
