@@ -149,9 +149,10 @@ _END_AND_BODY_HDR = struct.Struct(">BBHI")
 _DELIVER_PARTS: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
 _DELIVER_PARTS_MAX = 4096
 # the last single-body-frame delivery encoded: (raw_properties, body size, channel, consumer
-# tag, routing key, exchange, bytes before the delivery tag, bytes between it and the body);
-# the next delivery of a run differs only in its tag, redelivered flag and body
-_LAST_DELIVER: list = [None, -1, -1, "", "", "", b"", b""]
+# tag, routing key, exchange, bytes before the delivery tag, bytes between it and the body,
+# the encoded exchange and routing key); the next delivery of a run differs only in its
+# tag, redelivered flag and body, or also in its properties
+_LAST_DELIVER: list = [None, -1, -1, "", "", "", b"", b"", b""]
 
 
 def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
@@ -183,14 +184,30 @@ def encode_deliver(
     encode path; byte-for-byte equal to pamqp's output, see tests/unit/test_framing.py).
     The encoded consumer tag, exchange and routing key are kept per (tag, exchange, key),
     and all but the tag and body of the last delivery (same properties object, body size,
-    channel, tag, exchange and key), so a run of alike deliveries encodes only the tag. Strings longer than 255
-    bytes raise ValueError (shortstr)."""
+    channel, tag, exchange and key), so a run of alike deliveries encodes only the tag, and
+    one whose properties differ only its header frame. Strings longer than 255 bytes raise
+    ValueError (shortstr)."""
     size = len(body)
     last = _LAST_DELIVER
-    if (last[0] is raw_properties and last[1] == size and last[2] == channel
-            and last[3] == consumer_tag and last[4] == routing_key and last[5] == exchange):
+    if (last[1] == size and last[2] == channel and last[3] == consumer_tag
+            and last[4] == routing_key and last[5] == exchange
+            and (not frame_max or size <= frame_max - FRAME_OVERHEAD)):  # one body frame
+        if last[0] is raw_properties:
+            return b"".join((last[6], _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
+                             last[7], body, b"\xce"))
+        # the same consumer, exchange, key and body size, other properties (a message_id
+        # each): only the content header frame is new
+        tail = last[8]
+        after = b"".join((
+            tail,
+            _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
+                                 60, 0, size),
+            raw_properties,
+            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
+        last[0] = raw_properties
+        last[7] = after
         return b"".join((last[6], _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
-                         last[7], body, b"\xce"))
+                         after, body, b"\xce"))
     parts = _DELIVER_PARTS.get((consumer_tag, exchange, routing_key))
     if parts is None:
         parts = _deliver_parts(consumer_tag, exchange, routing_key)
@@ -204,7 +221,7 @@ def encode_deliver(
             raw_properties,
             _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
         _LAST_DELIVER[:] = (raw_properties, size, channel, consumer_tag, routing_key, exchange,
-                            before, after)
+                            before, after, tail)
         return b"".join((before, _U64_U8.pack(delivery_tag, 1 if redelivered else 0), after,
                          body, b"\xce"))
     out = [_METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,

@@ -359,8 +359,8 @@ class FrameDecoder:
     540 unknown class/method. After an error the decoder is unusable (the connection closes).
     """
 
-    __slots__ = ("frame_max", "_buf", "_pos", "_last_args", "_last_method", "_last_header_raw",
-                 "_last_header", "_last_prefix")
+    __slots__ = ("frame_max", "_buf", "_pos", "_last_args", "_last_method", "_last_header",
+                 "_last_prefix")
 
     def __init__(self, frame_max: int = 131072) -> None:
         self.frame_max = frame_max  # negotiated frame_max; frames larger are a 501
@@ -370,7 +370,6 @@ class FrameDecoder:
         # decoded to: a publisher usually sends many alike, and both are immutable
         self._last_args = b""
         self._last_method: Any = None
-        self._last_header_raw = b""
         self._last_header: ContentHeader | None = None
         # the last whole publish's bytes up to its body: its method frame, header frame and
         # body frame header; an alike publish repeats them exactly, only the body differs
@@ -517,14 +516,13 @@ class FrameDecoder:
         if (ftype != FRAME_HEADER or hchannel != channel or hsize < 14 or hend >= have
                 or buf[hend] != FRAME_END or (self.frame_max and hsize > self.frame_max)):
             return None
-        last = self._last_header_raw
-        if hsize == len(last) and buf.startswith(last, at + 7):
-            header = self._last_header
-            body_size = header.body_size  # type: ignore[union-attr]
-        else:
-            class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, at + 7)
-            if class_id != 60:
-                return None
+        class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, at + 7)
+        if class_id != 60:
+            return None
+        header = self._last_header
+        if header is not None and (header.body_size != body_size
+                                   or hsize - 12 != len(header.raw_properties)
+                                   or not buf.startswith(header.raw_properties, at + 19)):
             header = None
         start = self._pos
         if body_size:
@@ -557,9 +555,12 @@ class FrameDecoder:
                 header = ContentHeader(60, body_size, props, raw, hot_fields(props))
             else:
                 header = ContentHeader(60, body_size, None, raw, hot)
-            self._last_header_raw = bytes(buf[at + 7 : hend])
             self._last_header = header
-        self._last_prefix = bytes(buf[start:body_at])  # _last_method and _last_header's
+            # publishes with their own properties are rarely followed by their twin: the
+            # alike prefix is kept once a header repeats (saves a copy per publish)
+            self._last_prefix = None
+        else:
+            self._last_prefix = bytes(buf[start:body_at])  # _last_method and _last_header's
         self._pos = after
         return _new_tuple(Command, (method, header, body))
 

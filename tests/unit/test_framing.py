@@ -575,16 +575,33 @@ def test_publish_streams_decode_like_pamqp_at_any_split(pubs: list, cuts: list) 
 @given(st.lists(st.tuples(st.sampled_from([1, 7]), st.sampled_from(["c1", "c2"]),
                           st.integers(1, 2**40), st.booleans(), st.sampled_from(["", "x"]),
                           st.sampled_from(["k", "q"]), st.sampled_from([0, 1, 2]),
-                          st.binary(max_size=20)), min_size=1, max_size=12))
+                          st.binary(max_size=20), st.sampled_from([4096, 24])),
+                min_size=1, max_size=12))
 def test_runs_of_deliveries_encode_like_pamqp(deliveries: list) -> None:
-    """encode_deliver reuses the last delivery's bytes for an alike one (issue 15): any
-    sequence, alike or not, still encodes exactly as pamqp does."""
+    """encode_deliver reuses the last delivery's bytes for an alike one (issue 15), and all
+    but the header frame for one that differs only in its properties (issue 26): any
+    sequence, alike or not, on connections with any frame_max (24: bodies over 16 bytes
+    take two frames), still encodes exactly as pamqp does."""
     props = [C.Basic.Properties(delivery_mode=1), C.Basic.Properties(delivery_mode=2),
              C.Basic.Properties(message_id="m")]
     raws = [p.marshal() for p in props]
-    for ch, ctag, tag, redelivered, exchange, rk, which, data in deliveries:
+    for ch, ctag, tag, redelivered, exchange, rk, which, data, frame_max in deliveries:
         m = C.Basic.Deliver(consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
                             exchange=exchange, routing_key=rk)
-        want = pamqp_content(ch, m, props[which], data, 4096)
+        want = pamqp_content(ch, m, props[which], data, frame_max)
         assert encode_deliver(ch, ctag, tag, redelivered, exchange, rk, raws[which], data,
-                              4096) == want
+                              frame_max) == want
+
+
+def test_a_delivery_after_an_alike_one_on_a_smaller_frame_max_is_split() -> None:
+    """The reused bytes of the last delivery are one body frame: a delivery with the same
+    tag, exchange, key and body size to a connection with a smaller frame_max must not
+    reuse them."""
+    props = C.Basic.Properties(message_id="m").marshal()
+    body = bytes(range(20))
+    for raw in (props, C.Basic.Properties(message_id="n").marshal()):
+        encode_deliver(1, "c", 1, False, "x", "k", props, body, 4096)
+        m = C.Basic.Deliver(consumer_tag="c", delivery_tag=2, redelivered=False,
+                            exchange="x", routing_key="k")
+        want = pamqp_content(1, m, C.Basic.Properties(message_id=raw[3:].decode()), body, 24)
+        assert encode_deliver(1, "c", 2, False, "x", "k", raw, body, 24) == want
