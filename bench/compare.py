@@ -26,6 +26,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("latency p99", "latency_ms.p99", "ms"),
     ("confirm p50", "confirm_latency_ms.p50", "ms"),
     ("broker cpu", "broker.cpu_percent_mean", "%"),
+    ("broker cpu/msg", "broker.cpu_us_per_message", "us"),
     ("broker rss peak", "broker.rss_peak_bytes", "MB"),
 )
 

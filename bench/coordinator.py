@@ -304,10 +304,19 @@ def _result(r: Run, marks: dict[str, float], sampler: BrokerSampler | None,
         },
         "latency_ms": r.latency.percentiles(),
         "confirm_latency_ms": r.confirm_latency.percentiles(),
-        "broker": sampler.summary() if sampler is not None else None,
+        "broker": _with_cpu_per_message(sampler.summary(), tot) if sampler is not None else None,
         "blocked_seconds": round(tot["blocked_seconds"], 3),
         "verification": verification,
         "timeline": r.timeline,
         "errors": r.errors,
         "ok": not r.errors and verification["status"] != "failed",
     }
+
+
+def _with_cpu_per_message(broker: dict[str, Any], tot: dict[str, Any]) -> dict[str, Any]:
+    """The broker summary with ``cpu_us_per_message``: its CPU time over the run (µs) per
+    message moved (consumed, else published), so two brokers' costs compare directly."""
+    moved = tot["consumed"] or tot["published"]
+    cpu = broker.get("cpu_seconds")
+    broker["cpu_us_per_message"] = round(cpu * 1e6 / moved, 2) if moved and cpu is not None else None
+    return broker
