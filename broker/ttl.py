@@ -12,14 +12,17 @@ from __future__ import annotations
 import re
 
 _LEADING_INT = re.compile(r"[+-]?[0-9]+")
+# the longest TTL or queue expiry RabbitMQ accepts: ten years in ms (rabbit_misc:check_expiry,
+# applied to x-message-ttl, x-expires and the expiration property)
+MAX_EXPIRY = 315_360_000_000
 
 
 def parse_expiration(expiration: str | None) -> int | None:
     """The `expiration` property as ms, None if absent. Raises ValueError with RabbitMQ's
     reason text for the 406 PRECONDITION_FAILED "invalid expiration '<e>': <reason>"
     (rabbit_channel check_expiration_header): `no_integer`, `{leftover_string,"x"}`,
-    `{value_negative,-1}` (Erlang string:to_integer semantics). RabbitMQ 3.10 sets no upper
-    bound on it (verified: "4294967296" is accepted)."""
+    `{value_negative,-1}` (Erlang string:to_integer semantics), `{value_too_large,N}` above
+    ten years (MAX_EXPIRY; rabbit_basic:parse_expiration → rabbit_misc:check_expiry)."""
     if expiration is None:
         return None
     m = _LEADING_INT.match(expiration)
@@ -31,6 +34,8 @@ def parse_expiration(expiration: str | None) -> int | None:
     value = int(m.group())
     if value < 0:
         raise ValueError(f"{{value_negative,{value}}}")
+    if value > MAX_EXPIRY:
+        raise ValueError(f"{{value_too_large,{value}}}")
     return value
 
 

@@ -23,6 +23,7 @@ from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
+from broker.ttl import MAX_EXPIRY
 
 log = logging.getLogger("broker.vhost")
 
@@ -537,6 +538,8 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             why = "{value_zero,0}"
         elif key == "x-max-priority" and value > MAX_SUPPORTED_PRIORITY:
             why = f"{{max_value_exceeded,{value}}}"
+        elif key in ("x-message-ttl", "x-expires") and value > MAX_EXPIRY:
+            why = f"{{value_too_large,{value}}}"  # rabbit_misc:check_expiry
         else:
             continue
         raise errors.amqp_error(

@@ -90,6 +90,7 @@ def test_ttl_zero_delivers_to_a_waiting_consumer_only(connect, unique, how):
     ("abc", "no_integer"),
     ("-5", "{value_negative,-5}"),
     ("10x", '{leftover_string,"x"}'),
+    ("315360000001", "{value_too_large,315360000001}"),  # over ten years (check_expiry)
 ])
 def test_invalid_expiration_is_406(connect, unique, expiration, reason):
     ch = connect().channel()
@@ -106,6 +107,24 @@ def test_invalid_queue_ttl_is_406(connect, unique):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
         ch.queue_declare(unique("q"), arguments={"x-message-ttl": -1})
     assert info.value.reply_code == 406
+
+
+@pytest.mark.parametrize("key", ["x-message-ttl", "x-expires"])
+def test_a_ttl_over_ten_years_is_406_and_ten_years_is_accepted(connect, unique, key):
+    """rabbit_misc:check_expiry bounds x-message-ttl and x-expires at 315 360 000 000 ms."""
+    ch = connect().channel()
+    q = unique("q")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(q, arguments={key: 315_360_000_001})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{q}' in vhost '/': "
+        "{value_too_large,315360000001}")
+    ch = connect().channel()
+    ch.confirm_delivery()
+    ch.queue_declare(q, exclusive=True, arguments={key: 315_360_000_000})
+    ch.basic_publish("", q, b"x", pika.BasicProperties(expiration="315360000000"))
+    assert ch.queue_declare(q, passive=True).method.message_count == 1
 
 
 def test_persist_mode_confirms_an_expired_message(connect, unique):
