@@ -24,6 +24,7 @@ from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.message import Message
 from broker.protocol.encoding import build_method, encode_content_raw
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE
+from broker.sender_selected import extra_keys, selected, without_bcc
 from broker.ttl import parse_expiration
 from broker.tx import TxState
 
@@ -36,7 +37,12 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
     if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
         _send_reply(ch, method, message)
         return
-    queues = ch.vhost.route_message(method.exchange, method.routing_key, message)
+    if selected(message):  # sender-selected distribution: CC and BCC are routing keys too
+        keys = [method.routing_key, *extra_keys(message.headers, method)]
+        message = without_bcc(message)  # nobody sees BCC, headers exchanges included
+        queues = ch.vhost.route_keys(method.exchange, keys, message.headers, message)
+    else:
+        queues = ch.vhost.route_message(method.exchange, method.routing_key, message)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
@@ -70,7 +76,7 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
     cmd = run[start]
     method = cmd.method
     header = cmd.header
-    if ch.tx is not None or header.hot[4] == REPLY_TO or (
+    if ch.tx is not None or header.hot[4] == REPLY_TO or _selected_header(header) or (
             not method.exchange and method.routing_key.startswith(REPLY_PREFIX)):
         publish(ch, cmd)
         return 1
@@ -82,7 +88,7 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         h = run[i].header
         if h is last:
             continue
-        if per_header or h.hot[4] == REPLY_TO:
+        if per_header or h.hot[4] == REPLY_TO or _selected_header(h):
             stop = i
             break
         try:
@@ -135,6 +141,16 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         if credit.send(queue, n) and not ch.shutting_down:
             ch.suspend()
     return n
+
+
+def _selected_header(header: Any) -> bool:
+    """The publish carries CC or BCC (only a header decoded at once can: the scan decodes
+    such tables)."""
+    decoded = header.decoded
+    if decoded is None:
+        return False
+    headers = decoded.headers
+    return bool(headers) and ("CC" in headers or "BCC" in headers)
 
 
 def _message(name: str, routing_key: str, header: Any, body: bytes | None) -> Message:
@@ -197,6 +213,8 @@ def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
         message = Message(name, method.routing_key, props, cmd.body or b"")
     else:  # the properties stay encoded (a headers table too) unless decoded already
         message = _message(name, method.routing_key, header, cmd.body)
+        if selected(message):
+            extra_keys(message.headers, method)  # 406 now for a CC/BCC that is no array
     if ch.tx is not None:
         ch.tx.publishes.append((method, message))
         return

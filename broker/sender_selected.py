@@ -1,0 +1,78 @@
+"""Sender-selected distribution (rabbitmq.com/sender-selected.html): the `CC` and `BCC`
+headers of a publish name more routing keys; the message is routed with
+`[routing_key | CC ++ BCC]` in one go, and `BCC` is removed before anyone sees the message.
+
+Source: rabbit_basic `make_message` / `header_routes` and rabbit.hrl `ROUTING_HEADERS`,
+`DELETED_HEADER` (RabbitMQ 3.10.8): only `longstr` elements of an array count; a `CC` or
+`BCC` that is not an array is refused, and rabbit_channel closes the channel with 406
+"invalid message: {unacceptable_type_in_header,\"CC\",longstr}".
+
+Pure: no I/O. Only publishes whose headers table was decoded at once reach it (the
+property scan decodes a table with a top-level CC or BCC key: broker/protocol/
+table_check.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from broker import errors
+from broker.message import Message
+
+ROUTING_HEADERS = ("CC", "BCC")
+
+
+def _amqp_type(value: Any) -> str:
+    """The AMQP 0-9-1 field type RabbitMQ names a decoded value by (rabbit_binary_parser)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long" if value > 2**31 - 1 or value < -2**31 else "signedint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "longstr"
+    if isinstance(value, (bytes, bytearray)):
+        return "binary"
+    if isinstance(value, dict):
+        return "table"
+    if value is None:
+        return "void"
+    return "timestamp"
+
+
+def selected(message: Message) -> bool:
+    """The message carries a CC or BCC header (cheap: only a decoded table can)."""
+    props = message._properties
+    headers = props.headers if props is not None else None
+    return bool(headers) and ("CC" in headers or "BCC" in headers)
+
+
+def extra_keys(headers: dict, method: Any = None) -> list[str]:
+    """The routing keys in `headers`' CC then BCC arrays (longstr elements only). Raises
+    406 PRECONDITION_FAILED "invalid message: ..." when either is not an array."""
+    keys: list[str] = []
+    for name in ROUTING_HEADERS:
+        if name not in headers:
+            continue
+        value = headers[name]
+        if not isinstance(value, list):
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                f'invalid message: {{unacceptable_type_in_header,"{name}",'
+                f"{_amqp_type(value)}}}", method)
+        keys.extend(v for v in value if isinstance(v, str))
+    return keys
+
+
+def without_bcc(message: Message) -> Message:
+    """The message as its consumers get it: the same message without its BCC header (its
+    properties encoded anew), or `message` itself when it has none."""
+    props = message.properties
+    if not props.headers or "BCC" not in props.headers:
+        return message
+    stripped = copy.copy(props)
+    stripped.headers = {k: v for k, v in props.headers.items() if k != "BCC"}
+    return Message(message.exchange, message.routing_key, stripped, message.body,
+                   msg_id=message.msg_id)
