@@ -4,10 +4,12 @@
 """The `x-modulus-hash` exchange type (rabbitmq_sharding plugin, shipped with RabbitMQ;
 rabbit_sharding_exchange_type_modulus_hash.erl is the reference).
 
-A message goes to one of the distinct destinations bound to the exchange (any binding key):
-number `hash(routing key) mod N` of them, N the number of destinations, in a stable order
-(sorted by their names). The same routing key reaches the same destination while the bindings
-stay the same. Any binding key is accepted. Route cost: one BLAKE2b of the key, O(1).
+A message goes to the destination of one of the exchange's bindings (any binding key):
+number `hash(routing key) mod N` of them, N the number of bindings, so a queue bound twice
+(with two keys) has two buckets, as the plugin's `route` picks from
+`rabbit_router:match_routing_key(Name, ['_'])`, one entry per binding. The buckets are in a
+stable order (sorted by destination). The same routing key reaches the same destination while
+the bindings stay the same. Route cost: one BLAKE2b of the key, O(1).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class ModulusHashRouting(BindingTable):
     def __init__(self, arguments: dict | None = None) -> None:
         super().__init__()
         self._counts: dict[Hashable, int] = {}  # destination -> number of bindings to it
-        self._order: list[Hashable] = []  # the distinct destinations, sorted
+        self._order: list[Hashable] = []  # one bucket per binding, sorted by destination
 
     def route(self, routing_key: str, headers: dict | None = None,
               message: Any = None) -> tuple[Hashable, ...]:
@@ -40,8 +42,11 @@ class ModulusHashRouting(BindingTable):
     def _index_add(self, destination: Hashable, routing_key: str, frozen: Hashable,
                    arguments: dict) -> None:
         count_up(self._counts, destination)
-        self._order = sorted(self._counts, key=repr)
+        self._order = self._buckets()
 
     def _index_remove(self, destination: Hashable, routing_key: str, frozen: Hashable) -> None:
         count_down(self._counts, destination)
-        self._order = sorted(self._counts, key=repr)
+        self._order = self._buckets()
+
+    def _buckets(self) -> list[Hashable]:
+        return [d for d in sorted(self._counts, key=repr) for _ in range(self._counts[d])]

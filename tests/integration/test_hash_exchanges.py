@@ -104,6 +104,21 @@ def test_modulus_hash_spreads_keys_and_keeps_each_on_one_queue(connect, channel,
     assert sorted(message_count(channel, q) for q in queues) == [0, 0, 0, 10]
 
 
+def test_modulus_hash_counts_bindings_not_queues(connect, channel, queues, unique):
+    """rabbitmq_sharding's route picks among match_routing_key(X, ['_']), one entry per
+    binding: a queue bound with two keys gets two buckets of three."""
+    x = unique("mhx")
+    channel.exchange_declare(x, "x-modulus-hash", auto_delete=True)
+    twice, once = queues[0], queues[1]
+    channel.queue_bind(twice, x, "a")
+    channel.queue_bind(twice, x, "b")
+    channel.queue_bind(once, x, "a")
+    pub = connect().channel()
+    publish_many(pub, x, (f"key-{i}" for i in range(1500)))
+    wait_for(lambda: message_count(channel, twice) + message_count(channel, once) == 1500)
+    assert 850 < message_count(channel, twice) < 1150  # about 2/3
+
+
 def test_aio_pika_consistent_hash(broker, unique):
     async def main():
         async with await aio_pika.connect(broker.url) as conn:
