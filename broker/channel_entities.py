@@ -94,15 +94,17 @@ def queue_declare(ch: Any, cmd: Any) -> None:
     exchange also needs read on itself and write on that exchange."""
     m = cmd.method
     arguments = dict(m.arguments or {})
-    if m.passive and (m.queue == REPLY_TO or m.queue.startswith(REPLY_PREFIX)):
-        # direct reply-to: the pseudo-queue always "exists"; a reply-to name while its
-        # channel is alive (rabbit_channel), else 404
-        if m.queue != REPLY_TO and REPLY_REGISTRY.channel_for(m.queue) is None:
+    if m.queue.startswith(REPLY_TO):
+        # direct reply-to: every declare of these names is passive; the pseudo-queue always
+        # exists, a reply-to name while its channel is alive, else 404; if it exists "it by
+        # definition has one consumer": 0 messages, 1 consumer (rabbit_channel 3.10.8)
+        if m.queue != REPLY_TO and (not m.queue.startswith(REPLY_PREFIX)
+                                    or REPLY_REGISTRY.channel_for(m.queue) is None):
             raise errors.amqp_error(
                 errors.NotFound, f"no queue '{m.queue}' in vhost '{ch.vhost.name}'", m)
         if not m.nowait:
             ch.send_method(build_method(Q.DeclareOk, queue=m.queue, message_count=0,
-                                        consumer_count=0))
+                                        consumer_count=1))
         return
 
     def authorize(name: str, exists: bool) -> None:

@@ -83,3 +83,15 @@ def test_reply_to_a_gone_requester_is_dropped(connect, unique):
 def test_capability_is_advertised(connection):
     caps = connection._impl.server_properties["capabilities"]
     assert caps.get("direct_reply_to") is True
+
+
+def test_declaring_the_pseudo_queue_answers_0_messages_1_consumer(connect):
+    """rabbit_channel: every declare of amq.rabbitmq.reply-to is passive and "if it exists
+    it by definition has one consumer" (RabbitMQ 3.10.8)."""
+    ch = connect().channel()
+    for passive in (True, False):
+        ok = ch.queue_declare(REPLY_TO, passive=passive).method
+        assert (ok.queue, ok.message_count, ok.consumer_count) == (REPLY_TO, 0, 1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(REPLY_TO + "x", passive=True)
+    assert info.value.reply_code == 404
