@@ -2,7 +2,7 @@
 
 Owns: one SQLite database (standard-library `sqlite3`), RabbitMQ's Mnesia tables `rabbit_vhost`,
 `rabbit_user`, `rabbit_user_permission`, `rabbit_durable_exchange`, `rabbit_durable_queue`,
-`rabbit_durable_route` and runtime parameters for policies. `server.py`/`vhost.py` call it on
+`rabbit_durable_route`, policies and the other runtime parameters (`rabbit_runtime_parameters`). `server.py`/`vhost.py` call it on
 declare/delete of durable entities and read it at boot; it never touches queue contents (those
 are in the queue indexes and message stores) and never decides AMQP semantics (equivalence
 checks, auto-delete) itself.
@@ -34,7 +34,7 @@ from typing import Any
 from broker.passwords import DEFAULT_ALGORITHM as HASHING_ALGORITHM
 from broker.passwords import check_password, hash_password  # noqa: F401 (re-exported)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA_V1 = """
 CREATE TABLE vhosts (
@@ -93,8 +93,17 @@ CREATE TABLE vhost_limits (
 );
 """
 
+# v3: vhost-scoped runtime parameters (rabbit_runtime_parameters: component, vhost, name,
+# a JSON value), e.g. `shovel` (issue 21)
+_SCHEMA_V3 = """
+CREATE TABLE parameters (
+    vhost TEXT NOT NULL REFERENCES vhosts(name) ON DELETE CASCADE, component TEXT NOT NULL,
+    name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (vhost, component, name)
+);
+"""
+
 # version reached -> SQL that brings a file from the previous version to it
-_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
 
 
 class DefinitionsError(Exception):
@@ -246,6 +255,17 @@ class PolicyDef:
     definition: dict[str, Any]
     priority: int = 0
     apply_to: str = "all"
+
+
+@dataclass(frozen=True)
+class ParameterDef:
+    """A vhost-scoped runtime parameter: `component` (e.g. "shovel"), `name`, and its JSON
+    `value` (rabbit_runtime_parameters)."""
+
+    vhost: str
+    component: str
+    name: str
+    value: Any
 
 
 class Definitions:
@@ -482,6 +502,22 @@ class Definitions:
         """Policies of `vhost` (or all)."""
         return [PolicyDef(v, n, pat, decode_table(d), prio, apply_to)
                 for v, n, pat, apply_to, d, prio in self._select("policies", vhost)]
+
+    # -- runtime parameters (rabbitmq.com/parameters.html) -----------------------------------
+    def set_parameter(self, p: ParameterDef) -> None:
+        """Create or replace a runtime parameter."""
+        self._write("INSERT OR REPLACE INTO parameters VALUES (?, ?, ?, ?)",
+                    (p.vhost, p.component, p.name, json.dumps(p.value)))
+
+    def clear_parameter(self, vhost: str, component: str, name: str) -> bool:
+        """Delete a runtime parameter; False when there was none."""
+        return self._write("DELETE FROM parameters WHERE vhost = ? AND component = ? AND "
+                           "name = ?", (vhost, component, name)) > 0
+
+    def list_parameters(self, vhost: str | None = None) -> list[ParameterDef]:
+        """Runtime parameters of `vhost` (or all), ordered by vhost, component, name."""
+        return [ParameterDef(v, c, n, json.loads(value))
+                for v, c, n, value in self._select("parameters", vhost)]
 
     def _select(self, table: str, vhost: str | None) -> list[tuple[Any, ...]]:
         if vhost is None:

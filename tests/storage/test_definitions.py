@@ -138,9 +138,10 @@ def test_wal_mode(tmp_path):
     d.close()
 
 
-def test_v1_file_migrates_to_v2_keeping_users_and_permissions(tmp_path):
-    """A definitions.db written before issue 13 (schema v1) opens as v2: users and
-    permissions are kept, the topic permission and limit tables are added."""
+def test_v1_file_migrates_to_the_current_schema_keeping_users_and_permissions(tmp_path):
+    """A definitions.db written before issue 13 (schema v1) opens as the current schema:
+    users and permissions are kept, the topic permission, limit (v2) and runtime parameter
+    (v3) tables are added."""
     from broker.definitions import _SCHEMA_V1
 
     path = str(tmp_path / "definitions.db")
@@ -155,7 +156,7 @@ def test_v1_file_migrates_to_v2_keeping_users_and_permissions(tmp_path):
     db.commit()
     db.close()
     d = Definitions(path)
-    assert d.schema_version() == SCHEMA_VERSION == 2
+    assert d.schema_version() == SCHEMA_VERSION == 3
     assert d.check_user_password("guest", "guest")
     assert [p.user for p in d.list_permissions()] == ["guest"]
     d.set_topic_permissions("guest", "/", "amq.topic", "^a", "^b")
@@ -172,4 +173,23 @@ def test_v1_file_migrates_to_v2_keeping_users_and_permissions(tmp_path):
     d.remove_user("guest")  # cascades to its permissions, topic permissions and limits
     assert d.list_permissions() == [] and d.list_topic_permissions() == []
     assert d.list_limits("user") == {}
+    d.close()
+
+
+def test_runtime_parameters_round_trip_and_go_with_their_vhost(tmp_path):
+    from broker.definitions import ParameterDef
+
+    d = Definitions(str(tmp_path / "definitions.db"))
+    d.add_vhost("/")
+    d.add_vhost("v2")
+    value = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": ["amqp://x", "amqp://y"],
+             "src-prefetch-count": 10, "dest-add-forward-headers": True}
+    d.set_parameter(ParameterDef("/", "shovel", "s1", value))
+    d.set_parameter(ParameterDef("v2", "shovel", "s2", {"src-uri": "amqp://"}))
+    d.set_parameter(ParameterDef("/", "shovel", "s1", {**value, "src-queue": "b"}))  # replace
+    assert [(p.vhost, p.name, p.value["src-queue"]) for p in d.list_parameters("/")] == [
+        ("/", "s1", "b")]
+    assert d.clear_parameter("/", "shovel", "s1") and not d.clear_parameter("/", "shovel", "s1")
+    d.remove_vhost("v2")  # cascades
+    assert d.list_parameters() == []
     d.close()
