@@ -17,6 +17,7 @@ import logging
 import os
 import platform
 import shutil
+import socket
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
+from broker.shovel.supervisor import Shovels
 from broker.stats import Churn
 from broker.users import Users
 from broker.vhost import VHost
@@ -53,6 +55,7 @@ class Broker:
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.management: Any = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
+        self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
@@ -121,6 +124,8 @@ class Broker:
         policies, permissions, limits) are dropped. Raises KeyError if there is no such
         vhost."""
         vhost = self.vhosts[name]
+        if self.shovels is not None:
+            self.shovels.clear_vhost(name)  # its shovel parameters go with the vhost
         mine = {c for c in self.connections if c.vhost is vhost}
         waiter = (mine, asyncio.Event())
         self._gone_waiters.append(waiter)
@@ -169,6 +174,14 @@ class Broker:
             except ValueError:
                 return False
         return True
+
+    def node_name(self) -> str:
+        """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
+        return self.config.node_name or f"rabbit@{socket.gethostname().split('.')[0]}"
+
+    def cluster_name(self) -> str:
+        """The cluster name (this single node's name), as /api/cluster-name reports it."""
+        return self.node_name()
 
     def server_properties(self) -> dict:
         """connection.start server-properties (ARCHITECTURE §3)."""
@@ -230,6 +243,8 @@ class Broker:
             raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
         if cfg.load_definitions:
             self._load_definitions(cfg.load_definitions)
+        self.shovels = Shovels(self)
+        self.shovels.start_all()
         if cfg.management_tcp_port or cfg.prometheus_tcp_port:
             from broker.management.app import ManagementServer  # aiohttp only when used
 
@@ -304,6 +319,8 @@ class Broker:
         if self.management is not None:
             await self.management.stop()
             self.management = None
+        if self.shovels is not None:
+            await self.shovels.stop_all()
         for server in self._servers:
             server.close()
         self._all_closed = asyncio.Event()

@@ -24,6 +24,7 @@ from broker.management import (
     exchanges,
     metrics,
     overview,
+    parameters,
     policies,
     queues,
     shapes,
@@ -66,7 +67,7 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     app[BROKER] = broker
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
-                   definitions):
+                   definitions, parameters):
         app.router.add_routes(module.routes)
     if UI_DIR.is_dir():
         async def index(_request: web.Request) -> web.FileResponse:

@@ -53,7 +53,10 @@ def _vhost_objects(v: Any, with_vhost: bool) -> dict[str, list[dict]]:
         bindings.append(tag(bd))
     policies = [tag(shapes.policy(p)) for p in sorted(v.policies.values(),
                                                       key=lambda p: p.name)]
-    return {"parameters": [], "policies": policies, "queues": queues,
+    parameters = [tag({"vhost": p.vhost, "component": p.component, "name": p.name,
+                       "value": p.value})
+                  for p in (v.definitions.list_parameters(v.name) if v.definitions else [])]
+    return {"parameters": parameters, "policies": policies, "queues": queues,
             "exchanges": exchanges, "bindings": bindings}
 
 
@@ -140,6 +143,14 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
         attempt(f"policy {p.get('name')!r}", lambda p=p: target(p).set_policy(
             p["name"], p["pattern"], p["definition"], p.get("priority", 0),
             p.get("apply-to", "all")))
+    for p in data.get("parameters", []):
+        def add_parameter(p: dict = p) -> None:
+            if p.get("component") != "shovel":
+                raise LookupError(f"component {p.get('component')} not found")
+            errs = b.shovels.set(target(p).name, p["name"], p["value"])
+            if errs:
+                raise ValueError("; ".join(errs))
+        attempt(f"parameter {p.get('name')!r}", add_parameter)
     for x in data.get("exchanges", []):
         attempt(f"exchange {x.get('name')!r}", lambda x=x: target(x).declare_exchange(
             x["name"], x["type"], durable=to_bool(x.get("durable"), True),

@@ -25,9 +25,7 @@ PROTOCOL = "AMQP 0-9-1"
 
 def node_name(broker: Any) -> str:
     """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
-    import socket
-
-    return broker.config.node_name or f"rabbit@{socket.gethostname().split('.')[0]}"
+    return broker.node_name()
 
 
 def message_stats(sampler: RateSampler, key: Any, stats: MessageStats) -> dict[str, Any]:

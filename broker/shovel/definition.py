@@ -1,0 +1,176 @@
+# Owns: a dynamic shovel's runtime parameter value: its validation (RabbitMQ's rules and
+# texts) and the parsed ShovelDef a link runs from.
+# Talked to by: broker/shovel/supervisor.py (set_parameter), broker/management/parameters.py.
+# Must never: connect anywhere or touch the broker's state.
+"""Dynamic shovel definitions (rabbitmq.com/shovel-dynamic.html; rabbitmq_shovel's
+rabbit_shovel_parameters.erl in RabbitMQ 3.10.8 is the reference for keys, defaults and
+validation texts).
+
+Keys (AMQP 0-9-1 on both ends): `src-uri` and `dest-uri` (a URI or a list: tried in order),
+`src-queue` or `src-exchange` (+ `src-exchange-key`, default ""), `src-prefetch-count`
+(default 1000), `src-delete-after` (`never` default, `queue-length`, or a count ≥ 0),
+`dest-queue` or `dest-exchange` (+ `dest-exchange-key`; default: the message's own routing
+key), `dest-add-forward-headers`, `dest-add-timestamp-header`, `dest-publish-properties`,
+`ack-mode` (`on-confirm` default, `on-publish`, `no-ack`), `reconnect-delay` (seconds,
+default 5). The pre-3.7 names `prefetch-count`, `delete-after`, `add-forward-headers`,
+`add-timestamp-header`, `publish-properties` are read too. A URI without a host
+(`amqp://`, `amqp:///vhost`) is this broker: the link logs in over loopback as the
+configured `default_user` (RabbitMQ uses an internal direct connection there).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+ACK_MODES = ("on-confirm", "on-publish", "no-ack")
+DEFAULT_RECONNECT_DELAY = 5.0  # s (rabbit_shovel.hrl ?DEFAULT_RECONNECT_DELAY)
+DEFAULT_PREFETCH = 1000
+_PROPERTY_KEYS = {"content_type": str, "content_encoding": str, "delivery_mode": (int, float),
+                  "priority": (int, float), "correlation_id": str, "reply_to": str,
+                  "expiration": str, "message_id": str, "timestamp": (int, float),
+                  "type": str, "user_id": str, "app_id": str, "cluster_id": str}
+_KNOWN = {"src-uri", "src-queue", "src-exchange", "src-exchange-key", "src-prefetch-count",
+          "prefetch-count", "src-delete-after", "delete-after", "src-queue-args",
+          "src-consumer-args", "src-protocol", "dest-uri", "dest-queue", "dest-exchange",
+          "dest-exchange-key", "dest-queue-args", "dest-add-forward-headers",
+          "add-forward-headers", "dest-add-timestamp-header", "add-timestamp-header",
+          "dest-publish-properties", "publish-properties", "dest-protocol", "ack-mode",
+          "reconnect-delay"}
+
+
+@dataclass(frozen=True)
+class ShovelDef:
+    """A parsed dynamic shovel (see the module docstring for each field's key)."""
+
+    vhost: str
+    name: str
+    src_uris: tuple[str, ...]
+    dest_uris: tuple[str, ...]
+    src_queue: str | None = None
+    src_exchange: str | None = None
+    src_exchange_key: str = ""
+    src_queue_args: dict[str, Any] = field(default_factory=dict)
+    prefetch: int = DEFAULT_PREFETCH
+    delete_after: str | int = "never"
+    dest_queue: str | None = None
+    dest_exchange: str | None = None
+    dest_exchange_key: str | None = None
+    dest_queue_args: dict[str, Any] = field(default_factory=dict)
+    add_forward_headers: bool = False
+    add_timestamp_header: bool = False
+    publish_properties: dict[str, Any] = field(default_factory=dict)
+    ack_mode: str = "on-confirm"
+    reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+
+
+def _uris(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _uri_ok(uri: str) -> bool:
+    u = urllib.parse.urlparse(uri)
+    return u.scheme == "amqp"
+
+
+def validate(value: Any) -> list[str]:
+    """RabbitMQ's validation of a `shovel` parameter value: the errors (empty when valid),
+    each a line of the 400 "Validation failed" reason."""
+    if not isinstance(value, dict):
+        return [f"{value!r} is not a valid shovel definition"]
+    errs: list[str] = []
+    for key in ("src-uri", "dest-uri"):
+        if key not in value:
+            errs.append(f"Key \"{key}\" not found in {key.split('-')[0]} definition")
+            continue
+        uris = _uris(value[key])
+        if uris is None:
+            errs.append(f"{key} should be a string or a list of strings, actually was "
+                        f"{value[key]!r}")
+        else:
+            errs.extend(f'"{u}" not a valid URI' for u in uris if not _uri_ok(u))
+    has_q, has_x = "src-queue" in value, "src-exchange" in value
+    if not has_q and not has_x:
+        errs.append("Must specify 'src-exchange' or 'src-queue'")
+    elif has_q and has_x:
+        errs.append("Cannot specify 'src-exchange' and 'src-queue'")
+    if "dest-queue" in value and "dest-exchange" in value:
+        errs.append("Cannot specify 'dest-exchange' and 'dest-queue'")
+    for key in ("src-queue", "src-exchange", "src-exchange-key", "dest-queue",
+                "dest-exchange", "dest-exchange-key"):
+        if key in value and not isinstance(value[key], str):
+            errs.append(f"{key} should be binary, actually was {value[key]!r}")
+    for key in ("src-prefetch-count", "prefetch-count", "reconnect-delay"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            errs.append(f"{key} should be a number, actually was {v!r}")
+    for key in ("src-delete-after", "delete-after"):
+        v = value.get(key)
+        if v is not None and v not in ("never", "queue-length") and not (
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            errs.append(f'{key} should be a number greater than or equal to 0, "never" or '
+                        f'"queue-length", actually was {v!r}')
+    mode = value.get("ack-mode", "on-confirm")
+    if mode not in ACK_MODES:
+        errs.append(f"ack-mode should be one of {', '.join(ACK_MODES)}, actually was {mode!r}")
+    delete_after = value.get("src-delete-after", value.get("delete-after"))
+    if isinstance(delete_after, int) and not isinstance(delete_after, bool) and mode == "no-ack":
+        errs.append("Cannot specify 'no-ack' and numerical 'delete-after'")
+    for key in ("dest-add-forward-headers", "add-forward-headers",
+                "dest-add-timestamp-header", "add-timestamp-header"):
+        if key in value and not isinstance(value[key], bool):
+            errs.append(f"{key} should be boolean, actually was {value[key]!r}")
+    for key in ("dest-publish-properties", "publish-properties"):
+        props = value.get(key)
+        if props is None:
+            continue
+        if not isinstance(props, dict):
+            errs.append(f"{key} should be an object, actually was {props!r}")
+            continue
+        for k, v in props.items():
+            want = _PROPERTY_KEYS.get(k)
+            if want is None:
+                errs.append(f"Unrecognised terms [{k!r}] in {key}")
+            elif isinstance(v, bool) or not isinstance(v, want):
+                errs.append(f"{k} should be {'binary' if want is str else 'a number'}, "
+                            f"actually was {v!r}")
+    for key in ("src-protocol", "dest-protocol"):
+        if value.get(key, "amqp091") != "amqp091":
+            errs.append(f"{key}: only amqp091 is supported by this broker")
+    unknown = sorted(set(value) - _KNOWN)
+    if unknown:
+        errs.append(f"Unrecognised terms {unknown} in parameters")
+    return errs
+
+
+def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelDef:
+    """The ShovelDef of a value `validate` accepted (pre-3.7 names read as fallbacks)."""
+    def pick(new: str, old: str, default: Any) -> Any:
+        return value.get(new, value.get(old, default))
+
+    props = pick("dest-publish-properties", "publish-properties", {}) or {}
+    return ShovelDef(
+        vhost=vhost, name=name,
+        src_uris=tuple(_uris(value["src-uri"]) or ()),
+        dest_uris=tuple(_uris(value["dest-uri"]) or ()),
+        src_queue=value.get("src-queue"), src_exchange=value.get("src-exchange"),
+        src_exchange_key=value.get("src-exchange-key", ""),
+        src_queue_args=dict(value.get("src-queue-args") or {}),
+        prefetch=int(pick("src-prefetch-count", "prefetch-count", DEFAULT_PREFETCH)),
+        delete_after=pick("src-delete-after", "delete-after", "never"),
+        dest_queue=value.get("dest-queue"), dest_exchange=value.get("dest-exchange"),
+        dest_exchange_key=value.get("dest-exchange-key"),
+        dest_queue_args=dict(value.get("dest-queue-args") or {}),
+        add_forward_headers=bool(pick("dest-add-forward-headers", "add-forward-headers",
+                                      False)),
+        add_timestamp_header=bool(pick("dest-add-timestamp-header", "add-timestamp-header",
+                                       False)),
+        publish_properties=dict(props),
+        ack_mode=value.get("ack-mode", "on-confirm"),
+        reconnect_delay=float(value.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)),
+    )
