@@ -303,5 +303,7 @@ async def _ensure_queue(client: Client, queue: str, args: dict[str, Any]) -> int
 
 
 def _now() -> str:
-    """RabbitMQ's status timestamp format: "2026-11-25 14:33:50"."""
-    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    """RabbitMQ's status timestamp format (rabbit_shovel_mgmt_util format_ts: the hour is
+    not zero-padded): "2026-11-25 9:03:50"."""
+    now = datetime.datetime.now()
+    return f"{now:%Y-%m-%d} {now.hour}:{now:%M:%S}"

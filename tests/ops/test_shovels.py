@@ -242,3 +242,46 @@ def test_shovel_parameters_are_exported_and_imported(api, broker, peer):
         api.delete(f"/api/parameters/shovel/%2F/{name}")
         with _conn(broker.url) as conn:
             conn.channel().queue_delete(src)
+
+
+def test_kill_9_of_the_destination_mid_transfer_loses_nothing(api, broker, tmp_path):
+    """on-confirm: the source acks only what the destination confirmed (fsynced), so a
+    destination killed with SIGKILL and started again has every message at least once,
+    duplicates bounded by the prefetch."""
+    from tests.recovery.brokerproc import BrokerProcess
+
+    port, n, prefetch = _free_port(), 3000, 100
+    opts = ("--port", str(port), "--set", "management.tcp.port=0",
+            "--set", "prometheus.tcp.port=0")
+    peer = BrokerProcess(tmp_path / "peer", *opts).start()
+    src, dest, name = uniq("sh-src"), uniq("sh-dest"), uniq("shovel")
+    with _conn(broker.url) as conn:
+        ch = conn.channel()
+        ch.queue_declare(src, durable=True)
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", src, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    try:
+        assert _put(api, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": peer.url,
+                                "dest-queue": dest, "reconnect-delay": 0.2,
+                                "src-prefetch-count": prefetch}).status_code == 201
+
+        def moved() -> int:
+            return (_status(api, name) or {}).get("messages_moved", 0)
+
+        wait_for(lambda: moved() >= 300, timeout=30)
+        peer.kill()  # mid-transfer
+        peer = BrokerProcess(tmp_path / "peer", *opts).start()
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(set(seen)) < n and time.monotonic() < deadline:
+            seen += [b for _p, b in _drain(peer.url, dest, n, timeout=1)]
+        assert set(seen) == {b"%d" % i for i in range(n)}
+        assert len(seen) - n <= prefetch
+        with _conn(broker.url) as conn:
+            assert conn.channel().queue_declare(src, passive=True).method.message_count == 0
+    finally:
+        api.delete(f"/api/parameters/shovel/%2F/{name}")
+        with _conn(broker.url) as conn:
+            conn.channel().queue_delete(src)
+        peer.stop()
