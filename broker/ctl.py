@@ -29,6 +29,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from broker import ctl_parameters
+
 EX_USAGE, EX_UNAVAILABLE, EX_SOFTWARE = 64, 69, 70
 
 
@@ -156,8 +158,14 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
             "add_vhost": 1, "delete_vhost": 1, "set_permissions": 4, "clear_permissions": 1,
             "set_policy": 3, "clear_policy": 1, "purge_queue": 1, "delete_queue": 1,
             "close_connection": 2, "export_definitions": 1, "import_definitions": 1}
+    need.update(ctl_parameters.ARGUMENTS)
     if len(a) < need.get(c, 0):
         raise CtlError(f"Error: {c} needs {need[c]} argument(s)", EX_USAGE)
+    if c in ctl_parameters.COMMANDS:
+        try:
+            return ctl_parameters.run(client, args, q)  # type: ignore[return-value]
+        except ValueError as exc:
+            raise CtlError(f"Error: {exc}", EX_USAGE) from None
     if c in LISTS:
         info, columns, table = cmd_list(client, args)
         return info, (columns, table)
@@ -247,7 +255,8 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
 COMMANDS = sorted([*LISTS, "add_user", "delete_user", "change_password", "set_user_tags",
                    "add_vhost", "delete_vhost", "set_permissions", "clear_permissions",
                    "set_policy", "clear_policy", "purge_queue", "delete_queue",
-                   "close_connection", "status", "export_definitions", "import_definitions"])
+                   "close_connection", "status", "export_definitions", "import_definitions",
+                   *ctl_parameters.COMMANDS])
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ Embedded only for now: the same tests with RabbitMQ 3.10.8 as the peer are still
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import uuid
@@ -285,3 +286,40 @@ def test_kill_9_of_the_destination_mid_transfer_loses_nothing(api, broker, tmp_p
         with _conn(broker.url) as conn:
             conn.channel().queue_delete(src)
         peer.stop()
+
+
+def test_brokerctl_parameter_and_shovel_commands(api, api_base, broker, peer):
+    import subprocess
+    import sys
+
+    def ctl(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "broker.ctl", "--api", api_base, *args],
+                              capture_output=True, text=True, timeout=60)
+        assert not ok or proc.returncode == 0, proc.stderr
+        return proc
+
+    name, src = uniq("shovel"), uniq("sh-src")
+    value = json.dumps({"src-uri": "amqp://", "src-queue": src, "dest-uri": peer.url,
+                        "dest-queue": uniq("sh-dest")})
+    out = ctl("set_parameter", "shovel", name, value).stdout
+    assert out.startswith(f'Setting runtime parameter "{name}" for component "shovel"')
+    try:
+        listed = ctl("-q", "list_parameters").stdout.splitlines()
+        assert any(line.startswith(f"shovel\t{name}\t") for line in listed)
+        wait_for(lambda: (_status(api, name) or {}).get("state") == "running", timeout=20)
+        status = ctl("shovel_status").stdout.splitlines()
+        assert status[0].startswith("Shovel status on node ")
+        assert status[1].split("\t") == ["destination", "destination_protocol",
+                                         "destination_queue", "last_changed", "name", "source",
+                                         "source_protocol", "source_queue", "state",
+                                         "termination_reason", "type", "vhost"]
+        row = next(r.split("\t") for r in status[2:] if f"\t{name}\t" in r)
+        assert row[8] == "running" and row[7] == src and row[5] == "amqp://"
+        assert ctl("restart_shovel", name).stdout.startswith(f"Restarting dynamic Shovel {name}")
+        assert ctl("delete_shovel", name).stdout.startswith(f"Deleting shovel {name} in vhost /")
+        assert api.get(f"/api/parameters/shovel/%2F/{name}").status_code == 404
+        assert ctl("set_parameter", "shovel", name, "{not json", ok=False).returncode == 64
+    finally:
+        ctl("clear_parameter", "shovel", name, ok=False)
+        with _conn(broker.url) as conn:
+            conn.channel().queue_delete(src)

@@ -1,0 +1,61 @@
+"""brokerctl's runtime-parameter and shovel commands, with rabbitmqctl's names, arguments,
+banners and columns (rabbitmqctl set_parameter / clear_parameter / list_parameters, and
+rabbitmq_shovel's shovel_status / delete_shovel / restart_shovel), over the HTTP API
+(/api/parameters, /api/shovels). `run(client, args)` answers like broker/ctl.py's `run`,
+or returns None for a command that is not one of these."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+# rabbitmqctl shovel_status's columns -> the /api/shovels field they show
+SHOVEL_COLUMNS = {
+    "destination": "dest_uri", "destination_protocol": "dest_protocol",
+    "destination_queue": "dest_queue", "last_changed": "timestamp", "name": "name",
+    "source": "src_uri", "source_protocol": "src_protocol", "source_queue": "src_queue",
+    "state": "state", "termination_reason": "reason", "type": "type", "vhost": "vhost",
+}
+COMMANDS = ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
+            "delete_shovel", "restart_shovel")
+ARGUMENTS = {"set_parameter": 3, "clear_parameter": 2, "delete_shovel": 1,
+             "restart_shovel": 1}
+
+
+def run(client: Any, args: argparse.Namespace, quote: Any) -> tuple[str | None, Any] | None:
+    """One of COMMANDS (`client.call(method, path, body)` as broker/ctl.py's Client,
+    `quote` its path-segment quoting), or None. ValueError for a malformed argument."""
+    c, v, a = args.command, args.vhost, args.args
+    if c == "set_parameter":
+        try:
+            value = json.loads(a[2])
+        except ValueError:
+            raise ValueError(f"the value is not valid JSON: {a[2]}") from None
+        client.call("PUT", f"/api/parameters/{quote(a[0])}/{quote(v)}/{quote(a[1])}",
+                    {"component": a[0], "vhost": v, "name": a[1], "value": value})
+        return (f'Setting runtime parameter "{a[1]}" for component "{a[0]}" to "{a[2]}" in '
+                f'vhost "{v}" ...'), None
+    if c == "clear_parameter":
+        client.call("DELETE", f"/api/parameters/{quote(a[0])}/{quote(v)}/{quote(a[1])}")
+        return (f'Clearing runtime parameter "{a[1]}" for component "{a[0]}" on vhost '
+                f'"{v}" ...'), None
+    if c == "list_parameters":
+        rows = client.call("GET", "/api/parameters")
+        table = [{"component": r["component"], "name": r["name"], "value": r["value"]}
+                 for r in rows if r["vhost"] == v]
+        return f'Listing runtime parameters for vhost "{v}" ...', (
+            ["component", "name", "value"], table)
+    if c == "shovel_status":
+        rows = client.call("GET", "/api/shovels")
+        node = rows[0]["node"] if rows else client.call("GET", "/api/nodes")[0]["name"]
+        columns = sorted(SHOVEL_COLUMNS)
+        table = [{col: r.get(SHOVEL_COLUMNS[col]) for col in columns} for r in rows]
+        return f"Shovel status on node {node}", (columns, table)
+    if c == "delete_shovel":
+        client.call("DELETE", f"/api/parameters/shovel/{quote(v)}/{quote(a[0])}")
+        return f"Deleting shovel {a[0]} in vhost {v}", None
+    if c == "restart_shovel":
+        client.call("DELETE", f"/api/shovels/vhost/{quote(v)}/{quote(a[0])}/restart")
+        return f"Restarting dynamic Shovel {a[0]} in virtual host {v}", None
+    return None
