@@ -14,7 +14,7 @@ from typing import Any
 
 from pamqp import commands
 
-from broker import errors
+from broker import errors, sharding
 from broker.access import CONFIGURE, READ, WRITE
 from broker.direct_reply_to import PREFIX as REPLY_PREFIX
 from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
@@ -94,6 +94,9 @@ def queue_declare(ch: Any, cmd: Any) -> None:
     exchange also needs read on itself and write on that exchange."""
     m = cmd.method
     arguments = dict(m.arguments or {})
+    if m.queue in ch.vhost.exchanges:  # a sharded exchange's name declares its shard 0
+        m.queue = sharding.redirect(ch.vhost, m.queue, "queue.declare",
+                                    ch.conn.broker.node_name(), m)
     if m.queue.startswith(REPLY_TO):
         # direct reply-to: every declare of these names is passive; the pseudo-queue always
         # exists, a reply-to name while its channel is alive, else 404; if it exists "it by
@@ -125,10 +128,19 @@ def queue_declare(ch: Any, cmd: Any) -> None:
                                     consumer_count=queue.consumer_count()))
 
 
+_SHARDED_METHODS = {commands.Queue.Bind: "queue.bind", commands.Queue.Unbind: "queue.unbind",
+                    commands.Queue.Purge: "queue.purge", commands.Queue.Delete: "queue.delete",
+                    commands.Basic.Consume: "basic.consume", commands.Basic.Get: "basic.get"}
+
+
 def queue_name(ch: Any, name: str, method: Any = None) -> str:
     """An empty queue name means the last queue declared on this channel (§1.7.2.3);
-    404 "no previously declared queue" when there is none (RabbitMQ)."""
+    404 "no previously declared queue" when there is none (RabbitMQ). The name of a
+    sharded exchange addresses one of its shards, or is refused (broker/sharding.py)."""
     if name:
+        kind = _SHARDED_METHODS.get(type(method))
+        if kind is not None and name in ch.vhost.exchanges:
+            return sharding.redirect(ch.vhost, name, kind, ch.conn.broker.node_name(), method)
         return name
     if ch.last_queue is None:
         raise errors.amqp_error(errors.NotFound, "no previously declared queue", method)

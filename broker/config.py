@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -102,6 +103,10 @@ class BrokerConfig:
     writer_flush_threshold: int = 262144
 
     extra: Mapping[str, Any] = field(default_factory=dict)  # unknown TOML keys, kept for plugins
+
+    def resolved_node_name(self) -> str:
+        """`node_name`, or `rabbit@<short hostname>` as RabbitMQ names its node."""
+        return self.node_name or f"rabbit@{socket.gethostname().split('.')[0]}"
 
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}

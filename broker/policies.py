@@ -19,12 +19,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.definitions import PolicyDef
+from broker.sharding import SHARDING_KEYS
+from broker.sharding import validate as validate_sharding
 
 APPLY_TO = ("all", "queues", "exchanges")
 LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes")
 ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "queue-mode",
                  "confirm-on")
-EXCHANGE_KEYS = ("alternate-exchange",)
+EXCHANGE_KEYS = ("alternate-exchange", *SHARDING_KEYS)
 # keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, federation,
 # quorum queues, streams): accepted so definitions from a RabbitMQ import, and ignored
 IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
@@ -75,6 +77,7 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
             raise ValueError("queue-mode: default or lazy expected")
         elif key == "confirm-on" and value not in _CONFIRM:
             raise ValueError(f"confirm-on: one of {', '.join(_CONFIRM)} expected")
+    validate_sharding(definition)  # shards-per-node, routing-key (rabbitmq_sharding)
 
 
 def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> PolicyDef | None:

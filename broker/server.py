@@ -17,7 +17,6 @@ import logging
 import os
 import platform
 import shutil
-import socket
 import time
 from typing import Any
 
@@ -177,7 +176,7 @@ class Broker:
 
     def node_name(self) -> str:
         """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
-        return self.config.node_name or f"rabbit@{socket.gethostname().split('.')[0]}"
+        return self.config.resolved_node_name()
 
     def cluster_name(self) -> str:
         """The cluster name (this single node's name), as /api/cluster-name reports it."""

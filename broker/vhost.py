@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker import errors, limits, policies
+from broker import errors, limits, policies, sharding
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, QueueDef
@@ -140,6 +140,9 @@ class VHost:
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
                 self.name, name, type_, True, auto_delete, internal, arguments))
+        spn_key = sharding.settings(exchange.policy)
+        if spn_key is not None:  # a sharding policy was there first (rabbitmq_sharding)
+            sharding.ensure(self, exchange, spn_key, self._config.resolved_node_name())
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool, method: Any = None) -> None:
@@ -463,6 +466,11 @@ class VHost:
             if exchange is not None:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
         self._property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
+        node = self._config.resolved_node_name() if self._config is not None else ""
+        for x in list(self.exchanges.values()):  # shards of a new node name (boot step)
+            spn_key = sharding.settings(x.policy)
+            if spn_key is not None:
+                sharding.ensure(self, x, spn_key, node)
         self._topology_changed()
         return len(queues)
 
@@ -502,8 +510,10 @@ class VHost:
             p = self.policy_for("queues", q.name)
             if p != q.policy:
                 q.call(q.apply_policy, p)
-        for x in self.exchanges.values():
-            x.policy = self.policy_for("exchanges", x.name)
+        for x in list(self.exchanges.values()):
+            old, x.policy = x.policy, self.policy_for("exchanges", x.name)
+            if old != x.policy and (sharding.settings(old) or sharding.settings(x.policy)):
+                sharding.apply(self, x, old, x.policy, self._config.resolved_node_name())
         self._topology_changed()  # a policy's alternate-exchange changes routing
 
     def shutdown(self) -> None:
