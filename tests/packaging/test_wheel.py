@@ -4,6 +4,7 @@ runs and the README's fixture example passes with only the plugin's entry point 
 from __future__ import annotations
 
 import re
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,18 @@ def test_wheel_installs_and_runs_the_readme_example(tmp_path):
                     str(ROOT)], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "dist").glob("pybroker_amqp-*.whl")
     venv = tmp_path / "venv"
-    # the test environment's site-packages supplies pika and pytest; the wheel's own copy of
-    # the broker comes first on sys.path
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    # the test environment's site-packages (a virtualenv's or the system's: venv's
+    # --system-site-packages would give the base interpreter's, not a virtualenv's) supply
+    # pika and pytest, after the new venv's own, so the wheel's copy of the broker comes
+    # first on sys.path (a .pth line adds a directory without running its .pth files, so
+    # an editable install of this checkout stays out)
+    venv_site = subprocess.run([str(py), "-c", "import site; print(site.getsitepackages()[0])"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    outer = [p for p in (*site.getsitepackages(), site.getusersitepackages())
+             if Path(p).is_dir()]
+    (Path(venv_site) / "test-environment.pth").write_text("\n".join(outer) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                    check=True, capture_output=True, timeout=300)
     where = subprocess.run([str(py), "-c", "import broker, pybroker_pytest; "
