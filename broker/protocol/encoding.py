@@ -169,6 +169,18 @@ def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[
     return parts
 
 
+def _after_tag(tail: bytes, channel: int, raw_properties: bytes, size: int) -> bytes:
+    """A one-body-frame delivery's bytes between its delivery tag and its body: the rest of
+    the method frame (`tail`: redelivered placeholder excluded; exchange and key), the
+    content header frame and the body frame's header."""
+    return b"".join((
+        tail,
+        _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
+                             60, 0, size),
+        raw_properties,
+        _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
+
+
 def encode_deliver(
     channel: int,
     consumer_tag: str,
@@ -197,13 +209,7 @@ def encode_deliver(
                              last[7], body, b"\xce"))
         # the same consumer, exchange, key and body size, other properties (a message_id
         # each): only the content header frame is new
-        tail = last[8]
-        after = b"".join((
-            tail,
-            _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
-                                 60, 0, size),
-            raw_properties,
-            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
+        after = _after_tag(last[8], channel, raw_properties, size)
         last[0] = raw_properties
         last[7] = after
         return b"".join((last[6], _U64_U8.pack(delivery_tag, 1 if redelivered else 0),
@@ -214,12 +220,7 @@ def encode_deliver(
     head, tail = parts
     if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
         before = _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9) + head
-        after = b"".join((
-            tail,
-            _END_AND_HEADER.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(raw_properties),
-                                 60, 0, size),
-            raw_properties,
-            _END_AND_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size)))
+        after = _after_tag(tail, channel, raw_properties, size)
         _LAST_DELIVER[:] = (raw_properties, size, channel, consumer_tag, routing_key, exchange,
                             before, after, tail)
         return b"".join((before, _U64_U8.pack(delivery_tag, 1 if redelivered else 0), after,

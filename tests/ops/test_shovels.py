@@ -69,6 +69,16 @@ def _put(api, name: str, value: dict, vhost: str = "%2F"):
                    json={"value": value, "component": "shovel", "name": name})
 
 
+def _fill(url: str, queue: str, n: int, props: list | None = None) -> None:
+    """Declare `queue` (durable) and publish bodies b"0".. b"n-1" to it, confirmed."""
+    with _conn(url) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", queue, b"%d" % i, props[i] if props else None)
+
+
 def _status(api, name: str) -> dict | None:
     for s in api.get("/api/shovels/%2F").json():
         if s["name"] == name:
@@ -78,15 +88,10 @@ def _status(api, name: str) -> dict | None:
 
 def test_a_queue_is_shovelled_to_another_broker_unchanged_and_in_order(api, broker, peer):
     src, dest, name = uniq("sh-src"), uniq("sh-dest"), uniq("shovel")
-    with _conn(broker.url) as conn:
-        ch = conn.channel()
-        ch.queue_declare(src, durable=True)
-        ch.confirm_delivery()
-        props = [pika.BasicProperties(delivery_mode=2, message_id=f"m{i}", priority=i % 3,
-                                      headers={"i": i, "nested": {"k": [i, "x"]}})
-                 for i in range(300)]
-        for i in range(300):
-            ch.basic_publish("", src, b"%d" % i, props[i])
+    props = [pika.BasicProperties(delivery_mode=2, message_id=f"m{i}", priority=i % 3,
+                                  headers={"i": i, "nested": {"k": [i, "x"]}})
+             for i in range(300)]
+    _fill(broker.url, src, 300, props)
     r = _put(api, name, {"src-uri": "amqp://", "src-queue": src,
                          "dest-uri": [peer.url], "dest-queue": dest,
                          "src-prefetch-count": 50})
@@ -114,12 +119,7 @@ def test_a_queue_is_shovelled_to_another_broker_unchanged_and_in_order(api, brok
 
 def test_delete_after_queue_length_moves_the_depth_then_deletes_itself(api, broker, peer):
     src, dest, name = uniq("sh-src"), uniq("sh-dest"), uniq("shovel")
-    with _conn(broker.url) as conn:
-        ch = conn.channel()
-        ch.queue_declare(src, durable=True)
-        ch.confirm_delivery()
-        for i in range(40):
-            ch.basic_publish("", src, b"%d" % i)
+    _fill(broker.url, src, 40)
     try:
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src,
                                 "dest-uri": peer.url, "dest-queue": dest,
@@ -173,12 +173,7 @@ def test_a_peer_that_is_down_shows_terminated_and_is_retried(api, broker):
 
     port = _free_port()
     src, dest, name = uniq("sh-src"), uniq("sh-dest"), uniq("shovel")
-    with _conn(broker.url) as conn:
-        ch = conn.channel()
-        ch.queue_declare(src, durable=True)
-        ch.confirm_delivery()
-        for i in range(10):
-            ch.basic_publish("", src, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    _fill(broker.url, src, 10, [pika.BasicProperties(delivery_mode=2)] * 10)
     later = None
     try:
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src,
@@ -252,16 +247,10 @@ def test_kill_9_of_the_destination_mid_transfer_loses_nothing(api, broker, tmp_p
     from tests.recovery.brokerproc import BrokerProcess
 
     port, n, prefetch = _free_port(), 3000, 100
-    opts = ("--port", str(port), "--set", "management.tcp.port=0",
-            "--set", "prometheus.tcp.port=0")
+    opts = ("--port", str(port))
     peer = BrokerProcess(tmp_path / "peer", *opts).start()
     src, dest, name = uniq("sh-src"), uniq("sh-dest"), uniq("shovel")
-    with _conn(broker.url) as conn:
-        ch = conn.channel()
-        ch.queue_declare(src, durable=True)
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", src, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    _fill(broker.url, src, n, [pika.BasicProperties(delivery_mode=2)] * n)
     try:
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": peer.url,
                                 "dest-queue": dest, "reconnect-delay": 0.2,

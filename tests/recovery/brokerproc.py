@@ -32,8 +32,10 @@ class BrokerProcess:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
+        # no management or Prometheus listener unless asked for: 15672 / 15692 may be a
+        # RabbitMQ's on a machine that compares the two (README "Comparing")
         cmd = [sys.executable, "-m", "broker", "--port", "0", "--data-dir", str(self.data_dir),
-               *self.extra]
+               "--set", "management.tcp.port=0", "--set", "prometheus.tcp.port=0", *self.extra]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
