@@ -1,0 +1,135 @@
+# bench/fairness.py — `python -m bench.fairness URI [URI_B …]`: does one busy connection make
+# everybody else wait? (issue 26 item 4)
+#
+# Owns: the flood (a producer of 1 KB messages at full speed to a queue whose consumer reads
+# its socket slowly), the drain (a consumer without acks emptying a second, pre-filled
+# queue), and the bystander (publish → consume round trips on its own connection), each in
+# its own process; the bystander's latency percentiles are the result.
+# Talks to: the broker under test over AMQP (pika), nothing else.
+# Must never: run without a bound (every loop stops by time or count).
+"""Fairness under a flood (issue 26 item 4): while a producer floods `--flood` × 1 KB
+messages to a queue whose consumer reads slowly, and a consumer without acks drains a
+second queue holding `--backlog` messages, a bystander measures publish → consume round
+trips (one at a time, every 5 ms). Prints its p50 / p99 / max in ms per broker; with
+several URIs they run one after the other.
+
+    python -m bench.fairness amqp://guest:guest@127.0.0.1:5672/%2F amqp://…:5691/%2F
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import pika
+
+BODY = b"x" * 1024
+
+
+def _flood(uri: str, queue: str, n: int, seconds: float) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    ch = conn.channel()
+    deadline = time.monotonic() + seconds
+    for i in range(n):
+        ch.basic_publish("", queue, BODY)
+        if i % 1000 == 0 and time.monotonic() > deadline:
+            break
+    conn.close()
+
+
+def _slow_consumer(uri: str, queue: str, seconds: float) -> None:
+    """Consumes with acks off and a tiny receive buffer, reading its socket slowly."""
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    sock = conn._impl._transport._sock  # noqa: SLF001 - a slow reader on purpose
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ch = conn.channel()
+    ch.basic_consume(queue, lambda *a: None, auto_ack=True)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.process_data_events(0)
+        time.sleep(0.01)
+    os._exit(0)  # a clean close would wait for everything the broker still has queued to us
+
+
+def _drain(uri: str, queue: str, seconds: float) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    ch = conn.channel()
+    ch.basic_consume(queue, lambda *a: None, auto_ack=True)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.close()
+
+
+def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
+        seconds: float = 15.0) -> dict[str, Any]:
+    """One measurement: the bystander's round trips in ms {p50, p99, max, count}."""
+    tag = uuid.uuid4().hex[:8]
+    a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
+    admin = pika.BlockingConnection(pika.URLParameters(uri))
+    ch = admin.channel()
+    for q in (a, b, c):
+        ch.queue_declare(q, auto_delete=False)
+    for _ in range(backlog):
+        ch.basic_publish("", b, BODY)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_slow_consumer, args=(uri, a, seconds)),
+             ctx.Process(target=_flood, args=(uri, a, flood, seconds)),
+             ctx.Process(target=_drain, args=(uri, b, seconds))]
+    by = pika.BlockingConnection(pika.URLParameters(uri))
+    bch = by.channel()
+    got: list[float] = []
+    bch.basic_consume(c, lambda *args: got.append(time.monotonic()), auto_ack=True)
+    for p in procs:
+        p.start()
+    time.sleep(1.0)  # let the flood and the drain get going
+    rtts = []
+    deadline = time.monotonic() + seconds - 2
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        got.clear()
+        bch.basic_publish("", c, b"ping")
+        while not got and time.monotonic() - t0 < 5:
+            by.process_data_events(0.001)
+        if got:
+            rtts.append((got[0] - t0) * 1000)
+        time.sleep(0.005)
+    for p in procs:
+        p.join(seconds + 30)
+        if p.is_alive():
+            p.kill()
+    by.close()
+    for q in (a, b, c):
+        ch.queue_delete(q)
+    admin.close()
+    rtts.sort()
+    return {"p50": round(statistics.median(rtts), 2),
+            "p99": round(rtts[int(len(rtts) * 0.99) - 1], 2), "max": round(rtts[-1], 2),
+            "count": len(rtts), "load": os.getloadavg()[0]}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("uris", nargs="+")
+    p.add_argument("--flood", type=int, default=120_000)
+    p.add_argument("--backlog", type=int, default=50_000)
+    p.add_argument("--seconds", type=float, default=15.0)
+    ns = p.parse_args(argv)
+    for uri in ns.uris:
+        res = run(uri, ns.flood, ns.backlog, ns.seconds)
+        shown = uri.split("@")[-1]
+        print(f"{shown}: bystander round trip p50 {res['p50']} ms, p99 {res['p99']} ms, "
+              f"max {res['max']} ms over {res['count']} (load {res['load']:.2f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
