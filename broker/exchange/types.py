@@ -20,6 +20,7 @@ from broker.exchange.consistent_hash import ConsistentHashRouting
 from broker.exchange.default import DefaultRouting
 from broker.exchange.direct import DirectRouting
 from broker.exchange.fanout import FanoutRouting
+from broker.exchange.federation_upstream import FederationUpstreamRouting
 from broker.exchange.headers import HeadersRouting
 from broker.exchange.modulus_hash import ModulusHashRouting
 from broker.exchange.topic import TopicRouting
@@ -33,9 +34,11 @@ EXCHANGE_TYPES: dict[str, type] = {
     # rabbitmq_sharding), always enabled here
     "x-consistent-hash": ConsistentHashRouting,
     "x-modulus-hash": ModulusHashRouting,
+    # rabbitmq_federation's upstream helper type, so this broker can be an upstream
+    "x-federation-upstream": FederationUpstreamRouting,
 }
 # types whose routing table reads the exchange's declare arguments
-_TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting)
+_TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting, FederationUpstreamRouting)
 
 
 def new_routing(type_name: str, arguments: dict | None = None) -> Routing:
