@@ -10,16 +10,22 @@ from broker.exchange.direct import DirectRouting
 from broker.exchange.fanout import FanoutRouting
 
 TYPES = sorted(EXCHANGE_TYPES)
+# the declare arguments a type requires (x-federation-upstream: x-max-hops)
+REQUIRED_ARGUMENTS = {"x-federation-upstream": {"x-max-hops": 1}}
+
+
+def routing(type_name: str) -> Routing:
+    return new_routing(type_name, REQUIRED_ARGUMENTS.get(type_name))
 
 
 @pytest.mark.parametrize("type_name", TYPES)
 def test_is_a_routing(type_name: str) -> None:
-    assert isinstance(new_routing(type_name), Routing)
+    assert isinstance(routing(type_name), Routing)
 
 
 @pytest.mark.parametrize("type_name", TYPES)
 def test_add_remove_idempotent(type_name: str) -> None:
-    r = new_routing(type_name)
+    r = routing(type_name)
     assert r.add_binding("q", "k", {})
     assert not r.add_binding("q", "k", {})
     assert not r.add_binding("q", "k", None)  # None arguments are {}
@@ -48,7 +54,7 @@ def test_destination_routed_once_and_kept_until_last_binding(type_name: str) -> 
 
 @pytest.mark.parametrize("type_name", TYPES)
 def test_remove_destination(type_name: str) -> None:
-    r = new_routing(type_name)
+    r = routing(type_name)
     for key in ("a", "b", "c"):
         r.add_binding("gone", key, {})
         r.add_binding(("exchange", "x"), key, {})
