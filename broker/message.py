@@ -102,6 +102,13 @@ class Message:
         return self.properties.headers
 
     @property
+    def decoded_headers(self) -> dict | None:
+        """The headers table if the properties are decoded already, else None (nothing is
+        decoded here)."""
+        props = self._properties
+        return props.headers if props is not None else None
+
+    @property
     def has_headers(self) -> bool:
         """Whether the message carries a headers table, without decoding it."""
         props = self._properties

@@ -42,11 +42,15 @@ def _amqp_type(value: Any) -> str:
     return "timestamp"
 
 
-def selected(message: Message) -> bool:
-    """The message carries a CC or BCC header (cheap: only a decoded table can)."""
-    props = message._properties
-    headers = props.headers if props is not None else None
+def names_keys(headers: dict | None) -> bool:
+    """The headers table holds a CC or BCC key."""
     return bool(headers) and ("CC" in headers or "BCC" in headers)
+
+
+def selected(message: Message) -> bool:
+    """The message carries a CC or BCC header (cheap: only a table decoded at publish can,
+    since the property scan decodes such tables at once)."""
+    return names_keys(message.decoded_headers)
 
 
 def extra_keys(headers: dict, method: Any = None) -> list[str]:
