@@ -54,6 +54,7 @@ RAM_DURATION = 8  # (RAM_DURATION,) report the RAM duration, take the desired on
 RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the desired duration
 RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
+DELIVERIES_PER_TURN = 256  # deliveries one mailbox turn makes before yielding the loop
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
 
 
@@ -416,12 +417,23 @@ class QueueProcess(Process):
 
     # -- delivering -------------------------------------------------------------------------
     def _run_deliveries(self) -> None:
+        """Deliver ready messages to consumers with capacity, at most DELIVERIES_PER_TURN
+        per mailbox turn: a consumer that reads as fast as the socket takes it (a no-ack
+        drain of a backlog) would otherwise hold the one event loop for the whole backlog
+        (10 000 deliveries, 100+ ms, issue 26 item 4). Past the bound a (RUN,) to itself
+        continues on a later turn, after the other processes' callbacks. RabbitMQ's queue
+        process needs no bound: the Erlang scheduler preempts it by reductions."""
         bq = self.bq
         consumers = self.consumers
         if not len(consumers):
             return
         expiring = self._expiring
+        budget = DELIVERIES_PER_TURN
         while not bq.is_empty():
+            if budget == 0:
+                self.cast((RUN,))
+                return
+            budget -= 1
             consumer = consumers.next_ready(_channel_ok)
             if consumer is None:
                 return

@@ -30,8 +30,9 @@ What the server and queue process do:
               every 5 s: report `bq.ram_duration()`, apply `bq.set_ram_duration_target(d)`.
 
 Memory (ARCHITECTURE §7): paging to meet `target_ram_count` runs in passes of at most
-`page_pass_limit` (8000, RabbitMQ's 2 x msg_store_credit_disc_bound) alphas to betas and as
-many betas to delta; betas count against the target too, so RAM holds about target_ram_count
+`page_pass_limit` (512; RabbitMQ's 2 x msg_store_credit_disc_bound is 8000, see
+PAGE_PASS_LIMIT) alphas to betas and as many betas to delta (a chunk of betas started at
+io_batch_size goes on over the next passes); betas count against the target too, so RAM holds about target_ram_count
 messages (plus the q3 working set of io_batch_size) whatever their state; a pass that
 stops short asks for `resume` through `notify` so the event loop serves others in between.
 With `msg_store_credit_disc_bound` every store write spends one credit, returned by the store
@@ -60,7 +61,10 @@ from broker.queue_index.index import QueueIndex, queue_dir_name
 from broker.queue_index.segment import next_segment_boundary
 
 IO_BATCH_SIZE = 4096  # io_batch_size: betas go to delta in chunks of at least this many
-PAGE_PASS_LIMIT = 8000  # messages paged per pass (2 x msg_store_credit_disc_bound's 4000)
+# messages paged per pass: RabbitMQ's pass may move 2 x msg_store_credit_disc_bound (8000),
+# but it runs in its own process that the Erlang scheduler preempts; ours holds the one event
+# loop, and 8000 1 KB messages paged took it for 100+ ms (issue 26 item 4). 512 is ~5 ms.
+PAGE_PASS_LIMIT = 512
 
 
 class VariableQueue(VqDisk):
@@ -76,7 +80,7 @@ class VariableQueue(VqDisk):
     at 0: every publish goes to delta); fsync (False only in tests); io_batch_size (4096);
     msg_store_credit_disc_bound ((initial, more_after) credit towards each store, e.g.
     (4000, 800); None = no credit flow, for tests that drive the stores by hand);
-    page_pass_limit (8000 messages paged per pass).
+    page_pass_limit (512 messages paged per pass).
     Constructing over an existing durable queue directory recovers it: recovered messages
     start in delta. Source: rabbit_variable_queue.erl.
     """
@@ -139,6 +143,7 @@ class VariableQueue(VqDisk):
         self.page_pass_limit = page_pass_limit  # messages one paging pass may move
         self._budget = page_pass_limit  # alphas/acks the current pass may still page
         self._b2d_budget = page_pass_limit  # betas the current pass may still push to delta
+        self._b2d_chunk = 0  # betas of the started chunk still to push to delta
         self._resume_wanted = False  # a pass stopped short or credit came back: resume()
         # credit towards the stores (sender side); None: unlimited
         self._store_credit = (CreditFlow(*msg_store_credit_disc_bound)

@@ -67,6 +67,7 @@ class VqDisk:
     _confirmed: list[bytes]
     _budget: int
     _b2d_budget: int
+    _b2d_chunk: int
     _resume_wanted: bool
     _store_credit: CreditFlow | None
     _credit_back: dict[object, int]
@@ -327,17 +328,23 @@ class VqDisk:
         self.delta.add(ms.seq_id, ms.is_persistent, ms.size)
 
     def _push_betas_to_deltas(self, permitted: int) -> bool:
-        """Betas beyond `permitted` go to delta once there are io_batch_size of them: all of
-        q2, then q3 from the back, keeping the first io_batch_size of q3 (its working set, so
-        a segment just read is not pushed straight back); at most `_b2d_budget` of them (a
-        pass's own chunk, as RabbitMQ's B2DChunk). Returns True when the budget stopped it
-        with a chunk still to move."""
+        """Betas beyond `permitted` go to delta in chunks: once there are io_batch_size of
+        them, a chunk of that excess starts and moves all of q2, then q3 from the back,
+        keeping the first io_batch_size of q3 (its working set, so a segment just read is
+        not pushed straight back). A pass moves at most `_b2d_budget` of the chunk (as
+        RabbitMQ's B2DChunk); the rest moves on the next passes, and the index is folded
+        once the chunk is done. Returns True when the budget stopped it mid-chunk."""
         excess = len(self.q2) + len(self.q3) - permitted
-        if excess <= 0 or excess < self.io_batch_size:
+        if excess <= 0:
+            self._b2d_chunk = 0
             return False
+        if self._b2d_chunk <= 0:
+            if excess < self.io_batch_size:
+                return False
+            self._b2d_chunk = excess
         if self._b2d_budget <= 0:
             return True
-        excess = min(excess, self._b2d_budget)
+        excess = min(excess, self._b2d_chunk, self._b2d_budget)
         before = excess
         while excess > 0 and self.q2:
             self._to_delta(self.q2.popleft())
@@ -355,11 +362,12 @@ class VqDisk:
             ms = q3.pop()
             self._to_delta(ms)
             excess -= 1
-        self._b2d_budget -= before - excess
-        if excess < before:  # a fold (segment + journal fsyncs) only when something moved
+        moved = before - excess
+        self._b2d_budget -= moved
+        self._b2d_chunk = 0 if excess else self._b2d_chunk - moved  # stuck: chunk over
+        if moved and self._b2d_chunk == 0:  # a fold (segment + journal fsyncs) per chunk
             self._qi.fold()
-        return self._b2d_budget <= 0 and (
-            len(self.q2) + len(self.q3) - permitted >= self.io_batch_size)
+        return self._b2d_chunk > 0 and self._b2d_budget <= 0
 
     def _status_of(self, e: Any) -> MsgStatus:
         """The MsgStatus of index entry `e` read back from disk (embedded bodies decoded,

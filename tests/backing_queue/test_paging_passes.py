@@ -101,3 +101,29 @@ def test_pending_acks_are_paged_newest_first(tmp_path):
     assert bodies(fetch_all(bq, need_ack=False)) == [str(i) for i in range(6)]
     bq.delete_and_terminate()
     stores.close()
+
+
+def test_a_chunk_of_betas_goes_to_delta_over_several_passes_with_one_fold(tmp_path):
+    """A pass is bounded (page_pass_limit, so one queue cannot hold the event loop), but a
+    chunk of betas started at io_batch_size still moves whole: the next passes go on with
+    it, and the index is folded (segments fsynced) once, when the chunk is done."""
+    stores = _stores(tmp_path)
+    bq = VariableQueue(("/", "b"), False, stores=stores, queue_index_embed_msgs_below=0,
+                       io_batch_size=30, page_pass_limit=10)
+    folds = []
+    fold = bq._qi.fold
+    bq._qi.fold = lambda: (folds.append(1), fold())  # noqa: SLF001 - counting, not replacing
+    for i in range(60):
+        bq.publish(make_message(i, persistent=False), PROPS)
+    bq.set_target_ram_count(0)
+    deltas = [bq.stats()["delta"]]
+    while bq.needs_resume():
+        bq.resume()
+        deltas.append(bq.stats()["delta"])
+    assert all(b - a <= 10 for a, b in zip(deltas, deltas[1:]))  # a pass moves at most 10
+    assert deltas[-1] == 30  # the whole chunk: 60 betas less the q3 working set of 30
+    assert folds == [1]
+    bq.set_target_ram_count(None)
+    assert bodies(fetch_all(bq, need_ack=False)) == [str(i) for i in range(60)]
+    bq.delete_and_terminate()
+    stores.close()
