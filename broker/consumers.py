@@ -101,6 +101,15 @@ class ConsumerSet:
     def has_exclusive(self) -> bool:
         return any(c.exclusive for c in self._by_key.values())
 
+    def max_active_priority(self, channel_ok: Callable[[Consumer], bool]) -> int | None:
+        """The highest priority of a consumer that could take a message now (capacity and
+        `channel_ok`), or None (rabbit_queue_consumers max_active_priority)."""
+        for priority in reversed(self._priorities):
+            for consumer in self._groups[priority]:
+                if consumer.has_capacity() and channel_ok(consumer):
+                    return priority
+        return None
+
     def next_ready(self, channel_ok: Callable[[Consumer], bool]) -> Consumer | None:
         """The consumer to deliver the next message to, rotated to the back of its group;
         None if no consumer has capacity. `channel_ok(c)` checks the channel-side limits

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.definitions import PolicyDef
+from broker.federation.upstream import POLICY_KEYS as FEDERATION_KEYS
+from broker.federation.upstream import validate_policy as validate_federation
 from broker.sharding import SHARDING_KEYS
 from broker.sharding import validate as validate_sharding
 
@@ -27,11 +29,11 @@ LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes")
 ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "queue-mode",
                  "confirm-on")
 EXCHANGE_KEYS = ("alternate-exchange", *SHARDING_KEYS)
-# keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, federation,
-# quorum queues, streams): accepted so definitions from a RabbitMQ import, and ignored
+FEDERATION = FEDERATION_KEYS  # federation-upstream, -set, -pattern (exchanges and queues)
+# keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, quorum
+# queues, streams): accepted so definitions from a RabbitMQ import, and ignored
 IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
-                "ha-promote-on-failure", "ha-sync-batch-size", "federation-upstream",
-                "federation-upstream-set", "queue-master-locator", "queue-leader-locator",
+                "ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "queue-leader-locator",
                 "delivery-limit", "dead-letter-strategy", "max-age",
                 "stream-max-segment-size-bytes", "initial-cluster-size", "max-in-memory-length",
                 "max-in-memory-bytes", "single-active-consumer")
@@ -59,7 +61,8 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
         raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
     if not isinstance(definition, dict) or not definition:
         raise ValueError("definition must be a non-empty object")
-    known = set(LOWER_WINS) | set(ARGUMENT_WINS) | set(EXCHANGE_KEYS) | set(IGNORED_KEYS)
+    known = (set(LOWER_WINS) | set(ARGUMENT_WINS) | set(EXCHANGE_KEYS) | set(IGNORED_KEYS)
+             | set(FEDERATION))
     unknown = sorted(k for k in definition if k not in known)
     if unknown:
         raise ValueError(f"Validation failed\n\n{unknown} are not recognised policy settings")
@@ -78,6 +81,9 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
         elif key == "confirm-on" and value not in _CONFIRM:
             raise ValueError(f"confirm-on: one of {', '.join(_CONFIRM)} expected")
     validate_sharding(definition)  # shards-per-node, routing-key (rabbitmq_sharding)
+    err = validate_federation(definition)  # rabbitmq_federation's policy validator
+    if err is not None:
+        raise ValueError(f"Validation failed\n\n{err}\n")
 
 
 def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> PolicyDef | None:

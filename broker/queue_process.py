@@ -94,6 +94,10 @@ class QueueProcess(Process):
         )  # where messages live
         # basic.consume subscriptions; x-single-active-consumer: one receives at a time
         self.consumers = ConsumerSet(arguments.get("x-single-active-consumer") is True)
+        # a federated queue's link: told after each batch and consumer change, so it can
+        # consume upstream only while this queue wants messages (rabbit_queue_decorator
+        # consumer_state_changed); None unless the queue is federated
+        self.federation_watch: Callable[[QueueProcess], None] | None = None
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
         self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
         self._nack_out: dict[Any, list[int]] = {}  # channel -> seq nos rejected this batch
@@ -224,6 +228,17 @@ class QueueProcess(Process):
                 channel.grant_credit(self, n)
         if self.ram is not None and not self.ram.ticking and not self.deleted:
             self.ram.busy()
+        if self.federation_watch is not None:
+            self.federation_watch(self)
+
+    def wants_messages(self) -> bool:
+        """Nothing ready and a consumer of priority >= 0 with spare capacity: a federated
+        queue takes messages from its upstream only then (rabbit_federation_queue
+        consumer_state_changed, active_unfederated)."""
+        if not self.bq.is_empty() or self.deleted:
+            return False
+        top = self.consumers.max_active_priority(_channel_ok)
+        return top is not None and top >= 0
 
 
     def flow_state(self) -> str:
@@ -489,6 +504,8 @@ class QueueProcess(Process):
         consumer = self.consumers.remove(channel, tag)
         self.lease.touch()
         self._maybe_auto_delete()
+        if self.federation_watch is not None:
+            self.federation_watch(self)
         return consumer is not None
 
     def channel_down(self, channel: Any, unacked: list[int]) -> None:

@@ -28,6 +28,7 @@ from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
+from broker.federation.supervisor import Federation
 from broker.shovel.supervisor import Shovels
 from broker.stats import Churn
 from broker.users import Users
@@ -55,6 +56,7 @@ class Broker:
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.management: Any = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
+        self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
@@ -112,6 +114,8 @@ class Broker:
         recovered = vhost.recover()
         log.info("vhost '%s': %d durable queues recovered (message store %s)", name,
                  recovered, "clean" if clean else "rebuilt by scan")
+        if self.federation is not None:
+            self.federation.watch(vhost)
         return vhost
 
     async def delete_vhost(self, name: str) -> None:
@@ -125,6 +129,8 @@ class Broker:
         vhost = self.vhosts[name]
         if self.shovels is not None:
             self.shovels.clear_vhost(name)  # its shovel parameters go with the vhost
+        if self.federation is not None:
+            self.federation.clear_vhost(name)
         mine = {c for c in self.connections if c.vhost is vhost}
         waiter = (mine, asyncio.Event())
         self._gone_waiters.append(waiter)
@@ -201,6 +207,7 @@ class Broker:
                 "per_consumer_qos": True,
                 "direct_reply_to": True,
             },
+            "cluster_name": self.cluster_name(),  # federation links read it (loop detection)
         }
 
     async def start(self) -> None:
@@ -244,6 +251,8 @@ class Broker:
             self._load_definitions(cfg.load_definitions)
         self.shovels = Shovels(self)
         self.shovels.start_all()
+        self.federation = Federation(self)
+        self.federation.start_all()
         if cfg.management_tcp_port or cfg.prometheus_tcp_port:
             from broker.management.app import ManagementServer  # aiohttp only when used
 
@@ -320,6 +329,8 @@ class Broker:
             self.management = None
         if self.shovels is not None:
             await self.shovels.stop_all()
+        if self.federation is not None:
+            await self.federation.stop_all()
         for server in self._servers:
             server.close()
         self._all_closed = asyncio.Event()

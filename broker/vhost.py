@@ -68,6 +68,9 @@ class VHost:
         # bumped by every change that can change where a publish goes (exchanges, bindings,
         # queues, policies); channels compare it to reuse their checks of a publish
         self.topology_version = 0
+        # told after every change of exchanges, queues, bindings or policies (federation
+        # follows policies and propagates bindings); None when nothing listens
+        self.topology_observer: Callable[[VHost], None] | None = None
         # (exchange, routing key) -> queues, for publishes without headers; emptied on every
         # topology change; unused while an exchange routes by a message property
         self._route_cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
@@ -427,6 +430,8 @@ class VHost:
         self.topology_version += 1
         if self._route_cache:
             self._route_cache.clear()
+        if self.topology_observer is not None:
+            self.topology_observer(self)
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
                    message: Any = None) -> list[QueueProcess]:

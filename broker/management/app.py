@@ -22,6 +22,7 @@ from broker.management import (
     connections,
     definitions,
     exchanges,
+    federation,
     metrics,
     overview,
     parameters,
@@ -67,7 +68,7 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     app[BROKER] = broker
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
-                   definitions, parameters):
+                   definitions, parameters, federation):
         app.router.add_routes(module.routes)
     if UI_DIR.is_dir():
         async def index(_request: web.Request) -> web.FileResponse:

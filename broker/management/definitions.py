@@ -24,6 +24,7 @@ from broker.management.body_fields import to_bool
 from broker.management.context import broker
 from broker.management.http import bad_request, body, no_content, not_found, param, reply
 from broker.passwords import decode_hash, encode_hash
+from broker.runtime_parameters import set_parameter
 
 routes = web.RouteTableDef()
 
@@ -145,9 +146,8 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
             p.get("apply-to", "all")))
     for p in data.get("parameters", []):
         def add_parameter(p: dict = p) -> None:
-            if p.get("component") != "shovel":
-                raise LookupError(f"component {p.get('component')} not found")
-            errs = b.shovels.set(target(p).name, p["name"], p["value"])
+            errs = set_parameter(b, target(p).name, str(p.get("component")), p["name"],
+                                 p["value"])
             if errs:
                 raise ValueError("; ".join(errs))
         attempt(f"parameter {p.get('name')!r}", add_parameter)

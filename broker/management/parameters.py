@@ -4,7 +4,8 @@
   list `{"vhost", "component", "name", "value"}`; `GET/PUT/DELETE
   /api/parameters/{component}/{vhost}/{name}`. PUT takes `{"value": {...}}` (the other keys
   are optional, as RabbitMQ's): 201 created, 204 replaced, 400 "Validation failed" with
-  the errors, one per line. Components: `shovel` (broker/shovel); another is 400
+  the errors, one per line. Components: `shovel` (broker/shovel), `federation-upstream` and
+  `federation-upstream-set` (broker/federation); another is 400
   "component X not found". Writing needs the policymaker or administrator tag
   (rabbit_mgmt_util:is_authorized_policies).
 - `GET /api/shovels`, `/api/shovels/{vhost}`: each dynamic shovel's status (state
@@ -34,10 +35,9 @@ from broker.management.http import (
     param,
     reply,
 )
-from broker.shovel.supervisor import COMPONENT as SHOVEL
+from broker.runtime_parameters import COMPONENTS, clear_parameter, set_parameter
 
 routes = web.RouteTableDef()
-COMPONENTS = (SHOVEL,)
 
 
 def _item(p: Any) -> dict[str, Any]:
@@ -103,7 +103,7 @@ async def put(request: web.Request) -> web.Response:
         raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
     if "value" not in data:
         raise bad_request("key_missing: value")
-    errs = broker(request).shovels.set(vhost, name, data["value"])
+    errs = set_parameter(broker(request), vhost, component, name, data["value"])
     if errs:
         raise bad_request("Validation failed\n\n" + "\n".join(errs) + "\n")
     return no_content() if existing is not None else created()
@@ -115,7 +115,7 @@ async def delete(request: web.Request) -> web.Response:
     _writer(request)
     if existing is None or component not in COMPONENTS:
         raise not_found()
-    broker(request).shovels.clear(vhost, name)
+    clear_parameter(broker(request), vhost, component, name)
     return no_content()
 
 

@@ -36,6 +36,26 @@ def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
     return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
 
 
+class LongLong(int):
+    """An integer a field table must carry as a signed 64-bit `l`, whatever its size:
+    pamqp picks the smallest type, and RabbitMQ checks the type of some arguments (the
+    `x-max-hops` of an `x-federation-upstream` exchange must be a long)."""
+
+
+def encode_table(table: dict | None) -> bytes:
+    """A field table (AMQP 0-9-1 §4.2.5.5): pamqp's, except that LongLong values go as `l`."""
+    if not table or not any(type(v) is LongLong for v in table.values()):
+        return encode.field_table(table)
+    parts = []
+    for key, value in table.items():
+        name = key.encode()
+        parts.append(bytes((len(name),)) + name)
+        parts.append(b"l" + struct.pack(">q", value) if type(value) is LongLong
+                     else encode.encode_table_value(value))
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
+
+
 def encode_args(method: Any) -> bytes:
     """Method arguments per pamqp's spec tables, without pamqp's validate(): RabbitMQ allows
     any UTF-8 exchange/queue name, pamqp's regex does not."""
@@ -57,7 +77,8 @@ def encode_args(method: Any) -> bytes:
         if bits >= 0:
             out.append(bytes((bits,)))
             bits = -1
-        out.append(encode.by_type(value, amqp_type))
+        out.append(encode_table(value) if amqp_type == "table" else
+                   encode.by_type(value, amqp_type))
     if bits >= 0:
         out.append(bytes((bits,)))
     return b"".join(out)

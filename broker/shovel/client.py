@@ -99,16 +99,21 @@ class Client(asyncio.Protocol):
         self.on_delivery: Callable[[Delivery], None] | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None  # tag, multiple, ack
         self.publish_seq = 0  # last publish's sequence number in confirm mode
+        self.server_properties: dict[str, Any] = {}  # from connection.start (cluster_name…)
+        self.product = "pybroker shovel"  # client property `product` (set before connect)
 
     # -- setup -------------------------------------------------------------------------------
     @classmethod
-    async def connect(cls, endpoint: Endpoint, name: str) -> Client:
+    async def connect(cls, endpoint: Endpoint, name: str,
+                      product: str = "pybroker shovel") -> Client:
         """Connect, log in (PLAIN), open `endpoint.vhost` and channel 1; `name` is the
-        connection_name client property (management shows it). ClientError on failure."""
+        connection_name client property (management shows it), `product` the product
+        property. ClientError on failure."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 _t, client = await loop.create_connection(cls, endpoint.host, endpoint.port)
+                client.product = product
                 await client._handshake(endpoint, name)
         except (OSError, TimeoutError) as exc:
             raise ClientError(0, f"cannot connect to {endpoint.host}:{endpoint.port}: "
@@ -117,8 +122,9 @@ class Client(asyncio.Protocol):
 
     async def _handshake(self, ep: Endpoint, name: str) -> None:
         self._write(PROTOCOL_HEADER)
-        await self._expect(commands.Connection.Start)
-        props = {"product": "pybroker shovel", "version": __version__,
+        start = await self._expect(commands.Connection.Start)
+        self.server_properties = dict(start.server_properties or {})
+        props = {"product": self.product, "version": __version__,
                  "connection_name": name,
                  "capabilities": {"publisher_confirms": True, "consumer_cancel_notify": True}}
         self.send(0, commands.Connection.StartOk(

@@ -1,0 +1,37 @@
+"""Runtime parameters (rabbitmq.com/parameters.html): which component owns a parameter and
+where setting or clearing one goes. `shovel` belongs to the dynamic shovels,
+`federation-upstream` and `federation-upstream-set` to federation; any other component is
+unknown (RabbitMQ's 400 "component X not found" for a plugin that is not enabled).
+
+Talked to by: the management API (/api/parameters), definitions import.
+Must never: store a parameter its component refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.federation.supervisor import COMPONENTS as FEDERATION
+from broker.shovel.supervisor import COMPONENT as SHOVEL
+
+COMPONENTS = (SHOVEL, *FEDERATION)
+
+
+def set_parameter(broker: Any, vhost: str, component: str, name: str, value: Any) -> list[str]:
+    """Validate, store and apply; the validation errors (empty when it was set).
+    LookupError for an unknown component."""
+    if component == SHOVEL:
+        return broker.shovels.set(vhost, name, value)
+    if component in FEDERATION:
+        return broker.federation.set(vhost, component, name, value)
+    raise LookupError(f"component {component} not found")
+
+
+def clear_parameter(broker: Any, vhost: str, component: str, name: str) -> bool:
+    """Delete and stop what it ran; False when there was none (or the component is
+    unknown)."""
+    if component == SHOVEL:
+        return broker.shovels.clear(vhost, name)
+    if component in FEDERATION:
+        return broker.federation.clear(vhost, component, name)
+    return False

@@ -1,0 +1,322 @@
+"""Federation (issue 21, rabbitmq.com/federation.html) between two real brokers in this
+process: the session broker is the downstream (its `federation-upstream` parameters and
+policies are set through the HTTP API), a second EmbeddedBroker named `peer@localhost` is
+the upstream. Federated exchanges (bindings propagated as they come and go, x-received-from,
+the upstream queue and its clean-up), federated queues (messages move only while a local
+consumer can take them), validation, status and a peer that is down are covered.
+
+Embedded only for now: the same tests with RabbitMQ 3.10.8 as the peer are still to come.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from tests.ops.conftest import EXTERNAL
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.skipif(EXTERNAL, reason="two embedded brokers; RabbitMQ peer tests to come")
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def peer() -> Iterator[object]:
+    from broker.embedded import EmbeddedBroker
+
+    b = EmbeddedBroker(node_name="peer@localhost", management_tcp_port=None).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _conn(url: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(url))
+
+
+def _get_all(url: str, queue: str, n: int, timeout: float = 15.0) -> list:
+    """Up to n messages from `queue` (auto-acked), waiting up to `timeout`."""
+    got: list = []
+    with _conn(url) as conn:
+        ch = conn.channel()
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            method, props, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                conn.sleep(0.02)
+                continue
+            got.append((method, props, body))
+    return got
+
+
+def _upstream(api, name: str, value: dict):
+    return api.put(f"/api/parameters/federation-upstream/%2F/{name}", json={"value": value})
+
+
+def _policy(api, name: str, pattern: str, definition: dict, apply_to: str = "all"):
+    return api.put(f"/api/policies/%2F/{name}",
+                   json={"pattern": pattern, "definition": definition, "apply-to": apply_to})
+
+
+def _link(api, **match) -> dict | None:
+    for item in api.get("/api/federation-links").json():
+        if all(item.get(k) == v for k, v in match.items()):
+            return item
+    return None
+
+
+def _running(api, **match) -> dict:
+    wait_for(lambda: (_link(api, **match) or {}).get("status") == "running", timeout=20)
+    link = _link(api, **match)
+    assert link is not None
+    return link
+
+
+@pytest.fixture
+def fed_exchange(api, broker, peer) -> Iterator[tuple[str, str, str]]:
+    """A direct exchange X on both brokers, the downstream one federated from the peer's:
+    (exchange, upstream name, policy name)."""
+    x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
+    assert _upstream(api, up, {"uri": peer.url, "prefetch-count": 50}).status_code == 201
+    assert _policy(api, pol, f"^{x}$", {"federation-upstream": up},
+                   "exchanges").status_code in (201, 204)
+    with _conn(broker.url) as conn:
+        conn.channel().exchange_declare(x, "direct", durable=True)
+    try:
+        yield x, up, pol
+    finally:
+        api.delete(f"/api/policies/%2F/{pol}")
+        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(broker.url) as conn:
+            conn.channel().exchange_delete(x)
+
+
+def _bound_queue(url: str, x: str, key: str) -> str:
+    q = uniq("fedq")
+    with _conn(url) as conn:
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True)
+        ch.queue_bind(q, x, key)
+    return q
+
+
+def _publish(url: str, x: str, key: str, n: int, **props) -> None:
+    with _conn(url) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish(x, key, b"%d" % i, pika.BasicProperties(**props))
+
+
+def test_a_federated_exchange_receives_what_is_published_upstream(api, broker, peer,
+                                                                  fed_exchange):
+    x, up, _pol = fed_exchange
+    q = _bound_queue(broker.url, x, "k")
+    link = _running(api, exchange=x, upstream=up)
+    assert link["type"] == "exchange" and link["upstream_exchange"] == x
+    assert link["uri"] == f"amqp://{peer.host}:{peer.port}/%2F"  # no credentials
+    assert link["local_connection"].startswith("Federation link (upstream: ")
+    cluster = api.get("/api/overview").json()["cluster_name"]
+    upstream_q = f"federation: {x} -> {cluster}"
+    # the upstream queue exists (the link declared it) and the binding reached the peer
+    wait_for(lambda: _routes(peer.url, x, "k", upstream_q), timeout=10)
+    _publish(peer.url, x, "k", 20, message_id="m", user_id="guest")
+    _publish(peer.url, x, "not-bound", 5)
+    got = _get_all(broker.url, q, 20)
+    assert [b for _m, _p, b in got] == [b"%d" % i for i in range(20)]
+    props = got[0][1]
+    assert props.message_id == "m" and props.user_id is None  # trust-user-id false
+    hop = props.headers["x-received-from"]
+    assert hop == [{"uri": f"amqp://{peer.host}:{peer.port}/%2F", "exchange": x,
+                    "redelivered": False, "cluster-name": "peer@localhost", "vhost": "/"}]
+    assert _get_all(broker.url, q, 1, timeout=0.5) == []  # "not-bound" never came over
+    with _conn(peer.url) as conn:
+        depth = conn.channel().queue_declare(upstream_q, passive=True).method.message_count
+    assert depth == 0
+
+
+def _routes(url: str, x: str, key: str, upstream_q: str) -> bool:
+    """Does a message to `x` with `key` on the peer reach the federation queue? (probed
+    with a mandatory publish of a marker that the queue then holds; drained again)."""
+    with _conn(url) as conn:
+        ch = conn.channel()
+        try:
+            ch.queue_declare(upstream_q, passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        ch.exchange_declare(x, "direct", passive=True)
+        internal = [b for b in (f"{upstream_q} A", f"{upstream_q} B")
+                    if _exists(conn, b)]
+        return bool(internal)
+
+
+def _exists(conn, exchange: str) -> bool:
+    ch = conn.channel()
+    try:
+        ch.exchange_declare(exchange, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    ch.close()
+    return True
+
+
+def test_bindings_follow_the_local_exchange(api, broker, peer, fed_exchange):
+    x, up, _pol = fed_exchange
+    q = _bound_queue(broker.url, x, "a")
+    _running(api, exchange=x, upstream=up)
+    time.sleep(0.3)
+    _publish(peer.url, x, "a", 3)
+    assert len(_get_all(broker.url, q, 3)) == 3
+    with _conn(broker.url) as conn:  # a new key appears, the old one goes
+        ch = conn.channel()
+        ch.queue_bind(q, x, "b")
+        ch.queue_unbind(q, x, "a")
+    time.sleep(0.5)
+    _publish(peer.url, x, "a", 3)
+    _publish(peer.url, x, "b", 4)
+    got = _get_all(broker.url, q, 10, timeout=3)
+    assert len(got) == 4 and all(m.routing_key == "b" for m, _p, _b in got)
+
+
+def test_removing_the_policy_stops_the_link_and_cleans_up_upstream(api, broker, peer):
+    x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
+    _upstream(api, up, {"uri": peer.url})
+    _policy(api, pol, f"^{x}$", {"federation-upstream": up}, "exchanges")
+    try:
+        with _conn(broker.url) as conn:
+            conn.channel().exchange_declare(x, "fanout")
+        _running(api, exchange=x, upstream=up)
+        cluster = api.get("/api/overview").json()["cluster_name"]
+        upstream_q = f"federation: {x} -> {cluster}"
+        with _conn(peer.url) as conn:
+            args = conn.channel().queue_declare(upstream_q, passive=True)
+        assert args is not None
+        assert api.delete(f"/api/policies/%2F/{pol}").status_code == 204
+        wait_for(lambda: _link(api, exchange=x) is None, timeout=10)
+
+        def gone() -> bool:
+            with _conn(peer.url) as conn:
+                ch = conn.channel()
+                try:
+                    ch.queue_declare(upstream_q, passive=True)
+                except pika.exceptions.ChannelClosedByBroker as exc:
+                    return exc.reply_code == 404
+                return False
+        wait_for(gone, timeout=10)
+    finally:
+        api.delete(f"/api/policies/%2F/{pol}")
+        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+
+
+def test_a_federated_queue_pulls_only_while_a_consumer_can_take(api, broker, peer):
+    q, up, pol = uniq("fq"), uniq("up"), uniq("pol")
+    assert _upstream(api, up, {"uri": peer.url, "prefetch-count": 10}).status_code == 201
+    assert _policy(api, pol, f"^{q}$", {"federation-upstream": up}, "queues").status_code \
+        in (201, 204)
+    try:
+        with _conn(broker.url) as conn:
+            conn.channel().queue_declare(q, durable=True)
+        link = _running(api, queue=q, upstream=up)
+        assert link["type"] == "queue" and link["upstream_queue"] == q
+        assert link["consumer_tag"] == f"federation-link-{up}"
+        _publish(peer.url, "", q, 50, headers={"CC": ["x"]})
+        time.sleep(0.5)  # no local consumer: nothing moves
+        with _conn(peer.url) as conn:
+            assert conn.channel().queue_declare(q, passive=True).method.message_count == 50
+        with _conn(broker.url) as conn:
+            assert conn.channel().queue_declare(q, passive=True).method.message_count == 0
+        got: list = []
+        with _conn(broker.url) as conn:
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=5)
+
+            def on_message(ch, method, props, body):
+                got.append((props, body))
+                ch.basic_ack(method.delivery_tag)
+            ch.basic_consume(q, on_message)
+            deadline = time.monotonic() + 15
+            while len(got) < 50 and time.monotonic() < deadline:
+                conn.process_data_events(0.05)
+        assert sorted(int(b) for _p, b in got) == list(range(50))
+        hop = got[0][0].headers["x-received-from"][0]
+        assert hop["queue"] == q and hop["visit-count"] == 1 and hop["redelivered"] is False
+        assert got[0][0].headers["x-original-exchange"] == ""
+        assert got[0][0].headers["x-original-routing-key"] == q
+        assert got[0][0].headers["x-original-cc"] == ["x"] and "CC" not in got[0][0].headers
+        with _conn(peer.url) as conn:
+            assert conn.channel().queue_declare(q, passive=True).method.message_count == 0
+    finally:
+        api.delete(f"/api/policies/%2F/{pol}")
+        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(broker.url) as conn:
+            conn.channel().queue_delete(q)
+        with _conn(peer.url) as conn:
+            conn.channel().queue_delete(q)
+
+
+def test_an_upstream_that_is_down_shows_an_error_and_is_retried(api, broker):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
+    _upstream(api, up, {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "reconnect-delay": 1})
+    _policy(api, pol, f"^{x}$", {"federation-upstream-set": "all"}, "exchanges")
+    try:
+        with _conn(broker.url) as conn:
+            conn.channel().exchange_declare(x, "fanout")
+        wait_for(lambda: (_link(api, exchange=x, upstream=up) or {}).get("status") == "error",
+                 timeout=15)
+        link = _link(api, exchange=x, upstream=up)
+        assert "cannot connect" in link["error"]
+        down = api.get("/api/federation-links/state/down").json()
+        assert any(i["id"] == link["id"] for i in down)
+        assert api.delete(f"/api/federation-links/vhost/%2F/{link['id']}/x/restart"
+                          ).status_code == 204
+        assert api.delete("/api/federation-links/vhost/%2F/nosuchid/x/restart"
+                          ).status_code == 404
+    finally:
+        api.delete(f"/api/policies/%2F/{pol}")
+        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(broker.url) as conn:
+            conn.channel().exchange_delete(x)
+
+
+@pytest.mark.parametrize("value,error", [
+    ({}, 'Key "uri" not found in'),
+    ({"uri": "http://x"}, "not a valid URI"),
+    ({"uri": "amqp://", "prefetch-count": "many"}, "prefetch-count should be a number"),
+    ({"uri": "amqp://", "ack-mode": "sometimes"}, "ack-mode should be one of"),
+    ({"uri": "amqp://", "trust-user-id": "yes"}, "trust-user-id should be boolean"),
+    ({"uri": "amqp://", "colour": "blue"}, "Unrecognised terms"),
+])
+def test_invalid_upstreams_are_400_validation_failed(api, value, error):
+    r = _upstream(api, uniq("bad"), value)
+    reason = r.json()["reason"]
+    assert r.status_code == 400 and "Validation failed" in reason and error in reason, reason
+
+
+def test_upstream_sets_and_policy_keys_are_validated(api):
+    name = uniq("set")
+    r = api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
+                json={"value": [{"upstream": "a"}, {"upstream": "b", "max-hops": 2}]})
+    assert r.status_code == 201, r.text
+    assert api.get(f"/api/parameters/federation-upstream-set/%2F/{name}").json()["value"][1] \
+        == {"upstream": "b", "max-hops": 2}
+    assert api.delete(f"/api/parameters/federation-upstream-set/%2F/{name}").status_code == 204
+    r = api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
+                json={"value": [{"max-hops": 2}]})
+    assert r.status_code == 400 and 'Key "upstream" not found' in r.json()["reason"]
+    r = _policy(api, uniq("pol"), "^x$", {"federation-upstream": "a",
+                                          "federation-upstream-set": "all"})
+    assert r.status_code == 400 and "cannot specify federation-upstream" in r.text
