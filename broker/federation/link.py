@@ -85,6 +85,20 @@ class Link:
         return hashlib.sha1(raw).hexdigest()[:8]
 
     @property
+    def local_connection(self) -> str | None:
+        """The name /api/connections gives the link's connection to this broker
+        ("client ip:port -> server ip:port"), as RabbitMQ's status shows its local
+        connection's name."""
+        down = self._down
+        transport = down.transport if down is not None else None
+        if transport is None:
+            return None
+        here, there = transport.get_extra_info("sockname"), transport.get_extra_info("peername")
+        if not here or not there:
+            return None
+        return f"{here[0]}:{here[1]} -> {there[0]}:{there[1]}"
+
+    @property
     def connection_name(self) -> str:
         """rabbit_federation_link_util connection_name."""
         return f"Federation link (upstream: {self.upstream.name}, policy: {self.policy})"
@@ -118,7 +132,7 @@ class Link:
             try:
                 await self._once()
             except (ClientError, OSError, ValueError) as exc:
-                self._set("error", str(exc))
+                self._set("error", getattr(exc, "reason", None) or str(exc))
                 log.warning("Federation %s '%s' in vhost '%s' (upstream '%s'): %s; "
                             "restarting in %s s", self.kind, self.name, self.vhost,
                             self.upstream.name, exc, self.upstream.reconnect_delay)
@@ -232,7 +246,7 @@ class Link:
         out.update(type=self.kind, vhost=self.vhost, upstream=self.upstream.name, id=self.id,
                    status=self.status)
         if self.status == "running":
-            out["local_connection"] = self.connection_name
+            out["local_connection"] = self.local_connection or self.connection_name
         elif self.status == "error" and self.error:
             out["error"] = self.error
         out["uri"] = safe_uri(self.uri or self.upstream.uris[0])

@@ -20,6 +20,8 @@ or a timeout).
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,11 +43,14 @@ CONNECT_TIMEOUT = 15.0  # s: TCP connect + handshake
 
 
 class ClientError(Exception):
-    """The peer closed the connection or the channel (reply_code), or the socket failed (0)."""
+    """The peer closed the connection or the channel (reply_code), or the socket failed (0).
+    `reason` is the short form RabbitMQ's link status shows for a socket error (Erlang's
+    inet atoms: "econnrefused", "timeout", ...), else None."""
 
-    def __init__(self, reply_code: int, text: str) -> None:
+    def __init__(self, reply_code: int, text: str, reason: str | None = None) -> None:
         super().__init__(f"{reply_code} {text}" if reply_code else text)
         self.reply_code = reply_code
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,17 @@ class Endpoint:
         return cls(u.hostname, u.port or 5672, urllib.parse.unquote(u.username or "guest"),
                    urllib.parse.unquote(u.password or "guest"),
                    urllib.parse.unquote(path) if path else "/")
+
+
+def _inet_reason(exc: BaseException) -> str:
+    """Erlang's name for a socket error ("econnrefused", "ehostunreach", "timeout", "nxdomain")."""
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, socket.gaierror):
+        return "nxdomain"
+    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+        return errno.errorcode[exc.errno].lower()
+    return type(exc).__name__
 
 
 def redact(uri: str) -> str:
@@ -117,7 +133,7 @@ class Client(asyncio.Protocol):
                 await client._handshake(endpoint, name)
         except (OSError, TimeoutError) as exc:
             raise ClientError(0, f"cannot connect to {endpoint.host}:{endpoint.port}: "
-                                 f"{exc or type(exc).__name__}") from None
+                                 f"{exc or type(exc).__name__}", _inet_reason(exc)) from None
         return client
 
     async def _handshake(self, ep: Endpoint, name: str) -> None:

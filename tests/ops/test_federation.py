@@ -1,41 +1,69 @@
-"""Federation (issue 21, rabbitmq.com/federation.html) between two real brokers in this
-process: the session broker is the downstream (its `federation-upstream` parameters and
-policies are set through the HTTP API), a second EmbeddedBroker named `peer@localhost` is
-the upstream. Federated exchanges (bindings propagated as they come and go, x-received-from,
+"""Federation (issue 21, rabbitmq.com/federation.html) between two real brokers: a
+downstream (its `federation-upstream` parameters and policies set through its HTTP API) and
+an upstream. Federated exchanges (bindings propagated as they come and go, x-received-from,
 the upstream queue and its clean-up), federated queues (messages move only while a local
-consumer can take them), validation, status and a peer that is down are covered.
+consumer can take them), validation, status and an upstream that is down are covered.
 
-Embedded only for now: the same tests with RabbitMQ 3.10.8 as the peer are still to come.
+The pairs: without BROKER_TEST_URI, this broker (the session broker) federates from a second
+EmbeddedBroker named `peer@localhost`. With BROKER_TEST_URI / BROKER_TEST_API (a RabbitMQ
+3.10.8 with rabbitmq_federation and its management plugin), every test runs twice: RabbitMQ
+federating from this broker ("rabbit-down"), and this broker federating from RabbitMQ
+("rabbit-up").
 """
 
 from __future__ import annotations
 
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pika
 import pytest
 
-from tests.ops.conftest import EXTERNAL
+from tests.ops.conftest import EXTERNAL, Api
 from tests.polling import wait_for
-
-pytestmark = pytest.mark.skipif(EXTERNAL, reason="two embedded brokers; RabbitMQ peer tests to come")
 
 
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module")
-def peer() -> Iterator[object]:
+@dataclass
+class Pair:
+    """The two brokers of a test: `down` federates from `up`."""
+
+    down_url: str  # amqp URI of the downstream
+    api: Api  # the downstream's management API
+    up_url: str  # amqp URI of the upstream (what the federation-upstream names)
+    up_cluster: str  # the upstream's cluster name (x-received-from cluster-name)
+
+    @property
+    def up_safe(self) -> str:
+        """The upstream URI as link status and headers show it (no credentials)."""
+        u = urllib.parse.urlparse(self.up_url)
+        return f"amqp://{u.hostname}:{u.port}{u.path}"
+
+
+@pytest.fixture(scope="module", params=["rabbit-down", "rabbit-up"] if EXTERNAL else
+                ["ours"])
+def pair(request, broker, api_base) -> Iterator[Pair]:
     from broker.embedded import EmbeddedBroker
 
-    b = EmbeddedBroker(node_name="peer@localhost", management_tcp_port=None).start()
+    if request.param == "rabbit-up":  # this broker downstream of RabbitMQ
+        ours = EmbeddedBroker(node_name="down@localhost", management_tcp_port=-1).start()
+        try:
+            cluster = Api(api_base).get("/api/overview").json()["cluster_name"]
+            yield Pair(ours.url, Api(ours.api_url), broker.url, cluster)
+        finally:
+            ours.stop()
+        return
+    peer = EmbeddedBroker(node_name="peer@localhost").start()  # the upstream
     try:
-        yield b
+        yield Pair(broker.url, Api(api_base), peer.url, "peer@localhost")
     finally:
-        b.stop()
+        peer.stop()
 
 
 def _conn(url: str) -> pika.BlockingConnection:
@@ -81,21 +109,21 @@ def _running(api, **match) -> dict:
 
 
 @pytest.fixture
-def fed_exchange(api, broker, peer) -> Iterator[tuple[str, str, str]]:
+def fed_exchange(pair) -> Iterator[tuple[str, str, str]]:
     """A direct exchange X on both brokers, the downstream one federated from the peer's:
     (exchange, upstream name, policy name)."""
     x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
-    assert _upstream(api, up, {"uri": peer.url, "prefetch-count": 50}).status_code == 201
-    assert _policy(api, pol, f"^{x}$", {"federation-upstream": up},
+    assert _upstream(pair.api, up, {"uri": pair.up_url, "prefetch-count": 50}).status_code == 201
+    assert _policy(pair.api, pol, f"^{x}$", {"federation-upstream": up},
                    "exchanges").status_code in (201, 204)
-    with _conn(broker.url) as conn:
+    with _conn(pair.down_url) as conn:
         conn.channel().exchange_declare(x, "direct", durable=True)
     try:
         yield x, up, pol
     finally:
-        api.delete(f"/api/policies/%2F/{pol}")
-        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
-        with _conn(broker.url) as conn:
+        pair.api.delete(f"/api/policies/%2F/{pol}")
+        pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(pair.down_url) as conn:
             conn.channel().exchange_delete(x)
 
 
@@ -116,29 +144,31 @@ def _publish(url: str, x: str, key: str, n: int, **props) -> None:
             ch.basic_publish(x, key, b"%d" % i, pika.BasicProperties(**props))
 
 
-def test_a_federated_exchange_receives_what_is_published_upstream(api, broker, peer,
-                                                                  fed_exchange):
+def test_a_federated_exchange_receives_what_is_published_upstream(pair, fed_exchange):
     x, up, _pol = fed_exchange
-    q = _bound_queue(broker.url, x, "k")
-    link = _running(api, exchange=x, upstream=up)
+    q = _bound_queue(pair.down_url, x, "k")
+    link = _running(pair.api, exchange=x, upstream=up)
     assert link["type"] == "exchange" and link["upstream_exchange"] == x
-    assert link["uri"] == f"amqp://{peer.host}:{peer.port}/%2F"  # no credentials
-    assert link["local_connection"].startswith("Federation link (upstream: ")
-    cluster = api.get("/api/overview").json()["cluster_name"]
+    assert link["uri"] == pair.up_safe  # no credentials
+    if "local_channel" in link:  # RabbitMQ's shows once its stats are collected
+        assert link["local_channel"]["connection_details"]["name"] == \
+            link["local_connection"]
+        assert link["local_channel"]["confirm"] is True  # on-confirm: the link's channel
+    cluster = pair.api.get("/api/overview").json()["cluster_name"]
     upstream_q = f"federation: {x} -> {cluster}"
     # the upstream queue exists (the link declared it) and the binding reached the peer
-    wait_for(lambda: _routes(peer.url, x, "k", upstream_q), timeout=10)
-    _publish(peer.url, x, "k", 20, message_id="m", user_id="guest")
-    _publish(peer.url, x, "not-bound", 5)
-    got = _get_all(broker.url, q, 20)
+    wait_for(lambda: _routes(pair.up_url, x, "k", upstream_q), timeout=10)
+    _publish(pair.up_url, x, "k", 20, message_id="m", user_id="guest")
+    _publish(pair.up_url, x, "not-bound", 5)
+    got = _get_all(pair.down_url, q, 20)
     assert [b for _m, _p, b in got] == [b"%d" % i for i in range(20)]
     props = got[0][1]
     assert props.message_id == "m" and props.user_id is None  # trust-user-id false
     hop = props.headers["x-received-from"]
-    assert hop == [{"uri": f"amqp://{peer.host}:{peer.port}/%2F", "exchange": x,
-                    "redelivered": False, "cluster-name": "peer@localhost", "vhost": "/"}]
-    assert _get_all(broker.url, q, 1, timeout=0.5) == []  # "not-bound" never came over
-    with _conn(peer.url) as conn:
+    assert hop == [{"uri": pair.up_safe, "exchange": x,
+                    "redelivered": False, "cluster-name": pair.up_cluster, "vhost": "/"}]
+    assert _get_all(pair.down_url, q, 1, timeout=0.5) == []  # "not-bound" never came over
+    with _conn(pair.up_url) as conn:
         depth = conn.channel().queue_declare(upstream_q, passive=True).method.message_count
     assert depth == 0
 
@@ -168,42 +198,42 @@ def _exists(conn, exchange: str) -> bool:
     return True
 
 
-def test_bindings_follow_the_local_exchange(api, broker, peer, fed_exchange):
+def test_bindings_follow_the_local_exchange(pair, fed_exchange):
     x, up, _pol = fed_exchange
-    q = _bound_queue(broker.url, x, "a")
-    _running(api, exchange=x, upstream=up)
+    q = _bound_queue(pair.down_url, x, "a")
+    _running(pair.api, exchange=x, upstream=up)
     time.sleep(0.3)
-    _publish(peer.url, x, "a", 3)
-    assert len(_get_all(broker.url, q, 3)) == 3
-    with _conn(broker.url) as conn:  # a new key appears, the old one goes
+    _publish(pair.up_url, x, "a", 3)
+    assert len(_get_all(pair.down_url, q, 3)) == 3
+    with _conn(pair.down_url) as conn:  # a new key appears, the old one goes
         ch = conn.channel()
         ch.queue_bind(q, x, "b")
         ch.queue_unbind(q, x, "a")
     time.sleep(0.5)
-    _publish(peer.url, x, "a", 3)
-    _publish(peer.url, x, "b", 4)
-    got = _get_all(broker.url, q, 10, timeout=3)
+    _publish(pair.up_url, x, "a", 3)
+    _publish(pair.up_url, x, "b", 4)
+    got = _get_all(pair.down_url, q, 10, timeout=3)
     assert len(got) == 4 and all(m.routing_key == "b" for m, _p, _b in got)
 
 
-def test_removing_the_policy_stops_the_link_and_cleans_up_upstream(api, broker, peer):
+def test_removing_the_policy_stops_the_link_and_cleans_up_upstream(pair):
     x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
-    _upstream(api, up, {"uri": peer.url})
-    _policy(api, pol, f"^{x}$", {"federation-upstream": up}, "exchanges")
+    _upstream(pair.api, up, {"uri": pair.up_url})
+    _policy(pair.api, pol, f"^{x}$", {"federation-upstream": up}, "exchanges")
     try:
-        with _conn(broker.url) as conn:
+        with _conn(pair.down_url) as conn:
             conn.channel().exchange_declare(x, "fanout")
-        _running(api, exchange=x, upstream=up)
-        cluster = api.get("/api/overview").json()["cluster_name"]
+        _running(pair.api, exchange=x, upstream=up)
+        cluster = pair.api.get("/api/overview").json()["cluster_name"]
         upstream_q = f"federation: {x} -> {cluster}"
-        with _conn(peer.url) as conn:
+        with _conn(pair.up_url) as conn:
             args = conn.channel().queue_declare(upstream_q, passive=True)
         assert args is not None
-        assert api.delete(f"/api/policies/%2F/{pol}").status_code == 204
-        wait_for(lambda: _link(api, exchange=x) is None, timeout=10)
+        assert pair.api.delete(f"/api/policies/%2F/{pol}").status_code == 204
+        wait_for(lambda: _link(pair.api, exchange=x) is None, timeout=10)
 
         def gone() -> bool:
-            with _conn(peer.url) as conn:
+            with _conn(pair.up_url) as conn:
                 ch = conn.channel()
                 try:
                     ch.queue_declare(upstream_q, passive=True)
@@ -212,29 +242,29 @@ def test_removing_the_policy_stops_the_link_and_cleans_up_upstream(api, broker, 
                 return False
         wait_for(gone, timeout=10)
     finally:
-        api.delete(f"/api/policies/%2F/{pol}")
-        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        pair.api.delete(f"/api/policies/%2F/{pol}")
+        pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
 
 
-def test_a_federated_queue_pulls_only_while_a_consumer_can_take(api, broker, peer):
+def test_a_federated_queue_pulls_only_while_a_consumer_can_take(pair):
     q, up, pol = uniq("fq"), uniq("up"), uniq("pol")
-    assert _upstream(api, up, {"uri": peer.url, "prefetch-count": 10}).status_code == 201
-    assert _policy(api, pol, f"^{q}$", {"federation-upstream": up}, "queues").status_code \
+    assert _upstream(pair.api, up, {"uri": pair.up_url, "prefetch-count": 10}).status_code == 201
+    assert _policy(pair.api, pol, f"^{q}$", {"federation-upstream": up}, "queues").status_code \
         in (201, 204)
     try:
-        with _conn(broker.url) as conn:
+        with _conn(pair.down_url) as conn:
             conn.channel().queue_declare(q, durable=True)
-        link = _running(api, queue=q, upstream=up)
+        link = _running(pair.api, queue=q, upstream=up)
         assert link["type"] == "queue" and link["upstream_queue"] == q
         assert link["consumer_tag"] == f"federation-link-{up}"
-        _publish(peer.url, "", q, 50, headers={"CC": ["x"]})
+        _publish(pair.up_url, "", q, 50, headers={"CC": ["x"]})
         time.sleep(0.5)  # no local consumer: nothing moves
-        with _conn(peer.url) as conn:
+        with _conn(pair.up_url) as conn:
             assert conn.channel().queue_declare(q, passive=True).method.message_count == 50
-        with _conn(broker.url) as conn:
+        with _conn(pair.down_url) as conn:
             assert conn.channel().queue_declare(q, passive=True).method.message_count == 0
         got: list = []
-        with _conn(broker.url) as conn:
+        with _conn(pair.down_url) as conn:
             ch = conn.channel()
             ch.basic_qos(prefetch_count=5)
 
@@ -251,18 +281,18 @@ def test_a_federated_queue_pulls_only_while_a_consumer_can_take(api, broker, pee
         assert got[0][0].headers["x-original-exchange"] == ""
         assert got[0][0].headers["x-original-routing-key"] == q
         assert got[0][0].headers["x-original-cc"] == ["x"] and "CC" not in got[0][0].headers
-        with _conn(peer.url) as conn:
+        with _conn(pair.up_url) as conn:
             assert conn.channel().queue_declare(q, passive=True).method.message_count == 0
     finally:
-        api.delete(f"/api/policies/%2F/{pol}")
-        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
-        with _conn(broker.url) as conn:
+        pair.api.delete(f"/api/policies/%2F/{pol}")
+        pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(pair.down_url) as conn:
             conn.channel().queue_delete(q)
-        with _conn(peer.url) as conn:
+        with _conn(pair.up_url) as conn:
             conn.channel().queue_delete(q)
 
 
-def test_an_upstream_that_is_down_shows_an_error_and_is_retried(api, broker):
+def test_an_upstream_that_is_down_shows_an_error_and_is_retried(pair):
     import socket
 
     s = socket.socket()
@@ -270,25 +300,26 @@ def test_an_upstream_that_is_down_shows_an_error_and_is_retried(api, broker):
     port = s.getsockname()[1]
     s.close()
     x, up, pol = uniq("fedx"), uniq("up"), uniq("pol")
-    _upstream(api, up, {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "reconnect-delay": 1})
-    _policy(api, pol, f"^{x}$", {"federation-upstream-set": "all"}, "exchanges")
+    _upstream(pair.api, up, {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "reconnect-delay": 1})
+    _policy(pair.api, pol, f"^{x}$", {"federation-upstream-set": "all"}, "exchanges")
     try:
-        with _conn(broker.url) as conn:
+        with _conn(pair.down_url) as conn:
             conn.channel().exchange_declare(x, "fanout")
-        wait_for(lambda: (_link(api, exchange=x, upstream=up) or {}).get("status") == "error",
+        wait_for(lambda: (_link(pair.api, exchange=x, upstream=up) or {}).get("status") == "error",
                  timeout=15)
-        link = _link(api, exchange=x, upstream=up)
-        assert "cannot connect" in link["error"]
-        down = api.get("/api/federation-links/state/down").json()
+        link = _link(pair.api, exchange=x, upstream=up)
+        assert link["error"] == "econnrefused"  # RabbitMQ's text
+        down = pair.api.get("/api/federation-links/state/down").json()
         assert any(i["id"] == link["id"] for i in down)
-        assert api.delete(f"/api/federation-links/vhost/%2F/{link['id']}/x/restart"
+        node = link["node"]
+        assert pair.api.delete(f"/api/federation-links/vhost/%2F/{link['id']}/{node}/restart"
                           ).status_code == 204
-        assert api.delete("/api/federation-links/vhost/%2F/nosuchid/x/restart"
+        assert pair.api.delete(f"/api/federation-links/vhost/%2F/nosuchid/{node}/restart"
                           ).status_code == 404
     finally:
-        api.delete(f"/api/policies/%2F/{pol}")
-        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
-        with _conn(broker.url) as conn:
+        pair.api.delete(f"/api/policies/%2F/{pol}")
+        pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with _conn(pair.down_url) as conn:
             conn.channel().exchange_delete(x)
 
 
@@ -300,23 +331,23 @@ def test_an_upstream_that_is_down_shows_an_error_and_is_retried(api, broker):
     ({"uri": "amqp://", "trust-user-id": "yes"}, "trust-user-id should be boolean"),
     ({"uri": "amqp://", "colour": "blue"}, "Unrecognised terms"),
 ])
-def test_invalid_upstreams_are_400_validation_failed(api, value, error):
-    r = _upstream(api, uniq("bad"), value)
+def test_invalid_upstreams_are_400_validation_failed(pair, value, error):
+    r = _upstream(pair.api, uniq("bad"), value)
     reason = r.json()["reason"]
     assert r.status_code == 400 and "Validation failed" in reason and error in reason, reason
 
 
-def test_upstream_sets_and_policy_keys_are_validated(api):
+def test_upstream_sets_and_policy_keys_are_validated(pair):
     name = uniq("set")
-    r = api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
+    r = pair.api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
                 json={"value": [{"upstream": "a"}, {"upstream": "b", "max-hops": 2}]})
     assert r.status_code == 201, r.text
-    assert api.get(f"/api/parameters/federation-upstream-set/%2F/{name}").json()["value"][1] \
+    assert pair.api.get(f"/api/parameters/federation-upstream-set/%2F/{name}").json()["value"][1] \
         == {"upstream": "b", "max-hops": 2}
-    assert api.delete(f"/api/parameters/federation-upstream-set/%2F/{name}").status_code == 204
-    r = api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
+    assert pair.api.delete(f"/api/parameters/federation-upstream-set/%2F/{name}").status_code == 204
+    r = pair.api.put(f"/api/parameters/federation-upstream-set/%2F/{name}",
                 json={"value": [{"max-hops": 2}]})
     assert r.status_code == 400 and 'Key "upstream" not found' in r.json()["reason"]
-    r = _policy(api, uniq("pol"), "^x$", {"federation-upstream": "a",
+    r = _policy(pair.api, uniq("pol"), "^x$", {"federation-upstream": "a",
                                           "federation-upstream-set": "all"})
     assert r.status_code == 400 and "cannot specify federation-upstream" in r.text
