@@ -273,6 +273,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-table-headers", action="store_true", help="no header row")
     p.add_argument("--formatter", choices=["table", "json"], default="table")
     p.add_argument("--priority", type=int, default=0, help="set_policy: policy priority")
+    p.add_argument("--only-down", action="store_true",
+                   help="federation_status: only links that are not running or starting")
     p.add_argument("--apply-to", default="all", choices=["all", "queues", "exchanges"],
                    help="set_policy: what the policy applies to")
     p.add_argument("command", choices=COMMANDS, metavar="command",

@@ -1,7 +1,8 @@
-"""brokerctl's runtime-parameter and shovel commands, with rabbitmqctl's names, arguments,
-banners and columns (rabbitmqctl set_parameter / clear_parameter / list_parameters, and
-rabbitmq_shovel's shovel_status / delete_shovel / restart_shovel), over the HTTP API
-(/api/parameters, /api/shovels). `run(client, args)` answers like broker/ctl.py's `run`,
+"""brokerctl's runtime-parameter, shovel and federation commands, with rabbitmqctl's names,
+arguments, banners and columns (rabbitmqctl set_parameter / clear_parameter /
+list_parameters, rabbitmq_shovel's shovel_status / delete_shovel / restart_shovel and
+rabbitmq_federation's federation_status [--only-down] / restart_federation_link), over the
+HTTP API (/api/parameters, /api/shovels, /api/federation-links). `run(client, args)` answers like broker/ctl.py's `run`,
 or returns None for a command that is not one of these."""
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ SHOVEL_COLUMNS = {
     "state": "state", "termination_reason": "reason", "type": "type", "vhost": "vhost",
 }
 COMMANDS = ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
-            "delete_shovel", "restart_shovel")
+            "delete_shovel", "restart_shovel", "federation_status", "restart_federation_link")
 ARGUMENTS = {"set_parameter": 3, "clear_parameter": 2, "delete_shovel": 1,
-             "restart_shovel": 1}
+             "restart_shovel": 1, "restart_federation_link": 1}
+# rabbitmqctl federation_status's fields (rabbit_federation_status), last_changed for timestamp
+FEDERATION_COLUMNS = ("exchange", "upstream_exchange", "queue", "upstream_queue", "type",
+                      "vhost", "upstream", "id", "status", "local_connection", "uri",
+                      "error", "last_changed")
 
 
 def run(client: Any, args: argparse.Namespace, quote: Any) -> tuple[str | None, Any] | None:
@@ -55,7 +60,32 @@ def run(client: Any, args: argparse.Namespace, quote: Any) -> tuple[str | None, 
     if c == "delete_shovel":
         client.call("DELETE", f"/api/parameters/shovel/{quote(v)}/{quote(a[0])}")
         return f"Deleting shovel {a[0]} in vhost {v}", None
+    if c == "federation_status":
+        only_down = getattr(args, "only_down", False)
+        rows = client.call("GET", "/api/federation-links/state/down" if only_down
+                           else "/api/federation-links")
+        node = rows[0]["node"] if rows else client.call("GET", "/api/nodes")[0]["name"]
+        table = [{col: _padded(r.get("timestamp", "")) if col == "last_changed"
+                  else r.get(col, "") for col in FEDERATION_COLUMNS} for r in rows]
+        which = "which are down " if only_down else ""
+        return f"Listing federation links {which}on node {node}...", (
+            list(FEDERATION_COLUMNS), table)
+    if c == "restart_federation_link":
+        rows = client.call("GET", "/api/federation-links")
+        link = next((r for r in rows if r["id"] == a[0]), None)
+        if link is None:
+            raise ValueError("Link with the given ID was not found")
+        client.call("DELETE", f"/api/federation-links/vhost/{quote(link['vhost'])}/"
+                              f"{quote(a[0])}/{quote(link['node'])}/restart")
+        return f"Restarting federation link {a[0]} on node {link['node']}", None
     if c == "restart_shovel":
         client.call("DELETE", f"/api/shovels/vhost/{quote(v)}/{quote(a[0])}/restart")
         return f"Restarting dynamic Shovel {a[0]} in virtual host {v}", None
     return None
+
+
+def _padded(ts: str) -> str:
+    """rabbitmqctl's last_changed: the status timestamp with the hour zero-padded."""
+    day, _, clock = ts.partition(" ")
+    parts = clock.split(":")
+    return f"{day} {int(parts[0]):02d}:{parts[1]}:{parts[2]}" if len(parts) == 3 else ts

@@ -351,3 +351,35 @@ def test_upstream_sets_and_policy_keys_are_validated(pair):
     r = _policy(pair.api, uniq("pol"), "^x$", {"federation-upstream": "a",
                                           "federation-upstream-set": "all"})
     assert r.status_code == 400 and "cannot specify federation-upstream" in r.text
+
+
+def test_brokerctl_federation_commands(pair, fed_exchange):
+    """brokerctl federation_status [--only-down] and restart_federation_link, with
+    rabbitmqctl's banners (this broker's CLI: the downstream must be this broker)."""
+    import subprocess
+    import sys
+
+    if pair.api.get("/api/overview").json().get("product_name") == "RabbitMQ":
+        pytest.skip("brokerctl drives this broker's API")
+
+    def ctl(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "broker.ctl", "--api", pair.api.base,
+                               *args], capture_output=True, text=True, timeout=60)
+        assert not ok or proc.returncode == 0, proc.stderr
+        return proc
+
+    x, up, _pol = fed_exchange
+    link = _running(pair.api, exchange=x, upstream=up)
+    lines = ctl("federation_status").stdout.splitlines()
+    assert lines[0].startswith("Listing federation links on node ")
+    header = lines[1].split("\t")
+    assert header[:3] == ["exchange", "upstream_exchange", "queue"]
+    row = dict(zip(header, next(r.split("\t") for r in lines[2:] if link["id"] in r)))
+    assert row["status"] == "running" and row["exchange"] == x and row["upstream"] == up
+    assert len(row["last_changed"].split(" ")[1]) == 8  # hh:mm:ss, zero-padded
+    down = ctl("federation_status", "--only-down").stdout
+    assert "which are down" in down and link["id"] not in down
+    out = ctl("restart_federation_link", link["id"]).stdout
+    assert out.startswith(f"Restarting federation link {link['id']} on node ")
+    _running(pair.api, exchange=x, upstream=up)
+    assert ctl("restart_federation_link", "nosuchid", ok=False).returncode != 0
