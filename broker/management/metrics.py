@@ -80,6 +80,44 @@ class BrokerCollector:
         yield from self._queue_lengths(lengths)
         yield from self._counters(stats)
         yield from self._process()
+        yield from self._links()
+
+    def _links(self) -> Iterator[Metric]:
+        """Federation links and shovels: how many are in each state (RabbitMQ 3.13's
+        `rabbitmq_federation_links` and `rabbitmq_shovels` gauges; 3.10 has none), and
+        what each moved (counters of this broker's own; RabbitMQ exports none)."""
+        b = self.broker
+        links = b.federation.links.values() if b.federation is not None else []
+        shovels = b.shovels.links.values() if b.shovels is not None else []
+        by_status: dict[str, int] = {}
+        forwarded = CounterMetricFamily(
+            "rabbitmq_federation_link_messages_forwarded",
+            "Messages a federation link republished here (confirmed, under on-confirm)",
+            labels=["vhost", "type", "name", "upstream"])
+        for link in links:
+            by_status[link.status] = by_status.get(link.status, 0) + 1
+            forwarded.add_metric([link.vhost, link.kind, link.name, link.upstream.name],
+                                 link.forwarded)
+        states = GaugeMetricFamily("rabbitmq_federation_links",
+                                   "Number of federation links in each status",
+                                   labels=["status"])
+        for status, n in sorted(by_status.items()):
+            states.add_metric([status], n)
+        yield states
+        yield forwarded
+        shovel_states: dict[str, int] = {}
+        moved = CounterMetricFamily("rabbitmq_shovel_messages_moved",
+                                    "Messages a dynamic shovel moved (acked at the source)",
+                                    labels=["vhost", "name"])
+        for shovel in shovels:
+            shovel_states[shovel.state] = shovel_states.get(shovel.state, 0) + 1
+            moved.add_metric([shovel.d.vhost, shovel.d.name], shovel.moved)
+        gauge = GaugeMetricFamily("rabbitmq_shovels", "Number of shovels in each state",
+                                  labels=["type", "state"])
+        for state, n in sorted(shovel_states.items()):
+            gauge.add_metric(["dynamic", state], n)
+        yield gauge
+        yield moved
 
     def _churn(self) -> Iterator[Metric]:
         b = self.broker

@@ -383,3 +383,21 @@ def test_brokerctl_federation_commands(pair, fed_exchange):
     assert out.startswith(f"Restarting federation link {link['id']} on node ")
     _running(pair.api, exchange=x, upstream=up)
     assert ctl("restart_federation_link", "nosuchid", ok=False).returncode != 0
+
+
+def test_prometheus_counts_links_and_what_they_forwarded(pair, fed_exchange, metrics_url):
+    import requests
+
+    if EXTERNAL:
+        pytest.skip("this broker's own counters (RabbitMQ 3.10 exports none)")
+    x, up, _pol = fed_exchange
+    q = _bound_queue(pair.down_url, x, "k")
+    _running(pair.api, exchange=x, upstream=up)
+    time.sleep(0.3)
+    _publish(pair.up_url, x, "k", 7)
+    assert len(_get_all(pair.down_url, q, 7)) == 7
+    line = (f'rabbitmq_federation_link_messages_forwarded_total{{name="{x}",type="exchange",'
+            f'upstream="{up}",vhost="/"}} 7.0')
+    wait_for(lambda: line in requests.get(f"{metrics_url}/metrics", timeout=10).text)
+    text = requests.get(f"{metrics_url}/metrics", timeout=10).text
+    assert 'rabbitmq_federation_links{status="running"}' in text

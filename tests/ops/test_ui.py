@@ -19,7 +19,8 @@ pytestmark = pytest.mark.usefixtures("ours_only")
 PAGES = {"overview": "totals", "connections": "connections-table",
          "channels": "channels-table", "exchanges": "exchanges-table",
          "queues": "queues-table", "users": "users-table", "vhosts": "vhosts-table",
-         "permissions": "permissions-table", "policies": "policies-table"}
+         "permissions": "permissions-table", "policies": "policies-table",
+         "federation": "federation-table", "shovels": "shovels-table"}
 
 
 def _binaries() -> tuple[str | None, str | None]:
@@ -114,6 +115,39 @@ def test_create_queue_publish_and_get_back_through_the_ui(driver, api_base, api)
     driver.find_element("id", "delete-button").click()
     wait_id(driver, "queues-table")
     assert api.get(f"/api/queues/%2F/{name}").status_code == 404
+
+
+def test_federation_page_shows_a_link_and_its_state(driver, api_base, api, broker):
+    import socket
+
+    import pika
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    x, up, pol = (f"{p}-{uuid.uuid4().hex[:8]}" for p in ("uix", "uiup", "uipol"))
+    api.put(f"/api/parameters/federation-upstream/%2F/{up}",
+            json={"value": {"uri": f"amqp://127.0.0.1:{port}", "reconnect-delay": 30}})
+    api.put(f"/api/policies/%2F/{pol}", json={"pattern": f"^{x}$", "apply-to": "exchanges",
+                                             "definition": {"federation-upstream": up}})
+    try:
+        with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
+            conn.channel().exchange_declare(x, "fanout")
+        login(driver, api_base)
+        driver.get(f"{api_base}/#/federation")
+        for _ in range(30):  # the page shows what the API says when it loads
+            wait_id(driver, "federation-table")
+            text = driver.find_element("id", "federation-table").text
+            if up in text and "econnrefused" in text:
+                break
+            driver.refresh()
+        assert up in text and "error" in text and "econnrefused" in text
+    finally:
+        api.delete(f"/api/policies/%2F/{pol}")
+        api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
+        with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
+            conn.channel().exchange_delete(x)
 
 
 def test_overview_screenshot_is_not_blank(driver, api_base):

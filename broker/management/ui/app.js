@@ -295,7 +295,38 @@ async function policies() {
   };
 }
 
-const PAGES = { overview, connections, channels, exchanges, queues, users, vhosts, permissions, policies };
+// Admin > Federation Status and Shovel Status, as RabbitMQ's federation and shovel
+// management plugins show them: one row per link with its state and last error.
+async function federation() {
+  const rows = await api("GET", "/api/federation-links");
+  show(`<h2>Federation status</h2>` + table([
+    ["Upstream", (r) => esc(r.upstream)], ["URI", (r) => esc(r.uri)], ["Vhost", (r) => esc(r.vhost)],
+    ["Exchange / queue", (r) => esc(r.exchange !== undefined ? `exchange ${r.exchange}` : `queue ${r.queue}`)],
+    ["State", (r) => `<span class="state-${esc(r.status)}">${esc(r.status)}</span>`],
+    ["Error", (r) => esc(r.error || "")], ["Since", (r) => esc(r.timestamp)],
+    ["", (r) => `<button class="restart-link" data-vhost="${esc(r.vhost)}" data-id="${esc(r.id)}" data-node="${esc(r.node)}">Restart</button>`],
+  ], rows, "federation-table"));
+  main.querySelectorAll(".restart-link").forEach((b) => b.onclick = async () => {
+    await api("DELETE", `/api/federation-links/vhost/${enc(b.dataset.vhost)}/${enc(b.dataset.id)}/${enc(b.dataset.node)}/restart`).then(route, fail);
+  });
+}
+
+async function shovels() {
+  const rows = await api("GET", "/api/shovels");
+  show(`<h2>Shovel status</h2>` + table([
+    ["Name", (r) => esc(r.name)], ["Vhost", (r) => esc(r.vhost)],
+    ["Source", (r) => esc(`${r.src_uri} ${r.src_queue !== undefined ? `queue ${r.src_queue}` : `exchange ${r.src_exchange}`}`)],
+    ["Destination", (r) => esc(`${r.dest_uri} ${r.dest_queue !== undefined ? `queue ${r.dest_queue}` : `exchange ${r.dest_exchange || ""}`}`)],
+    ["State", (r) => `<span class="state-${esc(r.state)}">${esc(r.state)}</span>`],
+    ["Moved", (r) => r.messages_moved], ["Reason", (r) => esc(r.reason || "")], ["Since", (r) => esc(r.timestamp)],
+    ["", (r) => `<button class="restart-shovel" data-vhost="${esc(r.vhost)}" data-name="${esc(r.name)}">Restart</button>`],
+  ], rows, "shovels-table"));
+  main.querySelectorAll(".restart-shovel").forEach((b) => b.onclick = async () => {
+    await api("DELETE", `/api/shovels/vhost/${enc(b.dataset.vhost)}/${enc(b.dataset.name)}/restart`).then(route, fail);
+  });
+}
+
+const PAGES = { overview, connections, channels, exchanges, queues, users, vhosts, permissions, policies, federation, shovels };
 
 async function route() {
   stopCharts();
