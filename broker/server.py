@@ -26,9 +26,9 @@ from broker.backing_queue.priority import PriorityBackingQueue, index_queue_name
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
 from broker.definitions import Definitions
+from broker.federation.supervisor import Federation
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
-from broker.federation.supervisor import Federation
 from broker.shovel.supervisor import Shovels
 from broker.stats import Churn
 from broker.users import Users

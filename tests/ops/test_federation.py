@@ -374,7 +374,8 @@ def test_brokerctl_federation_commands(pair, fed_exchange):
     assert lines[0].startswith("Listing federation links on node ")
     header = lines[1].split("\t")
     assert header[:3] == ["exchange", "upstream_exchange", "queue"]
-    row = dict(zip(header, next(r.split("\t") for r in lines[2:] if link["id"] in r)))
+    row = dict(zip(header, next(r.split("\t") for r in lines[2:] if link["id"] in r),
+                   strict=True))
     assert row["status"] == "running" and row["exchange"] == x and row["upstream"] == up
     assert len(row["last_changed"].split(" ")[1]) == 8  # hh:mm:ss, zero-padded
     down = ctl("federation_status", "--only-down").stdout
