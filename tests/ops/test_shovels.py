@@ -4,7 +4,9 @@ HTTP API), a second EmbeddedBroker is the remote end. Messages arrive once, in o
 their properties byte for byte; delete-after, validation, status, restart and a peer that is
 down and comes back are covered.
 
-Embedded only for now: the same tests with RabbitMQ 3.10.8 as the peer are still to come.
+With BROKER_TEST_URI / BROKER_TEST_API set (a RabbitMQ 3.10.8 with rabbitmq_shovel and its
+management plugin), RabbitMQ runs the shovels and this broker (an EmbeddedBroker) is the
+other end; the same tests pass there, where RabbitMQ shows something else the test says so.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ import pytest
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
 
-pytestmark = pytest.mark.skipif(EXTERNAL, reason="two embedded brokers; RabbitMQ peer tests to come")
+
+
+# seconds between a shovel's failure and its restart: RabbitMQ 3.10.8 does not come back
+# with a fraction of a second (its timer needs whole milliseconds), so 1 s there
+DELAY = 1 if EXTERNAL else 0.2
 
 
 def uniq(prefix: str) -> str:
@@ -104,7 +110,8 @@ def test_a_queue_is_shovelled_to_another_broker_unchanged_and_in_order(api, brok
         s = _status(api, name)
         assert s["state"] == "running" and s["type"] == "dynamic"
         assert s["src_queue"] == src and s["dest_queue"] == dest
-        assert "guest:guest" not in s["dest_uri"] and s["messages_moved"] == 300
+        assert "guest:guest" not in s["dest_uri"]
+        assert s.get("messages_moved", 300) == 300  # this broker's addition to the status
         with _conn(broker.url) as conn:
             assert conn.channel().queue_declare(src, passive=True).method.message_count == 0
         got_param = api.get(f"/api/parameters/shovel/%2F/{name}").json()
@@ -178,9 +185,14 @@ def test_a_peer_that_is_down_shows_terminated_and_is_retried(api, broker):
     try:
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src,
                                 "dest-uri": f"amqp://guest:guest@127.0.0.1:{port}/%2F",
-                                "dest-queue": dest, "reconnect-delay": 0.3}).status_code == 201
-        wait_for(lambda: (_status(api, name) or {}).get("state") == "terminated", timeout=20)
-        assert "cannot connect" in _status(api, name)["reason"]
+                                "dest-queue": dest, "reconnect-delay": DELAY}).status_code == 201
+        if EXTERNAL:  # RabbitMQ 3.10.8 shows "starting", without a reason, while it retries
+            time.sleep(1)
+            assert _status(api, name)["state"] == "starting"
+        else:  # this broker says why
+            wait_for(lambda: (_status(api, name) or {}).get("state") == "terminated",
+                     timeout=20)
+            assert "cannot connect" in _status(api, name)["reason"]
         later = EmbeddedBroker(port=port).start()
         wait_for(lambda: (_status(api, name) or {}).get("state") == "running", timeout=20)
         got = _drain(later.url, dest, 10)
@@ -253,11 +265,16 @@ def test_kill_9_of_the_destination_mid_transfer_loses_nothing(api, broker, tmp_p
     _fill(broker.url, src, n, [pika.BasicProperties(delivery_mode=2)] * n)
     try:
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": peer.url,
-                                "dest-queue": dest, "reconnect-delay": 0.2,
+                                "dest-queue": dest, "reconnect-delay": DELAY,
                                 "src-prefetch-count": prefetch}).status_code == 201
 
         def moved() -> int:
-            return (_status(api, name) or {}).get("messages_moved", 0)
+            with _conn(peer.url) as conn:
+                ch = conn.channel()
+                try:
+                    return ch.queue_declare(dest, passive=True).method.message_count
+                except pika.exceptions.ChannelClosedByBroker:
+                    return 0
 
         wait_for(lambda: moved() >= 300, timeout=30)
         peer.kill()  # mid-transfer
