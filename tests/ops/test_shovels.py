@@ -23,8 +23,6 @@ import pytest
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
 
-
-
 # seconds between a shovel's failure and its restart: RabbitMQ 3.10.8 does not come back
 # with a fraction of a second (its timer needs whole milliseconds), so 1 s there
 DELAY = 1 if EXTERNAL else 0.2
