@@ -470,3 +470,49 @@ def test_kill_9_mid_transfer_loses_nothing(pair, tmp_path, victim):
     finally:
         down.stop()
         upstream.stop()
+
+
+def test_queues_federated_in_a_cycle_move_messages_to_their_consumers_once():
+    """Two brokers whose queue Q federates from each other: messages published to one
+    side go, once each, to whichever side has a consumer, and nothing is lost when the
+    consumer moves (rabbitmq.com/federated-queues.html: a cycle is fine)."""
+    from broker.embedded import EmbeddedBroker
+
+    if EXTERNAL:
+        pytest.skip("two brokers of this broker's")
+    a = EmbeddedBroker(node_name="a@localhost", management_tcp_port=-1).start()
+    b = EmbeddedBroker(node_name="b@localhost", management_tcp_port=-1).start()
+    q = uniq("cyc")
+    try:
+        for here, there in ((a, b), (b, a)):
+            api = Api(here.api_url)
+            assert _upstream(api, "other", {"uri": there.url, "prefetch-count": 20}
+                             ).status_code == 201
+            assert _policy(api, "cycle", f"^{q}$", {"federation-upstream": "other"},
+                           "queues").status_code in (201, 204)
+            with _conn(here.url) as conn:
+                conn.channel().queue_declare(q, durable=True)
+        for here in (a, b):
+            _running(Api(here.api_url), queue=q)
+        _publish(a.url, "", q, 100)
+
+        def consume(url: str, n: int, timeout: float = 15.0) -> list[bytes]:
+            got: list[bytes] = []
+            with _conn(url) as conn:
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=10)
+                ch.basic_consume(q, lambda c, m, p, body: (got.append(body),
+                                                           c.basic_ack(m.delivery_tag)))
+                deadline = time.monotonic() + timeout
+                while len(got) < n and time.monotonic() < deadline:
+                    conn.process_data_events(0.05)
+            return got
+
+        first = consume(b.url, 60)  # at least 60 move from a to b, to b's consumer
+        assert 60 <= len(first) < 100
+        rest = consume(a.url, 100 - len(first))  # the rest: left on a, or back from b
+        late = consume(b.url, 100, timeout=1.0)  # and nothing else turns up anywhere
+        assert sorted(int(x) for x in first + rest + late) == list(range(100))
+    finally:
+        a.stop()
+        b.stop()
