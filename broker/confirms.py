@@ -150,6 +150,13 @@ class PersistConfirms:
     def on_purge(self) -> None:
         """Purged messages keep the rule above (RabbitMQ confirms them once written)."""
 
+    def on_consumed(self, msg_id: bytes) -> None:
+        """The message went straight to a consumer without acks and was never enqueued:
+        nothing will be written, so it is released now (RabbitMQ confirms such a message
+        at once, rabbit_amqqueue_process deliver_or_enqueue)."""
+        for channel, seq in self._unconfirmed.pop(msg_id, ()):
+            self._owe(channel, seq)
+
     def on_drop(self, msg_ids: list[bytes]) -> None:
         """Messages dropped by TTL or by a length limit's drop-head: released as if handled
         (RabbitMQ confirms a message that expired or was dropped; one never enqueued,

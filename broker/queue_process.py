@@ -367,6 +367,8 @@ class QueueProcess(Process):
                     self.message_stats.deliver += 1
                 if self._tracks:
                     tag = self.confirms.on_deliver(self, message.msg_id, tag, consumer.channel)
+                elif tag is None and seq is not None:  # persist mode: never written
+                    self.confirms.on_consumed(message.msg_id)
                 consumer.channel.deliver(self, consumer, message, False, tag)
                 self._credit_back(channel)
                 return

@@ -140,6 +140,33 @@ def test_persistent_publish_to_durable_queue_is_acked(connection, unique):
     ch.queue_delete(q)
 
 
+def test_persistent_publish_taken_at_once_by_a_no_ack_consumer_is_acked(broker, connect,
+                                                                       unique):
+    """A persistent message for a durable queue whose no-ack consumer takes it at once is
+    never written, and is confirmed at once (it used to wait forever for a write)."""
+    q = unique("noack")
+    consumer_conn = connect()
+    ch = consumer_conn.channel()
+    ch.queue_declare(q, durable=True)
+    got: list[bytes] = []
+    ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
+    consumer_conn.process_data_events(0.1)
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send(commands.Confirm.Select(), 1)
+        c.expect(commands.Confirm.SelectOk, 1)
+        for i in range(5):
+            c.publish(1, b"%d" % i, routing_key=q,
+                      properties=commands.Basic.Properties(delivery_mode=2))
+        confirms = read_confirms(c, 1, 5)  # RawClient reads time out after 5 s
+        assert all(kind == "ack" for kind, _t, _m in confirms), confirms
+        c.close()
+    wait_for(lambda: (consumer_conn.process_data_events(0.05), len(got) == 5)[1])
+    assert got == [b"0", b"1", b"2", b"3", b"4"]
+    ch.queue_delete(q)
+
+
 def test_message_routed_to_several_queues_acked_once(broker, unique):
     ex = unique("fan")
     with RawClient(broker.host, broker.port) as c:
