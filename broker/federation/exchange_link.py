@@ -77,6 +77,7 @@ class ExchangeLink(Link):
         self._bound: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}  # key -> bound
         self._changed = asyncio.Event()  # local bindings changed: sync them upstream
         self._upstream_vhost = "/"
+        self._consumer_tag = ""  # the link's consumer on the upstream queue
 
     def bindings_changed(self) -> None:
         """The local exchange's bindings may have changed: resync on the link's task."""
@@ -102,8 +103,9 @@ class ExchangeLink(Link):
         if not no_ack:
             await up.rpc(1, commands.Basic.Qos(prefetch_count=min(u.prefetch_count, 65535)),
                          commands.Basic.QosOk)
-        await up.rpc(1, build_method(commands.Basic.Consume, queue=q, no_ack=no_ack),
-                     commands.Basic.ConsumeOk)
+        ok = await up.rpc(1, build_method(commands.Basic.Consume, queue=q, no_ack=no_ack),
+                          commands.Basic.ConsumeOk)
+        self._consumer_tag = ok.consumer_tag
         await up.rpc(2, commands.Channel.Open(), commands.Channel.OpenOk)  # commands
         old = await self._old_suffix(up, q)
         self._suffix = "B" if old == "A" else "A"
@@ -243,6 +245,9 @@ class ExchangeLink(Link):
             return
         try:
             async with asyncio.timeout(5):
+                up.on_delivery = None  # what still arrives is requeued when the link closes
+                await up.rpc(1, commands.Basic.Cancel(consumer_tag=self._consumer_tag),
+                             commands.Basic.CancelOk)
                 await disposable(up, build_method(commands.Queue.Delete, queue=self.queue),
                                  commands.Queue.DeleteOk)
                 if self.internal_exchange is not None:
