@@ -78,6 +78,9 @@ class BrokerConfig:
     queue_index_max_journal_entries: int = 32768
     msg_store_file_size_limit: int = 16777216
     fsync: bool = True  # fsync before confirming persistent messages
+    # static shovels from the configuration file's [shovels.NAME] tables
+    # (broker/shovel/static.py; RabbitMQ: advanced.config's rabbitmq_shovel shovels)
+    shovels: tuple[Any, ...] = ()
 
     # resource alarms (rabbitmq.com/memory.html, disk-alarms.html, alarms.html); sizes take
     # RabbitMQ's units ("512MB", "1GiB", "800M"): broker/config.py parse_information_unit
@@ -255,7 +258,12 @@ def load_config(
     if path:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-        table = _flatten(data.get("broker", data))
+        root = dict(data.get("broker", data))
+        if "shovels" in root:
+            from broker.shovel.static import parse_all  # only when a file has shovels
+
+            values["shovels"] = parse_all(root.pop("shovels"))
+        table = _flatten(root)
         for key, value in table.items():
             key = key.replace(".", "_").replace("-", "_")
             key = _ALIASES.get(key, key)

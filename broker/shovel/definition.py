@@ -63,6 +63,9 @@ class ShovelDef:
     publish_properties: dict[str, Any] = field(default_factory=dict)
     ack_mode: str = "on-confirm"
     reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+    static: bool = False  # from the configuration file (broker/shovel/static.py)
+    src_declarations: tuple[Any, ...] = ()  # pamqp methods run on connect (static shovels)
+    dest_declarations: tuple[Any, ...] = ()
 
 
 def _uris(value: Any) -> list[str] | None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from pamqp import commands
 
+from broker.protocol.encoding import build_method
 from broker.shovel.client import Client, ClientError, Delivery, Endpoint, redact
 from broker.shovel.definition import ShovelDef
 
@@ -133,9 +134,16 @@ class ShovelLink:
         self._src, self.src_uri = await self._connect(d.src_uris, "source")
         self._dest, self.dest_uri = await self._connect(d.dest_uris, "destination")
         src, dest = self._src, self._dest
+        await _declare_all(dest, d.dest_declarations)
+        last = await _declare_all(src, d.src_declarations)
         if d.dest_queue is not None:
             await _ensure_queue(dest, d.dest_queue, d.dest_queue_args)
-        if d.src_queue is not None:
+        if d.static:  # consume what the configuration names ("": the last declared)
+            queue = d.src_queue or last or ""
+            ok = await src.rpc(1, build_method(commands.Queue.Declare, queue=queue,
+                                               passive=True), commands.Queue.DeclareOk)
+            depth = int(ok.message_count)
+        elif d.src_queue is not None:
             depth = await _ensure_queue(src, d.src_queue, d.src_queue_args)
             queue = d.src_queue
         else:
@@ -187,8 +195,9 @@ class ShovelLink:
         elif d.dest_exchange is not None:
             x = d.dest_exchange
             key = d.dest_exchange_key if d.dest_exchange_key is not None else routing_key
-        else:
-            x, key = exchange, routing_key
+        else:  # the message's own exchange; dest-exchange-key / publish_fields may set the key
+            x = exchange
+            key = d.dest_exchange_key if d.dest_exchange_key is not None else routing_key
         raw = hdr.raw_properties
         if d.publish_properties or d.add_forward_headers or d.add_timestamp_header:
             raw = self._changed_properties(hdr.properties)
@@ -239,7 +248,8 @@ class ShovelLink:
             headers = dict(p.headers or {})
             if d.add_forward_headers:
                 table: dict[str, Any] = {
-                    "shovelled-by": self._cluster_name, "shovel-type": "dynamic",
+                    "shovelled-by": self._cluster_name,
+                    "shovel-type": "static" if d.static else "dynamic",
                     "shovel-name": d.name, "shovel-vhost": d.vhost,
                     "src-uri": redact(self.src_uri or ""),
                     "dest-uri": redact(self.dest_uri or "")}
@@ -265,7 +275,7 @@ class ShovelLink:
         d = self.d
         out: dict[str, Any] = {
             "node": node, "timestamp": self.timestamp, "name": d.name, "vhost": d.vhost,
-            "type": "dynamic", "state": self.state,
+            "type": "static" if d.static else "dynamic", "state": self.state,
             "src_protocol": "amqp091", "dest_protocol": "amqp091",
             "src_uri": redact(self.src_uri or d.src_uris[0]),
             "dest_uri": redact(self.dest_uri or d.dest_uris[0]),
@@ -281,6 +291,27 @@ class ShovelLink:
         if self.state == "terminated" and self.reason:
             out["reason"] = self.reason
         return out
+
+
+async def _declare_all(client: Client, methods: tuple[Any, ...]) -> str | None:
+    """Run a static shovel's declarations on channel 1, in order; a queue.declare or
+    queue.bind with queue "" means the last queue declared (rabbit_shovel_config). Returns
+    the name of the last declared queue."""
+    last: str | None = None
+    for method in methods:
+        if isinstance(method, commands.Queue.Declare):
+            ok = await client.rpc(1, method, commands.Queue.DeclareOk)
+            last = ok.queue
+        elif isinstance(method, commands.Queue.Bind):
+            if not method.queue and last is not None:
+                method = copy.copy(method)
+                method.queue = last
+            await client.rpc(1, method, commands.Queue.BindOk)
+        elif isinstance(method, commands.Exchange.Declare):
+            await client.rpc(1, method, commands.Exchange.DeclareOk)
+        elif isinstance(method, commands.Exchange.Bind):
+            await client.rpc(1, method, commands.Exchange.BindOk)
+    return last
 
 
 async def _ensure_queue(client: Client, queue: str, args: dict[str, Any]) -> int:

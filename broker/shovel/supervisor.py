@@ -5,7 +5,9 @@
 # Must never: block the loop or let a link's failure reach the broker.
 """Dynamic shovels (rabbitmq.com/shovel-dynamic.html): a `shovel` runtime parameter per
 vhost and name; setting it starts (or restarts) its link, clearing it stops the link, and
-every stored parameter's link starts again at boot (rabbit_shovel_dyn_worker_sup_sup)."""
+every stored parameter's link starts again at boot (rabbit_shovel_dyn_worker_sup_sup).
+Static shovels (rabbitmq.com/shovel-static.html) come from the configuration file
+(broker/shovel/static.py) and run from boot to shutdown."""
 
 from __future__ import annotations
 
@@ -31,24 +33,35 @@ class Shovels:
         self._stopping: set[asyncio.Task[None]] = set()
 
     def start_all(self) -> None:
-        """Boot: a link for every stored shovel parameter."""
+        """Boot: a link for every static shovel of the configuration and every stored
+        shovel parameter (a parameter with a static shovel's name is left out)."""
+        for d in getattr(self.broker.config, "shovels", ()):
+            self._start(d.vhost, d.name, None, d)
         for p in self.broker.definitions.list_parameters():
-            if p.component == COMPONENT and not definition.validate(p.value):
+            if (p.component == COMPONENT and not definition.validate(p.value)
+                    and (p.vhost, p.name) not in self.links):
                 self._start(p.vhost, p.name, p.value)
 
     def set(self, vhost: str, name: str, value: Any) -> list[str]:
         """Validate and store the parameter, (re)start its link. Returns the validation
-        errors (nothing changed then)."""
+        errors (nothing changed then); a static shovel's name is refused."""
         errs = definition.validate(value)
         if errs:
             return errs
+        link = self.links.get((vhost, name))
+        if link is not None and link.d.static:
+            return [f"a static shovel named {name} exists (configuration file)"]
         self.broker.definitions.set_parameter(ParameterDef(vhost, COMPONENT, name, value))
         self._stop_soon((vhost, name))
         self._start(vhost, name, value)
         return []
 
     def clear(self, vhost: str, name: str) -> bool:
-        """Delete the parameter and stop its link; False when there was none."""
+        """Delete the parameter and stop its link; False when there was none (a static
+        shovel is not a parameter: it stays)."""
+        link = self.links.get((vhost, name))
+        if link is not None and link.d.static:
+            return False
         self._stop_soon((vhost, name))
         return self.broker.definitions.clear_parameter(vhost, COMPONENT, name)
 

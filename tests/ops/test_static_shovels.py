@@ -1,0 +1,116 @@
+"""Static shovels from the configuration file (issue 21; rabbitmq.com/shovel-static.html,
+RabbitMQ's advanced.config `rabbitmq_shovel` `shovels`, here `[shovels.NAME]` TOML tables
+with the same keys): a broker process started with two of them moves messages from a queue
+it declares and from an exchange through a server-named queue, shows them in /api/shovels
+as `static`, refuses to delete them as parameters, and a bad definition stops the broker
+from starting with a message that names it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+import requests
+
+from tests.ops.conftest import EXTERNAL
+from tests.polling import wait_for
+from tests.recovery.brokerproc import ROOT, BrokerProcess
+
+pytestmark = pytest.mark.skipif(EXTERNAL, reason="this broker's configuration file")
+
+CONFIG = """
+[shovels.from_queue]
+ack_mode = "on_confirm"
+reconnect_delay = 1
+[shovels.from_queue.source]
+uris = ["amqp://"]
+declarations = [["queue.declare", {queue = "st-src", durable = true}]]
+queue = "st-src"
+prefetch_count = 50
+[shovels.from_queue.destination]
+uris = ["amqp://"]
+declarations = [["queue.declare", {queue = "st-dest", durable = true}]]
+publish_fields = {exchange = "", routing_key = "st-dest"}
+add_forward_headers = true
+
+[shovels.from_exchange.source]
+uris = ["amqp://"]
+declarations = [["exchange.declare", {exchange = "st-fanout", type = "fanout"}],
+                "queue.declare",
+                ["queue.bind", {exchange = "st-fanout", queue = ""}]]
+queue = ""
+[shovels.from_exchange.destination]
+uris = ["amqp://"]
+declarations = [["queue.declare", {queue = "st-dest2"}]]
+publish_fields = {exchange = "", routing_key = "st-dest2"}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, queue: str, n: int) -> list:
+    got: list = []
+    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
+        ch = conn.channel()
+        deadline = time.monotonic() + 15
+        while len(got) < n and time.monotonic() < deadline:
+            method, props, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                time.sleep(0.02)
+                continue
+            got.append((props, body))
+    return got
+
+
+def test_static_shovels_run_from_the_configuration_file(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text(CONFIG)
+    api_port = _free_port()
+    b = BrokerProcess(tmp_path / "data", "--config", str(config), "--set",
+                      f"management.tcp.port={api_port}").start()
+    api = f"http://127.0.0.1:{api_port}"
+    try:
+        def shovels() -> dict:
+            items = requests.get(f"{api}/api/shovels", auth=("guest", "guest"), timeout=10)
+            return {s["name"]: s for s in items.json()}
+        wait_for(lambda: {s["state"] for s in shovels().values()} == {"running"}, timeout=20)
+        status = shovels()
+        assert set(status) == {"from_queue", "from_exchange"}
+        assert {s["type"] for s in status.values()} == {"static"}
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for i in range(20):
+                ch.basic_publish("", "st-src", b"q%d" % i)
+                ch.basic_publish("st-fanout", "", b"x%d" % i)
+        got = _get(b.url, "st-dest", 20)
+        assert [body for _p, body in got] == [b"q%d" % i for i in range(20)]
+        forward = got[0][0].headers["x-shovelled"][0]
+        assert forward["shovel-type"] == "static" and forward["shovel-name"] == "from_queue"
+        assert [body for _p, body in _get(b.url, "st-dest2", 20)] == \
+            [b"x%d" % i for i in range(20)]
+        r = requests.delete(f"{api}/api/parameters/shovel/%2F/from_queue",
+                            auth=("guest", "guest"), timeout=10)
+        assert r.status_code == 404  # not a parameter: only the configuration removes it
+        assert "from_queue" in shovels()
+    finally:
+        b.stop()
+
+
+def test_a_bad_static_shovel_stops_the_broker_with_a_clear_error(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text('[shovels.broken.source]\nuris = ["http://x"]\nqueue = "a"\n'
+                      '[shovels.broken.destination]\nuris = ["amqp://"]\n')
+    proc = subprocess.run([sys.executable, "-m", "broker", "--config", str(config),
+                           "--port", "0", "--data-dir", str(tmp_path / "d")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "shovels.broken.source.uris" in proc.stderr + proc.stdout
