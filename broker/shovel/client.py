@@ -130,7 +130,11 @@ class Client(asyncio.Protocol):
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 _t, client = await loop.create_connection(cls, endpoint.host, endpoint.port)
                 client.product = product
-                await client._handshake(endpoint, name)
+                try:
+                    await client._handshake(endpoint, name)
+                except BaseException:  # refused, timed out or cancelled: drop the socket
+                    client.abort()
+                    raise
         except (OSError, TimeoutError) as exc:
             raise ClientError(0, f"cannot connect to {endpoint.host}:{endpoint.port}: "
                                  f"{exc or type(exc).__name__}", _inet_reason(exc)) from None

@@ -307,9 +307,10 @@ def test_an_upstream_that_is_down_shows_an_error_and_is_retried(pair):
     try:
         with _conn(pair.down_url) as conn:
             conn.channel().exchange_declare(x, "fanout")
-        wait_for(lambda: (_link(pair.api, exchange=x, upstream=up) or {}).get("status") == "error",
-                 timeout=15)
-        link = _link(pair.api, exchange=x, upstream=up)
+        def failed() -> dict | None:  # the status alternates: error, starting (retry), ...
+            link = _link(pair.api, exchange=x, upstream=up) or {}
+            return link if link.get("status") == "error" else None
+        link = wait_for(failed, timeout=15)
         assert link["error"] == "econnrefused"  # RabbitMQ's text
         down = pair.api.get("/api/federation-links/state/down").json()
         assert any(i["id"] == link["id"] for i in down)
@@ -516,3 +517,22 @@ def test_queues_federated_in_a_cycle_move_messages_to_their_consumers_once():
     finally:
         a.stop()
         b.stop()
+
+
+def test_upstreams_are_exported_and_imported_with_the_definitions(pair):
+    up = uniq("up")
+    value = {"uri": "amqp://guest:guest@127.0.0.1:1", "max-hops": 2}
+    assert _upstream(pair.api, up, value).status_code == 201
+    try:
+        doc = pair.api.get("/api/definitions").json()
+        mine = [p for p in doc["parameters"] if p["name"] == up]
+        assert mine == [{"vhost": "/", "component": "federation-upstream", "name": up,
+                         "value": value}]
+        assert pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}"
+                               ).status_code == 204
+        r = pair.api.post("/api/definitions", json={"parameters": mine})
+        assert r.status_code in (200, 201, 204), r.text
+        got = pair.api.get(f"/api/parameters/federation-upstream/%2F/{up}").json()
+        assert got["value"] == value
+    finally:
+        pair.api.delete(f"/api/parameters/federation-upstream/%2F/{up}")
