@@ -1,0 +1,1 @@
+"""Streams (issue 22): x-queue-type=stream, an append-only replayable log."""
