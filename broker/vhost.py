@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker import errors, limits, policies, sharding
+from broker.stream import arguments as stream_arguments
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, QueueDef
@@ -287,6 +288,9 @@ class VHost:
             authorize(name, existing is not None)
         self.churn.queues_declared += 1
         _validate_queue_args(arguments, self._q(name), method)
+        if stream_arguments.is_stream(arguments) and existing is None:
+            stream_arguments.check_declare(self._q(name), durable, exclusive, auto_delete,
+                                           arguments, method)
         durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked
@@ -298,15 +302,27 @@ class VHost:
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 limits.vhost_queues_text(name, self.name, max_queues), method)
-        queue = QueueProcess(
-            self._loop, self, name, durable=durable, auto_delete=auto_delete,
-            exclusive_owner=owner if exclusive else None, arguments=arguments,
-            bq_factory=self._bq_factory,
-            credit_initial=self._config.credit_flow_initial,
-            credit_more_after=self._config.credit_flow_more_after,
-            confirm_on=self._config.confirm_on,
-            policy=self.policy_for("queues", name),
-            memory_monitor=self._memory_monitor)
+        if stream_arguments.is_stream(arguments):
+            stream_arguments.check_declare(self._q(name), durable, exclusive, auto_delete,
+                                           arguments, method)
+            from broker.stream.queue import StreamQueue  # streams only when declared
+
+            queue: QueueProcess = StreamQueue(
+                self._loop, self, name, arguments=arguments,
+                data_dir=self._config.data_dir, fsync=self._config.fsync,
+                credit_initial=self._config.credit_flow_initial,
+                credit_more_after=self._config.credit_flow_more_after,
+                policy=self.policy_for("queues", name))
+        else:
+            queue = QueueProcess(
+                self._loop, self, name, durable=durable, auto_delete=auto_delete,
+                exclusive_owner=owner if exclusive else None, arguments=arguments,
+                bq_factory=self._bq_factory,
+                credit_initial=self._config.credit_flow_initial,
+                credit_more_after=self._config.credit_flow_more_after,
+                confirm_on=self._config.confirm_on,
+                policy=self.policy_for("queues", name),
+                memory_monitor=self._memory_monitor)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
         self._topology_changed()
         self.churn.queues_created += 1

@@ -112,9 +112,27 @@ def encode_method(channel: int, method: Any) -> bytes:
     return _frame(FRAME_METHOD, channel, encode_args(method))
 
 
+_HEADERS_FLAG = 0x2000  # basic property flags: content-type 0x8000, -encoding 0x4000, headers
+
+
 def encode_properties(properties: commands.Basic.Properties) -> bytes:
-    """raw_properties (property flags + property list) of a pamqp Basic.Properties."""
-    return properties.marshal()
+    """raw_properties (property flags + property list) of a pamqp Basic.Properties; a
+    LongLong in the headers table is encoded as a long (`l`)."""
+    headers = properties.headers
+    if not headers or not any(type(v) is LongLong for v in headers.values()):
+        return properties.marshal()
+    properties.headers = None
+    try:
+        raw = properties.marshal()
+    finally:
+        properties.headers = headers
+    flags = struct.unpack_from(">H", raw)[0]
+    pos = 2
+    for flag in (0x8000, 0x4000):  # content-type, content-encoding: shortstrs before headers
+        if flags & flag:
+            pos += 1 + raw[pos]
+    return (struct.pack(">H", flags | _HEADERS_FLAG) + raw[2:pos] + encode_table(headers)
+            + raw[pos:])
 
 
 def _content_frames(

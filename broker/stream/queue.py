@@ -1,0 +1,243 @@
+"""A stream queue (x-queue-type=stream, rabbitmq.com/streams.html; rabbit_stream_queue in
+RabbitMQ 3.10.8 is the reference for its AMQP 0-9-1 behaviour): the queue process of an
+append-only log. Publishes are appended (one chunk per mailbox batch) and confirmed once
+fsynced; consumers read from where their `x-stream-offset` says, each independently, and
+acks only give them credit back: nothing is ever removed by consuming. Retention
+(x-max-length-bytes, x-max-age) drops whole segments from the start.
+
+Owns: its StreamLog (broker/stream/log.py) under
+`<data_dir>/vhosts/<vhost dir>/streams/<md5 of the name>`, and each consumer's next offset.
+Talked to by: the vhost (declare, delete, recovery) and channels, through the same façade as
+a classic queue's process (cast PUBLISH / PUBLISHES / ACK, call add_consumer, ...).
+Must never: delete a message because it was consumed, or confirm one not yet on disk.
+
+Differences kept on purpose: a bad x-stream-offset is 406 (RabbitMQ crashes with 541); a
+reject or nack gives the consumer its credit back (RabbitMQ closes the connection with
+540); queue.purge leaves the stream as it is and answers 0. Each delivery carries the
+header `x-stream-offset`, a long, as RabbitMQ's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import struct
+from typing import Any
+
+from broker import errors
+from broker.backing_queue.memory import MemoryBackingQueue
+from broker.consumers import Consumer
+from broker.message import Message
+from broker.msg_store.vhost import vhost_dir_name
+from broker.protocol.encoding import LongLong, encode_properties
+from broker.protocol.framing import decode_properties
+from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, RUN, QueueProcess
+from broker.stream import arguments as sa
+from broker.stream.log import Chunk, StreamLog
+
+log = logging.getLogger("broker.queue")
+DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
+_U32 = struct.Struct(">I")
+
+
+def stream_dir(data_dir: str, vhost: str, name: str) -> str:
+    digest = hashlib.md5(name.encode()).hexdigest()
+    return os.path.join(data_dir, "vhosts", vhost_dir_name(vhost), "streams", digest)
+
+
+def entry_bytes(message: Message) -> bytes:
+    """A log entry: ExchangeLen:u8 | Exchange | KeyLen:u8 | RoutingKey | PropsLen:u32 |
+    Properties (encoded, as received) | Body."""
+    x, k = message.exchange.encode(), message.routing_key.encode()
+    props = message.wire_properties()
+    return b"".join((bytes((len(x),)), x, bytes((len(k),)), k, _U32.pack(len(props)), props,
+                     message.body))
+
+
+def entry_message(entry: bytes, offset: int) -> Message:
+    """The message of a log entry, with the `x-stream-offset` header added."""
+    i = entry[0] + 1
+    exchange = entry[1:i].decode()
+    j = i + 1 + entry[i]
+    routing_key = entry[i + 1:j].decode()
+    (n,) = _U32.unpack_from(entry, j)
+    props = decode_properties(entry[j + 4:j + 4 + n])
+    props.headers = {**(props.headers or {}), "x-stream-offset": LongLong(offset)}
+    return Message(exchange, routing_key, props, entry[j + 4 + n:],
+                   raw_properties=encode_properties(props))
+
+
+class StreamQueue(QueueProcess):
+    """A durable stream queue `name` of `vhost`; `data_dir` is the broker's."""
+
+    def __init__(self, loop: Any, vhost: Any, name: str, *, arguments: dict, data_dir: str,
+                 fsync: bool = True, **kw: Any) -> None:
+        super().__init__(loop, vhost, name, durable=True, auto_delete=False,
+                         exclusive_owner=None, arguments=arguments,
+                         bq_factory=lambda *a: MemoryBackingQueue(), **kw)
+        segment = arguments.get("x-stream-max-segment-size-bytes") or sa.DEFAULT_SEGMENT_SIZE
+        self.directory = stream_dir(data_dir, vhost.name, name)
+        self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync)
+        self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
+        self._pending_confirms: list[tuple[Any, int]] = []  # (channel, seq) in this batch
+        self._unsynced: list[tuple[Any, int]] = []  # appended, confirmed after the fsync
+        self._offsets: dict[tuple[int, str], int] = {}  # consumer key -> next offset
+        self._chunk: Chunk | None = None  # the chunk read last (consumers share it)
+        self._max_bytes, self._max_age = self._retention(arguments)
+
+    def _retention(self, args: dict) -> tuple[int | None, int | None]:
+        mb = args.get("x-max-length-bytes")
+        policy = self.policy.definition if self.policy is not None else {}
+        mb = mb if mb is not None else policy.get("max-length-bytes")
+        age = sa.max_age_ms(args.get("x-max-age") or policy.get("max-age"))
+        return (int(mb) if isinstance(mb, int) else None), age
+
+    # -- publishing --------------------------------------------------------------------------
+    def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
+        self.message_stats.publish += 1
+        self._pending.append(entry_bytes(message))
+        if seq is not None:
+            self._pending_confirms.append((channel, seq))
+        self._credit_back(channel)
+
+    def handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind in (PUBLISH, PUBLISHES):
+            super().handle(msg)
+        elif kind in (ACK, REQUEUE, DISCARD):  # credit back; a stream never deletes
+            self._settle(msg[1], msg[2])
+            if kind == ACK:
+                self.message_stats.ack += len(msg[2])
+        elif kind == RUN:
+            pass
+        else:
+            super().handle(msg)
+
+    def after_batch(self) -> None:
+        if self._pending:
+            entries, self._pending = self._pending, []
+            self.log.append(entries)
+            self._unsynced.extend(self._pending_confirms)
+            self._pending_confirms = []
+            if self._max_bytes is not None or self._max_age is not None:
+                self.log.apply_retention(self._max_bytes, self._max_age)
+        if not self.deleted:
+            self._run_deliveries()
+        self._flush_confirms()
+
+    def on_mailbox_empty(self) -> None:
+        """Group commit: one fsync for every chunk appended since the last, then the
+        confirms they owe."""
+        if self._unsynced and not self.deleted:
+            self.log.sync()
+            owed, self._unsynced = self._unsynced, []
+            for channel, seq in owed:
+                self._owe_confirm(channel, seq)
+            self._flush_confirms()
+
+    # -- consuming ---------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """basic.consume: a prefetch is required (406) and acks too (540), as RabbitMQ's;
+        x-stream-offset says where to start."""
+        what = f"queue '{self.name}' in vhost '{self.vhost.name}'"
+        if consumer.prefetch == 0:
+            raise errors.amqp_error(errors.PreconditionFailed,
+                                    f"consumer prefetch count is not set for '{what}'")
+        if consumer.no_ack:
+            raise errors.amqp_error(
+                errors.NotImplemented_,
+                f"automatic acknowledgement not supported by stream queues {what}")
+        spec = sa.offset_spec((consumer.arguments or {}).get("x-stream-offset"), what)
+        self._offsets[(id(consumer.channel), consumer.tag)] = self.log.locate(spec)
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, channel: Any, tag: str) -> bool:
+        self._offsets.pop((id(channel), tag), None)
+        return super().remove_consumer(channel, tag)
+
+    def channel_down(self, channel: Any, unacked: list[int]) -> None:
+        """The channel closed: its consumers go (nothing is requeued: nothing left)."""
+        self._drain_all()
+        for consumer in self.consumers.remove_channel(channel):
+            self._offsets.pop((id(channel), consumer.tag), None)
+        self.lease.touch()
+        self.credit.peer_down(channel)
+        self._confirm_out.pop(channel, None)
+
+    def _run_deliveries(self) -> None:
+        log_ = self.log
+        budget = DELIVERIES_PER_TURN
+        for consumer in list(self.consumers):
+            key = (id(consumer.channel), consumer.tag)
+            offset = self._offsets.get(key)
+            while (offset is not None and offset < log_.next_offset
+                   and consumer.has_capacity() and consumer.channel.can_deliver(False)):
+                if budget == 0:
+                    self.cast((RUN,))
+                    return
+                chunk = self._chunk
+                if chunk is None or not chunk.first <= offset < chunk.first + len(
+                        chunk.entries):
+                    chunk = self._chunk = log_.read_chunk(offset)
+                    if chunk is None:  # removed by retention: skip to what is left
+                        offset = max(offset, log_.first_offset)
+                        if offset >= log_.next_offset:
+                            break
+                        continue
+                message = entry_message(chunk.entries[offset - chunk.first], offset)
+                consumer.unacked += 1
+                self.message_stats.deliver += 1
+                consumer.channel.deliver(self, consumer, message, False, offset)
+                offset += 1
+                budget -= 1
+            if offset is not None:
+                self._offsets[key] = offset
+
+    def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
+        raise errors.amqp_error(
+            errors.NotImplemented_, "basic.get not supported by stream queues queue "
+            f"'{self.name}' in vhost '{self.vhost.name}'")
+
+    # -- the façade's other questions ----------------------------------------------------------
+    def message_count(self) -> int:
+        return self.log.next_offset - self.log.first_offset
+
+    def purge(self) -> int:
+        return 0
+
+    def browse(self, offset: int, count: int) -> list[tuple[Message, bool]]:
+        return []
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        where = f"queue '{self.name}' in vhost '{self.vhost.name}'"
+        if if_unused and len(self.consumers):
+            raise errors.amqp_error(errors.PreconditionFailed, f"{where} in use")
+        if if_empty and self.message_count():
+            raise errors.amqp_error(errors.PreconditionFailed, f"{where} not empty")
+
+    def stats(self) -> dict[str, int]:
+        unacked = sum(c.unacked for c in self.consumers)
+        return {"len": self.message_count(), "pending_acks": unacked, "ram_msgs": 0,
+                "persistent": self.message_count(), "bytes": self.log.total_bytes(),
+                "consumers": len(self.consumers)}
+
+    def terminate(self, delete: bool) -> int:
+        """Stop: what was published is appended and fsynced (its confirms sent), consumers
+        are cancelled, and the log is closed (deleted with `delete`)."""
+        self._drain_all()
+        self.after_batch()
+        self.on_mailbox_empty()
+        self.deleted = True
+        count = self.message_count()
+        for consumer in self.consumers:
+            consumer.channel.consumer_cancelled(self, consumer.tag)
+        self.lease.cancel()
+        if self.ram is not None:
+            self.ram.stop()
+        self.log.close()
+        if delete:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.stop_process()
+        return count
