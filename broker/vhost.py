@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker import errors, limits, policies, sharding
-from broker.stream import arguments as stream_arguments
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, QueueDef
@@ -24,6 +23,7 @@ from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
+from broker.stream import arguments as stream_arguments
 from broker.ttl import MAX_EXPIRY
 
 log = logging.getLogger("broker.vhost")
