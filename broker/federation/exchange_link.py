@@ -38,7 +38,7 @@ from typing import Any
 from pamqp import commands
 
 from broker.federation import headers as fh
-from broker.federation.link import Link, disposable, log
+from broker.federation.link import Link, declare_unless_there, disposable, log
 from broker.federation.upstream import Upstream, safe_uri
 from broker.protocol.encoding import LongLong, build_method
 from broker.shovel.client import Client, ClientError, Endpoint
@@ -139,17 +139,10 @@ class ExchangeLink(Link):
         if shape is None:
             raise ClientError(0, f"exchange '{self.name}' in vhost '{self.vhost}' is gone")
         type_, durable, auto_delete, internal, arguments = shape
-        try:
-            await disposable(up, build_method(commands.Exchange.Declare,
-                                              exchange=self.upstream.exchange, passive=True),
-                             commands.Exchange.DeclareOk)
-        except ClientError as exc:
-            if exc.reply_code != 404:
-                raise
-            await up.rpc(2, build_method(commands.Exchange.Declare,
-                exchange=self.upstream.exchange, exchange_type=type_, durable=durable,
-                auto_delete=auto_delete, internal=internal, arguments=arguments or None),
-                commands.Exchange.DeclareOk)
+        await declare_unless_there(up, 2, build_method(
+            commands.Exchange.Declare, exchange=self.upstream.exchange, exchange_type=type_,
+            durable=durable, auto_delete=auto_delete, internal=internal,
+            arguments=arguments or None), commands.Exchange.DeclareOk)
 
     async def _ensure_internal_exchange(self, up: Client, name: str) -> None:
         """Delete, then declare the internal exchange: `x-federation-upstream` on a

@@ -33,7 +33,14 @@ from typing import Any
 from pamqp import commands
 
 from broker.federation.upstream import Upstream, safe_uri
-from broker.shovel.client import Client, ClientError, Delivery, Endpoint
+from broker.shovel.client import (
+    Client,
+    ClientError,
+    Delivery,
+    Endpoint,
+    cancel_task,
+    close_clients,
+)
 
 log = logging.getLogger("broker.federation")
 PRODUCT = "pybroker federation"
@@ -113,13 +120,8 @@ class Link:
         subclass may delete what it made upstream; a broker shutdown passes False and keeps
         it, so what is published upstream meanwhile waits there (RabbitMQ deletes it on a
         node shutdown too; keeping it loses nothing)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_task(self._task)
+        self._task = None
         if cleanup:
             await self._cleanup()
         await self._close()
@@ -145,9 +147,7 @@ class Link:
             self._set("starting")
 
     async def _close(self) -> None:
-        for client in (self._up, self._down):
-            if client is not None:
-                await client.close()
+        await close_clients(self._up, self._down)
         self._up = self._down = None
         self._pending.clear()
 
@@ -263,6 +263,20 @@ async def disposable(client: Client, method: Any, reply: type) -> Any:
     await client.rpc(3, commands.Channel.Close(reply_code=200, reply_text="ok", class_id=0,
                                                method_id=0), commands.Channel.CloseOk)
     return ok
+
+
+async def declare_unless_there(client: Client, channel: int, declare: Any, reply: type) -> None:
+    """A passive declare of what `declare` names on a disposable channel; only when that is
+    404, `declare` itself on `channel` (rabbit_federation's "declare it upstream like the
+    local one if missing": the upstream's own definition wins when there is one)."""
+    passive = copy.copy(declare)
+    passive.passive = True
+    try:
+        await disposable(client, passive, reply)
+    except ClientError as exc:
+        if exc.reply_code != 404:
+            raise
+        await client.rpc(channel, declare, reply)
 
 
 def _now() -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from pamqp import commands
 
 from broker.federation import headers as fh
-from broker.federation.link import Link, disposable
+from broker.federation.link import Link, declare_unless_there
 from broker.federation.upstream import Upstream, safe_uri
 from broker.protocol.encoding import build_method
 from broker.shovel.client import Client, ClientError
@@ -77,16 +77,9 @@ class QueueLink(Link):
         if shape is None:
             raise ClientError(0, f"queue '{self.name}' in vhost '{self.vhost}' is gone")
         durable, auto_delete, arguments = shape
-        try:
-            await disposable(up, build_method(commands.Queue.Declare, queue=self.upstream.queue,
-                                                        passive=True),
-                             commands.Queue.DeclareOk)
-        except ClientError as exc:
-            if exc.reply_code != 404:
-                raise
-            await up.rpc(1, build_method(commands.Queue.Declare,
-                queue=self.upstream.queue, durable=durable, auto_delete=auto_delete,
-                arguments=arguments or None), commands.Queue.DeclareOk)
+        await declare_unless_there(up, 1, build_method(
+            commands.Queue.Declare, queue=self.upstream.queue, durable=durable,
+            auto_delete=auto_delete, arguments=arguments or None), commands.Queue.DeclareOk)
         if self.upstream.ack_mode != "no-ack":
             await up.rpc(1, commands.Basic.Qos(
                 prefetch_count=min(self.upstream.prefetch_count, 65535)),

@@ -76,6 +76,23 @@ class Endpoint:
                    urllib.parse.unquote(path) if path else "/")
 
 
+async def close_clients(*clients: Client | None) -> None:
+    """Close each client that is there (connection.close, a bounded wait, then the socket)."""
+    for client in clients:
+        if client is not None:
+            await client.close()
+
+
+async def cancel_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a link's task and wait for it to end."""
+    if task is not None:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+
 def _inet_reason(exc: BaseException) -> str:
     """Erlang's name for a socket error ("econnrefused", "ehostunreach", "timeout", "nxdomain")."""
     if isinstance(exc, TimeoutError):

@@ -37,7 +37,15 @@ from typing import Any
 from pamqp import commands
 
 from broker.protocol.encoding import build_method
-from broker.shovel.client import Client, ClientError, Delivery, Endpoint, redact
+from broker.shovel.client import (
+    Client,
+    ClientError,
+    Delivery,
+    Endpoint,
+    cancel_task,
+    close_clients,
+    redact,
+)
 from broker.shovel.definition import ShovelDef
 
 log = logging.getLogger("broker.shovel")
@@ -75,13 +83,8 @@ class ShovelLink:
     async def stop(self) -> None:
         """Stop the link and close its connections (unacked source messages are requeued
         by the source broker)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_task(self._task)
+        self._task = None
         await self._close()
 
     def _set_state(self, state: str, reason: str | None = None) -> None:
@@ -111,9 +114,7 @@ class ShovelLink:
             self._set_state("starting")
 
     async def _close(self) -> None:
-        for client in (self._src, self._dest):
-            if client is not None:
-                await client.close()
+        await close_clients(self._src, self._dest)
         self._src = self._dest = None
         self._pending.clear()
 

@@ -87,6 +87,12 @@ class StreamQueue(QueueProcess):
         self._chunk: Chunk | None = None  # the chunk read last (consumers share it)
         self._max_bytes, self._max_age = self._retention(arguments)
 
+    def apply_policy(self, policy: Any) -> None:
+        """A policy came or went: the retention limits follow (policy keys
+        max-length-bytes and max-age; a declare argument wins)."""
+        super().apply_policy(policy)
+        self._max_bytes, self._max_age = self._retention(self.arguments)
+
     def _retention(self, args: dict) -> tuple[int | None, int | None]:
         mb = args.get("x-max-length-bytes")
         policy = self.policy.definition if self.policy is not None else {}
