@@ -324,3 +324,41 @@ def test_node_process_and_socket_figures(api):
         assert isinstance(node[key], int) and node[key] >= 0, key
     assert 0 < node["proc_used"] < node["proc_total"]
     assert 0 < node["sockets_total"] <= node["fd_total"]
+
+
+# -- this broker only: a TLS listener whose certificates expire, a restart -----------------
+def test_expiring_certificates_and_a_durable_cluster_name(ours_only, tmp_path):
+    """The test CA's certificates expire in a day: within a week they fail the check (with
+    RabbitMQ's `expired` entries). The cluster name survives a restart."""
+    from broker.embedded import EmbeddedBroker
+    from tests.integration.certs import TestCA
+    from tests.ops.conftest import Api
+
+    ca = TestCA(str(tmp_path))
+    server = ca.issue("parity-broker", server=True)
+    cfg = dict(listeners_ssl_default="0", ssl_options_certfile=server.cert,
+               ssl_options_keyfile=server.key, ssl_options_cacertfile=ca.ca.cert,
+               management_tcp_port=-1, data_dir=str(tmp_path / "data"))
+    b = EmbeddedBroker(**cfg).start()
+    try:
+        api = Api(b.api_url)
+        assert api.get("/api/health/checks/certificate-expiration/0/days").json() == {
+            "status": "ok"}
+        r = api.get("/api/health/checks/certificate-expiration/1/weeks")
+        assert r.status_code == 503
+        body = r.json()
+        assert (body["status"], body["reason"]) == ("failed", "Certificates expiring")
+        [entry] = body["expired"]
+        assert entry["protocol"] == "amqp/ssl" and entry["port"] == b.ssl_port
+        assert (entry["certfile"], entry["cacertfile"]) == (server.cert, ca.ca.cert)
+        assert len(entry["certfile_expires_on"]) == len(entry["cacertfile_expires_on"]) == 1
+        r = api.get("/api/health/checks/protocol-listener/amqps")
+        assert r.json() == {"status": "ok", "protocol": "amqp/ssl"}
+        assert api.put("/api/cluster-name", json={"name": "kept"}).status_code == 204
+    finally:
+        b.stop()
+    b = EmbeddedBroker(**cfg).start()
+    try:
+        assert Api(b.api_url).get("/api/cluster-name").json() == {"name": "kept"}
+    finally:
+        b.stop()
