@@ -34,7 +34,7 @@ from typing import Any
 from broker.passwords import DEFAULT_ALGORITHM as HASHING_ALGORITHM
 from broker.passwords import check_password, hash_password  # noqa: F401 (re-exported)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA_V1 = """
 CREATE TABLE vhosts (
@@ -102,8 +102,14 @@ CREATE TABLE parameters (
 );
 """
 
+# v4: global runtime parameters (rabbit_runtime_parameters' `none` vhost scope:
+# `cluster_name`, `internal_cluster_id`, anything PUT to /api/global-parameters), issue 24
+_SCHEMA_V4 = """
+CREATE TABLE global_parameters (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
 # version reached -> SQL that brings a file from the previous version to it
-_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4}
 
 
 class DefinitionsError(Exception):
@@ -518,6 +524,21 @@ class Definitions:
         """Runtime parameters of `vhost` (or all), ordered by vhost, component, name."""
         return [ParameterDef(v, c, n, json.loads(value))
                 for v, c, n, value in self._select("parameters", vhost)]
+
+    # -- global runtime parameters (rabbitmq.com/parameters.html#global-parameters) --------
+    def set_global_parameter(self, name: str, value: Any) -> None:
+        """Create or replace a global parameter (any JSON value)."""
+        self._write("INSERT OR REPLACE INTO global_parameters VALUES (?, ?)",
+                    (name, json.dumps(value)))
+
+    def clear_global_parameter(self, name: str) -> bool:
+        """Delete a global parameter; False when there was none."""
+        return self._write("DELETE FROM global_parameters WHERE name = ?", (name,)) > 0
+
+    def list_global_parameters(self) -> dict[str, Any]:
+        """{name: value} of every global parameter, by name."""
+        rows = self._db.execute("SELECT name, value FROM global_parameters ORDER BY name")
+        return {n: json.loads(v) for n, v in rows}
 
     def _select(self, table: str, vhost: str | None) -> list[tuple[Any, ...]]:
         if vhost is None:

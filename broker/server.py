@@ -4,7 +4,8 @@
 Owns: the plain and amqps listeners (`broker/tls.py` builds the TLS context), the vhost table,
 `users` (the internal auth backend and the façade for users, permissions and limits,
 `broker/users.py`), the set of live connections, the server properties sent in
-connection.start, and the resource monitor and alarms (`broker/alarms.py`) whose changes it
+connection.start, the global runtime parameters (`cluster_name`, `internal_cluster_id`,
+rabbit_runtime_parameters' global scope, kept in the definitions database), and the resource monitor and alarms (`broker/alarms.py`) whose changes it
 passes to every connection. It never parses frames (the reader does) and never touches a queue's
 messages.
 """
@@ -12,6 +13,7 @@ messages.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 import logging
 import os
@@ -66,6 +68,7 @@ class Broker:
         self.alarms = Alarms()  # resource alarms in effect (memory, disk)
         self.alarms.subscribe(self._alarms_changed)
         self.resources: ResourceMonitor | None = None  # memory/disk checks (after start)
+        self.global_parameters: dict[str, Any] = {}  # name -> JSON value (after start)
 
     def _bq_factory(self, name: tuple[str, str], durable: bool, notify: Any,
                     arguments: dict) -> Any:
@@ -185,8 +188,29 @@ class Broker:
         return self.config.resolved_node_name()
 
     def cluster_name(self) -> str:
-        """The cluster name (this single node's name), as /api/cluster-name reports it."""
-        return self.node_name()
+        """The `cluster_name` global parameter, else this node's name (rabbit_nodes:
+        cluster_name/0), as /api/cluster-name and connection.start report it."""
+        name = self.global_parameters.get("cluster_name")
+        return str(name) if name else self.node_name()
+
+    def set_global_parameter(self, name: str, value: Any) -> None:
+        """Store a global runtime parameter durably (PUT /api/global-parameters/{name};
+        `cluster_name` renames the cluster)."""
+        self.definitions.set_global_parameter(name, value)
+        self.global_parameters[name] = value
+
+    def clear_global_parameter(self, name: str) -> bool:
+        """Delete a global parameter; False when there was none."""
+        self.global_parameters.pop(name, None)
+        return self.definitions.clear_global_parameter(name)
+
+    def _load_global_parameters(self) -> None:
+        """Read them; on first boot make `internal_cluster_id` as RabbitMQ does
+        ("rabbitmq-cluster-id-" + 16 random bytes in unpadded base64url)."""
+        self.global_parameters = self.definitions.list_global_parameters()
+        if "internal_cluster_id" not in self.global_parameters:
+            rand = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+            self.set_global_parameter("internal_cluster_id", f"rabbitmq-cluster-id-{rand}")
 
     def server_properties(self) -> dict:
         """connection.start server-properties (ARCHITECTURE §3)."""
@@ -223,6 +247,7 @@ class Broker:
                                       tags=["administrator"])
             self.definitions.set_permissions(
                 self.config.default_user, self.config.default_vhost, ".*", ".*", ".*")
+        self._load_global_parameters()
         self.users = Users(self.definitions, self.vhosts.__contains__)
         self.resources = ResourceMonitor(self.config, self.alarms)
         self.resources.start(self.loop)  # alarms before the first client can publish

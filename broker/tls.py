@@ -21,10 +21,15 @@ Configuration keys are RabbitMQ's, with dots as underscores in `BrokerConfig`:
   `subject_alternative_name` (with `ssl_cert_login_san_type` dns/ip/email/uri and
   `ssl_cert_login_san_index`, from 0). As in rabbit_ssl, a name is only taken when
   `ssl_options.verify = verify_peer`.
+- `certificates_not_after(path)` — when the certificates of a PEM file expire (the
+  certificate-expiration health check).
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import re
 import ssl
 from typing import Any
 
@@ -120,3 +125,52 @@ def external_login_name(peercert: dict | None, config: Any) -> str | None:
         index = config.ssl_cert_login_san_index
         return values[index] if 0 <= index < len(values) else None
     return distinguished_name(subject) or None
+
+
+# -- certificate expiry (rabbit_mgmt_wm_health_check_certificate_expiration) -------------------
+_PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.S)
+
+
+def _tlv(der: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, content start, content end) of the DER element at `pos`."""
+    tag, length = der[pos], der[pos + 1]
+    pos += 2
+    if length & 0x80:
+        n = length & 0x7F
+        length = int.from_bytes(der[pos:pos + n], "big")
+        pos += n
+    return tag, pos, pos + length
+
+
+def _asn1_time(tag: int, text: str) -> datetime.datetime:
+    """UTCTime (tag 0x17, YYMMDDHHMMSSZ; 50-99 are 19xx) or GeneralizedTime (0x18)."""
+    if tag == 0x17:
+        year = int(text[:2])
+        text = str(1900 + year if year >= 50 else 2000 + year) + text[2:]
+    return datetime.datetime.strptime(text[:14], "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
+
+
+def certificates_not_after(path: str) -> list[datetime.datetime]:
+    """The notAfter time of every certificate in the PEM file at `path` (a tiny DER walk:
+    Certificate → tbsCertificate → [version], serial, signature, issuer, validity). Raises
+    OSError for an unreadable file, ValueError for one without a parsable certificate."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        blocks = _PEM_CERT.findall(f.read())
+    if not blocks:
+        raise ValueError("The certificate file provided does not contain any PEM entry.")
+    out = []
+    for block in blocks:
+        try:
+            der = base64.b64decode("".join(block.split()))
+            _tag, tbs, _end = _tlv(der, _tlv(der, 0)[1])
+            tag, _start, end = _tlv(der, tbs)
+            pos = end if tag == 0xA0 else tbs  # the explicit [0] version, when present
+            for _ in range(3):  # serial, signature algorithm, issuer
+                pos = _tlv(der, pos)[2]
+            _tag, pos, _end = _tlv(der, pos)  # into validity
+            pos = _tlv(der, pos)[2]  # past notBefore
+            tag, start, end = _tlv(der, pos)
+            out.append(_asn1_time(tag, der[start:end].decode("ascii")))
+        except (IndexError, ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"unparsable certificate: {exc}") from None
+    return out

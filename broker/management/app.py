@@ -22,7 +22,11 @@ from broker.management import (
     connections,
     definitions,
     exchanges,
+    feature_flags,
     federation,
+    global_parameters,
+    health,
+    limits,
     metrics,
     overview,
     parameters,
@@ -68,7 +72,8 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     app[BROKER] = broker
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
-                   definitions, parameters, federation):
+                   definitions, parameters, federation, health, global_parameters, limits,
+                   feature_flags):
         app.router.add_routes(module.routes)
     if UI_DIR.is_dir():
         async def index(_request: web.Request) -> web.FileResponse:

@@ -1,14 +1,17 @@
 """Definitions export and import in RabbitMQ's JSON format (rabbitmq.com/definitions.html):
-GET/POST /api/definitions (everything: users with `password_hash` and `hashing_algorithm`,
-vhosts, permissions, topic permissions, policies, exchanges, queues, bindings) and
+GET/POST /api/definitions (everything: users with `password_hash`, `hashing_algorithm` and
+their limits, vhosts, permissions, topic permissions, global parameters, runtime parameters
+(with vhost limits as component `vhost-limits`, name `limits`, as RabbitMQ), policies,
+exchanges, queues, bindings) and
 GET/POST /api/definitions/{vhost} (one vhost's policies, exchanges, queues, bindings).
 `export_definitions` / `import_definitions` also serve `load_definitions` at boot and
 brokerctl. Administrator only.
 
 What is exported: every user, vhost and permission; non-exclusive queues; exchanges except
 the default one and `amq.*`; bindings between exported objects (not the default
-exchange's implicit ones). Import creates or updates in dependency order (vhosts, users,
-permissions, policies, exchanges, queues, bindings) and reports every failure.
+exchange's implicit ones). Import creates or updates in dependency order (vhosts, users
+and their limits, permissions, global parameters, topic permissions, policies, parameters,
+exchanges, queues, bindings) and reports every failure.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ def _vhost_objects(v: Any, with_vhost: bool) -> dict[str, list[dict]]:
     parameters = [tag({"vhost": p.vhost, "component": p.component, "name": p.name,
                        "value": p.value})
                   for p in (v.definitions.list_parameters(v.name) if v.definitions else [])]
+    if v.limits:  # RabbitMQ keeps vhost limits as the runtime parameter vhost-limits/limits
+        parameters.append(tag({"vhost": v.name, "component": "vhost-limits",
+                               "name": "limits", "value": dict(v.limits)}))
     return {"parameters": parameters, "policies": policies, "queues": queues,
             "exchanges": exchanges, "bindings": bindings}
 
@@ -72,14 +78,16 @@ def export_definitions(b: Any, vhost: str | None = None) -> dict:
         **head,
         "users": [{"name": u.name, "password_hash": encode_hash(u.password_hash),
                    "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags),
-                   "limits": {}} for u in users.list_users()],
+                   "limits": dict(users.user_limits.get(u.name) or {})}
+                  for u in users.list_users()],
         "vhosts": [{"name": d.name, "description": d.description, "tags": list(d.tags),
                     "metadata": {"description": d.description, "tags": list(d.tags)}}
                    for d in b.definitions.list_vhosts()],
         "permissions": [shapes.permission(p) for p in users.list_permissions()],
         "topic_permissions": [shapes.topic_permission(p)
                               for p in users.list_topic_permissions()],
-        "global_parameters": [],
+        "global_parameters": [{"name": n, "value": value}
+                              for n, value in sorted(b.global_parameters.items())],
     }
     merged: dict[str, list] = {"parameters": [], "policies": [], "queues": [],
                                "exchanges": [], "bindings": []}
@@ -125,10 +133,16 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
                         "hashing_algorithm") or "rabbit_password_hashing_sha256",
                         tags=_tags(u.get("tags")))
             attempt(f"user {u.get('name')!r}", add_user)
+            if u.get("limits"):
+                attempt(f"limits of user {u.get('name')!r}",
+                        lambda u=u: b.users.set_user_limits(u["name"], u["limits"]))
         for p in data.get("permissions", []):
             attempt(f"permissions of {p.get('user')!r} in {p.get('vhost')!r}",
                     lambda p=p: b.users.set_permissions(p["user"], p["vhost"],
                                                         p["configure"], p["write"], p["read"]))
+        for g in data.get("global_parameters", []):
+            attempt(f"global parameter {g.get('name')!r}",
+                    lambda g=g: b.set_global_parameter(str(g["name"]), g["value"]))
         for p in data.get("topic_permissions", []):
             attempt(f"topic permissions of {p.get('user')!r}",
                     lambda p=p: b.users.set_topic_permissions(
@@ -146,6 +160,9 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
             p.get("apply-to", "all")))
     for p in data.get("parameters", []):
         def add_parameter(p: dict = p) -> None:
+            if p.get("component") == "vhost-limits":
+                b.users.set_vhost_limits(target(p).name, p["value"])
+                return
             errs = set_parameter(b, target(p).name, str(p.get("component")), p["name"],
                                  p["value"])
             if errs:

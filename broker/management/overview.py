@@ -1,9 +1,16 @@
 """GET /api/overview, /api/nodes, /api/whoami, /api/aliveness-test/{vhost},
-/api/health/checks/alarms and /local-alarms, /api/cluster-name, /api/extensions
-(rabbitmq.com/management.html, RabbitMQ 3.10's /api/index.html)."""
+/api/extensions (rabbitmq.com/management.html, RabbitMQ 3.10's /api/index.html). The cluster
+name is in global_parameters.py, the health checks in health.py.
+
+A node's Erlang figures and this broker's equivalents: `proc_used` = the asyncio tasks of the
+broker's event loop (where RabbitMQ has Erlang processes: connections, channels, queues,
+links), `proc_total` = 1048576 (Erlang's default process limit; tasks have none);
+`sockets_used` = open client connections, `sockets_total` = file_handle_cache's socket limit
+from the file-descriptor limit, trunc((fd_total - 103) * 0.9 - 2)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -29,6 +36,7 @@ EXCHANGE_TYPES = [
     ("x-modulus-hash", "Modulus Hashing Exchange"),
 ]
 STARTED = time.monotonic()
+PROC_TOTAL = 1048576  # RabbitMQ's Erlang process limit (+P); asyncio tasks have none
 
 
 def alarms(b: Any) -> list[dict]:
@@ -83,7 +91,7 @@ async def overview(request: web.Request) -> web.Response:
         "product_version": __version__,
         "product_name": cfg.product,
         "rabbitmq_version": "3.10.8",
-        "cluster_name": node,
+        "cluster_name": b.cluster_name(),
         "erlang_version": "n/a",
         "erlang_full_version": "n/a",
         "disable_stats": False,
@@ -100,7 +108,8 @@ async def overview(request: web.Request) -> web.Response:
 
 
 def node_json(b: Any) -> dict:
-    """The one node, as GET /api/nodes/{name} shows it."""
+    """The one node, as GET /api/nodes/{name} shows it (rabbit_mgmt_wm_node.erl; the
+    Erlang figures as the module docstring says)."""
     rss = _rss()
     limit = getattr(b, "memory_limit", None)
     limit = limit() if callable(limit) else int(os.sysconf("SC_PAGE_SIZE")
@@ -123,8 +132,10 @@ def node_json(b: Any) -> dict:
         else b.config.disk_free_limit,
         "disk_free_alarm": "disk" in active,
         "fd_used": fds, "fd_total": fd_total,
-        "sockets_used": len(b.connections), "sockets_total": fd_total,
-        "proc_used": 0, "proc_total": 0,
+        "sockets_used": len(b.connections),
+        "sockets_total": max(2, int((fd_total - 103) * 0.9 - 2)) if fd_total else 0,
+        "proc_used": len(asyncio.all_tasks(b.loop)) if b.loop else 0,
+        "proc_total": PROC_TOTAL,
         "uptime": int((time.monotonic() - STARTED) * 1000),
         "processors": os.cpu_count() or 1, "run_queue": 0, "rates_mode": "basic",
         "partitions": [], "applications": [], "exchange_types": [
@@ -161,14 +172,12 @@ async def whoami(request: web.Request) -> web.Response:
     return reply({"name": user.name, "tags": list(user.tags)})
 
 
-@routes.get("/api/cluster-name")
-async def cluster_name(request: web.Request) -> web.Response:
-    return reply({"name": shapes.node_name(broker(request))})
-
-
 @routes.get("/api/extensions")
 async def extensions(request: web.Request) -> web.Response:
-    return reply([])
+    """The management UI extensions RabbitMQ lists with the plugins this broker implements
+    (rabbit_mgmt_wm_extensions.erl): management, federation and shovel management."""
+    return reply([{"javascript": js} for js in ("dispatcher.js", "federation.js",
+                                                "shovel.js")])
 
 
 @routes.get("/api/aliveness-test/{vhost}")
@@ -188,15 +197,3 @@ async def aliveness(request: web.Request) -> web.Response:
     if got is None or got[0].message.body != b"test_message":
         return reply({"status": "failed", "reason": "message not received"}, status=503)
     return reply({"status": "ok"})
-
-
-@routes.get("/api/health/checks/alarms")
-@routes.get("/api/health/checks/local-alarms")
-async def alarm_check(request: web.Request) -> web.Response:
-    """200 {"status": "ok"} without alarms; 503 {"status": "failed", "reason": ...,
-    "alarms": [...]} with any (rabbitmq.com/monitoring.html#health-checks)."""
-    active = alarms(broker(request))
-    if not active:
-        return reply({"status": "ok"})
-    return reply({"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
-                  "alarms": active}, status=503)

@@ -1,5 +1,6 @@
 """/api/queues: list, declare (PUT), delete, purge (DELETE .../contents), get messages
-(POST .../get), the queue's bindings, and beyond RabbitMQ: browse without consuming
+(POST .../get), the queue's bindings, mirror sync actions (POST .../actions, no-ops), and
+beyond RabbitMQ: browse without consuming
 (GET .../messages), the unacked deliveries (GET .../unacked) and moving messages to another
 queue (POST .../move). Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
 
@@ -11,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from broker.management import shapes
-from broker.management.auth import current, require_vhost, visible_vhosts
+from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool, parse_int
 from broker.management.context import broker, sampler
 from broker.management.http import (
@@ -113,6 +114,22 @@ async def delete_queue(request: web.Request) -> web.Response:
     with amqp_errors():
         q.vhost.delete_queue(q.name, flags.get("if-unused") == "true",
                              flags.get("if-empty") == "true", owner=q.exclusive_owner)
+    return no_content()
+
+
+@routes.post("/api/queues/{vhost}/{name}/actions")
+async def actions(request: web.Request) -> web.Response:
+    """{"action": "sync" | "cancel_sync"} (rabbit_mgmt_wm_queue_actions.erl; administrator):
+    mirror synchronisation; a queue here has no mirrors, so both are no-ops, 204. Another
+    action: 400 ["unknown", action]. A missing queue: 404 (RabbitMQ 3.10.8: 500)."""
+    require_admin(current(request))
+    find_queue(request)
+    data = await body(request)
+    if "action" not in data:
+        raise bad_request("[{key_missing,action}]")
+    if data["action"] not in ("sync", "cancel_sync"):
+        return reply({"error": "bad_request", "reason": ["unknown", data["action"]]},
+                     status=400)
     return no_content()
 
 

@@ -312,10 +312,12 @@ def vhost_stats(broker: Any, v: Any) -> MessageStats:
     return out
 
 
-def user(u: Any) -> dict:
-    """A user as GET /api/users/{name} returns it (the hash is base64, as RabbitMQ)."""
+def user(u: Any, limits: dict | None = None) -> dict:
+    """A user as GET /api/users/{name} returns it (the hash is base64, as RabbitMQ) with
+    its user limits."""
     return {"name": u.name, "password_hash": encode_hash(u.password_hash),
-            "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags), "limits": {}}
+            "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags),
+            "limits": dict(limits or {})}
 
 
 def permission(p: Any) -> dict:

@@ -1,4 +1,4 @@
-"""/api/users, /api/vhosts, /api/permissions, /api/topic-permissions and their per-user /
+"""/api/users (also POST /api/users/bulk-delete), /api/vhosts, /api/permissions, /api/topic-permissions and their per-user /
 per-vhost forms: list, create or update (PUT: 201 created, 204 updated), delete.
 Writes need the administrator tag (401 otherwise); reads of other users' data too.
 Sources: rabbitmq.com/management.html, rabbitmq.com/access-control.html, RabbitMQ 3.10
@@ -44,7 +44,9 @@ def tags_of(value: Any) -> list[str]:
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
     require_admin(current(request))
-    return list_reply(request, [shapes.user(u) for u in broker(request).users.list_users()])
+    users = broker(request).users
+    return list_reply(request, [shapes.user(u, users.user_limits.get(u.name))
+                                for u in users.list_users()])
 
 
 @routes.get("/api/users/without-permissions")
@@ -52,7 +54,27 @@ async def without_permissions(request: web.Request) -> web.Response:
     require_admin(current(request))
     users = broker(request).users
     have = {p.user for p in users.list_permissions()}
-    return reply([shapes.user(u) for u in users.list_users() if u.name not in have])
+    return reply([shapes.user(u, users.user_limits.get(u.name)) for u in users.list_users()
+                  if u.name not in have])
+
+
+@routes.post("/api/users/bulk-delete")
+async def bulk_delete(request: web.Request) -> web.Response:
+    """{"users": [names]}: delete them in order, 204 (rabbit_mgmt_wm_users_bulk_delete.erl).
+    An unknown name stops there: 400 ["no_such_user", name] (those before it are gone)."""
+    require_admin(current(request))
+    data = await body(request)
+    if "users" not in data:
+        raise bad_request("[{key_missing,users}]")
+    names = data["users"]
+    if not isinstance(names, list):
+        raise bad_request("users must be a list")
+    users = broker(request).users
+    for name in names:
+        if not users.delete_user(str(name)):
+            return reply({"error": "bad_request", "reason": ["no_such_user", name]},
+                         status=400)
+    return no_content()
 
 
 def _user(request: web.Request) -> Any:
@@ -65,7 +87,8 @@ def _user(request: web.Request) -> Any:
 
 @routes.get("/api/users/{name}")
 async def get_user(request: web.Request) -> web.Response:
-    return reply(shapes.user(_user(request)))
+    u = _user(request)
+    return reply(shapes.user(u, broker(request).users.user_limits.get(u.name)))
 
 
 @routes.put("/api/users/{name}")

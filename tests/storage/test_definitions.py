@@ -140,8 +140,8 @@ def test_wal_mode(tmp_path):
 
 def test_v1_file_migrates_to_the_current_schema_keeping_users_and_permissions(tmp_path):
     """A definitions.db written before issue 13 (schema v1) opens as the current schema:
-    users and permissions are kept, the topic permission, limit (v2) and runtime parameter
-    (v3) tables are added."""
+    users and permissions are kept, the topic permission, limit (v2), runtime parameter
+    (v3) and global parameter (v4) tables are added."""
     from broker.definitions import _SCHEMA_V1
 
     path = str(tmp_path / "definitions.db")
@@ -156,7 +156,10 @@ def test_v1_file_migrates_to_the_current_schema_keeping_users_and_permissions(tm
     db.commit()
     db.close()
     d = Definitions(path)
-    assert d.schema_version() == SCHEMA_VERSION == 3
+    assert d.schema_version() == SCHEMA_VERSION == 4
+    d.set_global_parameter("cluster_name", "c1")
+    assert d.list_global_parameters() == {"cluster_name": "c1"}
+    assert d.clear_global_parameter("cluster_name") and not d.clear_global_parameter("x")
     assert d.check_user_password("guest", "guest")
     assert [p.user for p in d.list_permissions()] == ["guest"]
     d.set_topic_permissions("guest", "/", "amq.topic", "^a", "^b")
