@@ -38,7 +38,11 @@ def queue_key(vhost: str, name: str) -> tuple:
 
 
 def queue_lengths(queue: Any) -> dict[str, int]:
-    """messages, messages_ready, messages_unacknowledged of a queue process."""
+    """messages, messages_ready, messages_unacknowledged of a queue process (a stream
+    counts what its log holds: broker/stream/queue.py lengths)."""
+    own = getattr(queue, "lengths", None)
+    if own is not None:
+        return own()
     bq = queue.bq
     ready = bq.len()
     unacked = bq.depth() - ready
@@ -61,7 +65,7 @@ def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None)
         "exclusive": q.exclusive_owner is not None,
         "arguments": q.arguments,
         "node": node_name(broker),
-        "type": "classic",
+        "type": getattr(q, "queue_type", "classic"),
         "state": q.flow_state() if hasattr(q, "flow_state") else "running",
         "consumers": len(q.consumers),
         "consumer_capacity": 1.0 if len(q.consumers) else 0.0,

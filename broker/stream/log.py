@@ -20,7 +20,8 @@ Guarantees by call:
     append()  the chunk and its index record handed to the OS (write(2)): they survive a
               process crash (kill -9), not a power cut. Returns the chunk's offsets.
     sync()    fsync of the files appended to since the last sync: what was appended before
-              survives a power cut (the stream confirms publishes after this).
+              survives a power cut (the stream confirms publishes after this). It may run
+              on a worker thread while the owner appends.
     open      (the constructor) recovery: the last segment is checked from its last indexed
               chunk on; a torn or corrupt tail (bad magic, size or CRC) is truncated, in the
               segment and in its index, and logged with the position; an index behind its
@@ -36,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -85,7 +87,10 @@ class StreamLog:
         self._fd = -1  # the active segment, append mode
         self._ifd = -1  # its index
         self._size = 0  # bytes in the active segment
-        self._dirty: set[int] = set()  # fds written since the last sync
+        self._written = False  # appended since the last sync began (a hint: skip idle syncs)
+        # sync() may run on a worker thread: it and the fd closes (segment roll, close)
+        # take this lock, so an fsync never meets a closed or reused descriptor
+        self._sync_lock = threading.Lock()
         self._recover()
 
     # -- opening -----------------------------------------------------------------------------
@@ -140,13 +145,12 @@ class StreamLog:
 
     def _open_segment(self, first: int) -> None:
         if self._fd >= 0:
-            self._dirty.discard(self._fd)
-            self._dirty.discard(self._ifd)
-            if self.fsync:
-                os.fsync(self._fd)
-                os.fsync(self._ifd)
-            os.close(self._fd)
-            os.close(self._ifd)
+            with self._sync_lock:
+                if self.fsync:
+                    os.fsync(self._fd)
+                    os.fsync(self._ifd)
+                os.close(self._fd)
+                os.close(self._ifd)
         seg = self._segment(first)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         self._fd = os.open(seg.path, flags, 0o644)
@@ -184,18 +188,22 @@ class StreamLog:
                            zlib.crc32(data))
         os.write(self._fd, head + data)
         os.write(self._ifd, _INDEX.pack(first, ts, self._size, len(entries)))
-        self._dirty.update((self._fd, self._ifd))
+        self._written = True
         self._size += len(head) + len(data)
         self.next_offset = first + len(entries)
         self._last_chunk, self._last_ts = first, ts
         return first, self.next_offset - 1
 
     def sync(self) -> None:
-        """fsync what was appended since the last sync (no-op with fsync off)."""
-        dirty, self._dirty = self._dirty, set()
-        if self.fsync:
-            for fd in dirty:
-                os.fsync(fd)
+        """fsync what was appended before this call (no-op with fsync off). Safe to call
+        from a worker thread while the owner goes on appending."""
+        if not self._written:
+            return
+        self._written = False  # before the fsync: a later append sets it again
+        with self._sync_lock:
+            if self.fsync and self._fd >= 0:  # earlier segments were fsynced at the roll
+                os.fsync(self._fd)
+                os.fsync(self._ifd)
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -284,11 +292,12 @@ class StreamLog:
     def close(self) -> None:
         """Sync and close the files."""
         if self._fd >= 0:
-            self._dirty = {self._fd, self._ifd}
+            self._written = True
             self.sync()
-            os.close(self._fd)
-            os.close(self._ifd)
-            self._fd = self._ifd = -1
+            with self._sync_lock:
+                os.close(self._fd)
+                os.close(self._ifd)
+                self._fd = self._ifd = -1
 
 
 def _bisect_right(values: list[int], x: int) -> int:

@@ -19,6 +19,7 @@ header `x-stream-offset`, a long, as RabbitMQ's.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -39,6 +40,16 @@ from broker.stream.log import Chunk, StreamLog
 
 log = logging.getLogger("broker.queue")
 DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
+SYNCED = 100  # (SYNCED,) the worker's fsync ended: release the confirms it covered
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The streams' fsync thread (one for all streams: group commit per stream)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stream-fsync")
+    return _POOL
 _U32 = struct.Struct(">I")
 
 
@@ -83,6 +94,7 @@ class StreamQueue(QueueProcess):
         self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
         self._pending_confirms: list[tuple[Any, int]] = []  # (channel, seq) in this batch
         self._unsynced: list[tuple[Any, int]] = []  # appended, confirmed after the fsync
+        self._in_sync: list[tuple[Any, int]] | None = None  # what the running fsync covers
         self._offsets: dict[tuple[int, str], int] = {}  # consumer key -> next offset
         self._chunk: Chunk | None = None  # the chunk read last (consumers share it)
         self._max_bytes, self._max_age = self._retention(arguments)
@@ -118,6 +130,8 @@ class StreamQueue(QueueProcess):
                 self.message_stats.ack += len(msg[2])
         elif kind == RUN:
             pass
+        elif kind == SYNCED:
+            self._synced()
         else:
             super().handle(msg)
 
@@ -134,14 +148,18 @@ class StreamQueue(QueueProcess):
         self._flush_confirms()
 
     def on_mailbox_empty(self) -> None:
-        """Group commit: one fsync for every chunk appended since the last, then the
-        confirms they owe."""
-        if self._unsynced and not self.deleted:
-            self.log.sync()
-            owed, self._unsynced = self._unsynced, []
-            for channel, seq in owed:
-                self._owe_confirm(channel, seq)
-            self._flush_confirms()
+        """Group commit: one fsync, on the fsync thread, for every chunk appended since the
+        last one started; the confirms follow when it ends (SYNCED)."""
+        if self._unsynced and self._in_sync is None and not self.deleted:
+            self._in_sync, self._unsynced = self._unsynced, []
+            future = self._loop.run_in_executor(_pool(), self.log.sync)
+            future.add_done_callback(lambda _f: self.cast((SYNCED,)))
+
+    def _synced(self) -> None:
+        owed, self._in_sync = self._in_sync or [], None
+        for channel, seq in owed:
+            self._owe_confirm(channel, seq)
+        self._flush_confirms()
 
     # -- consuming ---------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -207,8 +225,17 @@ class StreamQueue(QueueProcess):
             f"'{self.name}' in vhost '{self.vhost.name}'")
 
     # -- the façade's other questions ----------------------------------------------------------
+    queue_type = "stream"  # what the management API shows as the queue's type
+
     def message_count(self) -> int:
         return self.log.next_offset - self.log.first_offset
+
+    def lengths(self) -> dict[str, int]:
+        """messages (what the log holds), messages_ready (the same: every message stays
+        readable), messages_unacknowledged (deliveries not acked yet), for the API."""
+        n = self.message_count()
+        return {"messages": n, "messages_ready": n,
+                "messages_unacknowledged": sum(c.unacked for c in self.consumers)}
 
     def purge(self) -> int:
         return 0
@@ -234,7 +261,12 @@ class StreamQueue(QueueProcess):
         are cancelled, and the log is closed (deleted with `delete`)."""
         self._drain_all()
         self.after_batch()
-        self.on_mailbox_empty()
+        self.log.sync()  # waits for a running fsync too: everything appended is on disk
+        owed = (self._in_sync or []) + self._unsynced
+        self._in_sync, self._unsynced = None, []
+        for channel, seq in owed:
+            self._owe_confirm(channel, seq)
+        self._flush_confirms()
         self.deleted = True
         count = self.message_count()
         for consumer in self.consumers:
