@@ -67,17 +67,47 @@ def entry_bytes(message: Message) -> bytes:
                      message.body))
 
 
+_OFFSET_FIELD = b"\x0fx-stream-offsetl"  # shortstr key, then type `l` (a long)
+_I64 = struct.Struct(">q")
+
+
+def with_offset_header(raw: bytes, offset: int) -> bytes:
+    """Encoded properties `raw` with `x-stream-offset` (a long) added to the headers table,
+    without decoding them: the field is appended to the table (a table that had one
+    already gets the new value last, which decoders keep), or a table is inserted after
+    content-type / content-encoding when there was none."""
+    flags = raw[0] << 8 | raw[1]
+    if raw[1] & 1:  # a second flags word (not in 0-9-1): decode and re-encode
+        props = decode_properties(raw)
+        props.headers = {**(props.headers or {}), "x-stream-offset": LongLong(offset)}
+        return encode_properties(props)
+    pos = 2
+    for flag in (0x8000, 0x4000):  # content-type, content-encoding come first
+        if flags & flag:
+            pos += 1 + raw[pos]
+    field = _OFFSET_FIELD + _I64.pack(offset)
+    if flags & 0x2000:
+        (size,) = _U32.unpack_from(raw, pos)
+        end = pos + 4 + size
+        return b"".join((raw[:pos], _U32.pack(size + len(field)), raw[pos + 4:end], field,
+                         raw[end:]))
+    return b"".join((struct.pack(">H", flags | 0x2000), raw[2:pos], _U32.pack(len(field)),
+                     field, raw[pos:]))
+
+
 def entry_message(entry: bytes, offset: int) -> Message:
-    """The message of a log entry, with the `x-stream-offset` header added."""
+    """The message of a log entry, with the `x-stream-offset` header added (its
+    properties stay encoded)."""
     i = entry[0] + 1
     exchange = entry[1:i].decode()
     j = i + 1 + entry[i]
     routing_key = entry[i + 1:j].decode()
     (n,) = _U32.unpack_from(entry, j)
-    props = decode_properties(entry[j + 4:j + 4 + n])
-    props.headers = {**(props.headers or {}), "x-stream-offset": LongLong(offset)}
-    return Message(exchange, routing_key, props, entry[j + 4 + n:],
-                   raw_properties=encode_properties(props))
+    raw = with_offset_header(entry[j + 4:j + 4 + n], offset)
+    return Message.from_wire(exchange, routing_key, raw, _HOT, entry[j + 4 + n:])
+
+
+_HOT = (None, None, None, None, None)  # delivery needs none of the hot fields
 
 
 class StreamQueue(QueueProcess):
