@@ -581,6 +581,12 @@ def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 f"invalid arg '{key}' for {what}: {{unacceptable_type,{_kind(value)}}}", method)
+    qtype = arguments.get("x-queue-type")
+    if qtype is not None and qtype not in ("classic", "quorum", "stream"):
+        raise errors.amqp_error(  # rabbit_amqqueue check_queue_type
+            errors.PreconditionFailed,
+            f"invalid arg 'x-queue-type' for {what}: \"unsupported queue type '{qtype}'\"",
+            method)
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise errors.amqp_error(  # rabbit_amqqueue check_dlxrk_arg
             errors.PreconditionFailed,

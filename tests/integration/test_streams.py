@@ -69,6 +69,15 @@ def test_declare_rules(connect, unique, flags, args, text):
     assert err.value.reply_code == 406 and text in err.value.reply_text
 
 
+def test_an_unknown_queue_type_is_refused(connect, unique):
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        connect().channel().queue_declare(unique("q"), durable=True,
+                                          arguments={"x-queue-type": "bogus"})
+    assert err.value.reply_code == 406
+    assert err.value.reply_text.endswith(
+        "\"unsupported queue type 'bogus'\"")
+
+
 def test_a_stream_keeps_its_type_and_arguments(connect, stream):
     ch = connect().channel()
     ch.queue_declare(stream, durable=True, arguments=STREAM)  # the same: fine
