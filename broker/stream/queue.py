@@ -118,7 +118,10 @@ class StreamQueue(QueueProcess):
         super().__init__(loop, vhost, name, durable=True, auto_delete=False,
                          exclusive_owner=None, arguments=arguments,
                          bq_factory=lambda *a: MemoryBackingQueue(), **kw)
-        segment = arguments.get("x-stream-max-segment-size-bytes") or sa.DEFAULT_SEGMENT_SIZE
+        policy_def = self.policy.definition if self.policy is not None else {}
+        segment = (arguments.get("x-stream-max-segment-size-bytes")
+                   or policy_def.get("stream-max-segment-size-bytes")
+                   or sa.DEFAULT_SEGMENT_SIZE)
         self.directory = stream_dir(data_dir, vhost.name, name)
         self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync)
         self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
@@ -130,10 +133,14 @@ class StreamQueue(QueueProcess):
         self._max_bytes, self._max_age = self._retention(arguments)
 
     def apply_policy(self, policy: Any) -> None:
-        """A policy came or went: the retention limits follow (policy keys
-        max-length-bytes and max-age; a declare argument wins)."""
+        """A policy came or went: the retention limits and the segment size follow
+        (policy keys max-length-bytes, max-age, stream-max-segment-size-bytes; a declare
+        argument wins)."""
         super().apply_policy(policy)
         self._max_bytes, self._max_age = self._retention(self.arguments)
+        size = self.arguments.get("x-stream-max-segment-size-bytes") or (
+            policy.definition.get("stream-max-segment-size-bytes") if policy else None)
+        self.log.max_segment_size = int(size or sa.DEFAULT_SEGMENT_SIZE)
 
     def _retention(self, args: dict) -> tuple[int | None, int | None]:
         mb = args.get("x-max-length-bytes")

@@ -173,3 +173,33 @@ def test_a_bad_offset_is_406(connect, stream):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
         ch.basic_consume(stream, lambda *a: None, arguments={"x-stream-offset": "bogus"})
     assert err.value.reply_code == 406 and "x-stream-offset" in err.value.reply_text
+
+
+@pytest.mark.skipif(EXTERNAL, reason="RabbitMQ applies retention on its own schedule")
+def test_retention_by_policy_drops_whole_segments_from_the_start(broker, connect, unique):
+    import requests
+
+    def api_put(path: str, body: dict | None) -> requests.Response:
+        url, auth = broker.api_url + path, ("guest", "guest")
+        if body is None:
+            return requests.delete(url, auth=auth, timeout=10)
+        return requests.put(url, json=body, auth=auth, timeout=10)
+
+    name = unique("retained")
+    ch = connect().channel()
+    ch.queue_declare(name, durable=True, arguments={
+        **STREAM, "x-stream-max-segment-size-bytes": 1000})
+    try:
+        assert api_put(f"/api/policies/%2F/{name}", {
+            "pattern": f"^{name}$", "apply-to": "queues",
+            "definition": {"max-length-bytes": 3000}}).status_code in (201, 204)
+        conn = connect()
+        pub = conn.channel()
+        pub.confirm_delivery()
+        for i in range(100):
+            pub.basic_publish("", name, b"%03d" % i + b"." * 97)
+        got = _consume(conn, name, 1, "first", timeout=3)
+        assert got and 0 < got[0][0] < 100  # the oldest segments are gone
+    finally:
+        api_put(f"/api/policies/%2F/{name}", None)
+        connect().channel().queue_delete(name)
