@@ -510,7 +510,7 @@ def test_queues_federated_in_a_cycle_move_messages_to_their_consumers_once():
             return got
 
         first = consume(b.url, 60)  # at least 60 move from a to b, to b's consumer
-        assert 60 <= len(first) < 100
+        assert len(first) >= 60  # (all 100 if they came fast enough)
         rest = consume(a.url, 100 - len(first))  # the rest: left on a, or back from b
         late = consume(b.url, 100, timeout=1.0)  # and nothing else turns up anywhere
         assert sorted(int(x) for x in first + rest + late) == list(range(100))
