@@ -9,15 +9,18 @@ Must never: store a parameter its component refuses.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.federation.supervisor import COMPONENTS as FEDERATION
 from broker.shovel.supervisor import COMPONENT as SHOVEL
 
+if TYPE_CHECKING:
+    from broker.server import Broker
+
 COMPONENTS = (SHOVEL, *FEDERATION)
 
 
-def set_parameter(broker: Any, vhost: str, component: str, name: str, value: Any) -> list[str]:
+def set_parameter(broker: Broker, vhost: str, component: str, name: str, value: Any) -> list[str]:
     """Validate, store and apply; the validation errors (empty when it was set).
     LookupError for an unknown component."""
     if component == SHOVEL:
@@ -27,7 +30,7 @@ def set_parameter(broker: Any, vhost: str, component: str, name: str, value: Any
     raise LookupError(f"component {component} not found")
 
 
-def clear_parameter(broker: Any, vhost: str, component: str, name: str) -> bool:
+def clear_parameter(broker: Broker, vhost: str, component: str, name: str) -> bool:
     """Delete and stop what it ran; False when there was none (or the component is
     unknown)."""
     if component == SHOVEL:

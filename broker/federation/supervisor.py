@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from broker.definitions import ParameterDef
 from broker.federation import upstream as fu
@@ -30,14 +31,19 @@ from broker.federation.exchange_link import ExchangeLink
 from broker.federation.link import Link
 from broker.federation.queue_link import QueueLink
 
+if TYPE_CHECKING:  # the broker imports this module: its class only for annotations
+    from broker.queue_process import QueueProcess
+    from broker.server import Broker
+    from broker.vhost import VHost
+
 log = logging.getLogger("broker.federation")
 COMPONENTS = (fu.UPSTREAM, fu.UPSTREAM_SET)
 
 
 class Federation:
-    """The federation of `broker` (a broker.server.Broker: vhosts, definitions, config)."""
+    """The federation of `broker` (its vhosts, definitions, config, port, names)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.links: dict[tuple[str, str, str, str], Link] = {}  # (vhost, kind, name, upstream)
         self._params: dict[tuple[str, str, str], Any] = {}  # (vhost, component, name) -> value
@@ -55,7 +61,7 @@ class Federation:
         for vhost in self.broker.vhosts.values():
             self.watch(vhost)
 
-    def watch(self, vhost: Any) -> None:
+    def watch(self, vhost: VHost) -> None:
         """Follow `vhost`'s topology (a new vhost, or at boot)."""
         vhost.topology_observer = self._changed
         self._changed(vhost)
@@ -84,14 +90,14 @@ class Federation:
         for key in [k for k in self.links if k[0] == vhost]:
             self._stop_soon(key, cleanup=False)
 
-    def _lookup(self, vhost: str) -> Any:
+    def _lookup(self, vhost: str) -> Callable[[str, str], Any]:
         return lambda component, name: self._params.get((vhost, component, name))
 
-    def _upstream_names(self, vhost: str) -> Any:
+    def _upstream_names(self, vhost: str) -> Callable[[], list[str]]:
         return lambda: sorted(n for (v, c, n) in self._params if v == vhost and c == fu.UPSTREAM)
 
     # -- reconciling -------------------------------------------------------------------------
-    def _changed(self, vhost: Any) -> None:
+    def _changed(self, vhost: VHost) -> None:
         self._mark(vhost.name)
 
     def _mark(self, vhost: str) -> None:
@@ -116,7 +122,7 @@ class Federation:
             except Exception:  # noqa: BLE001 - federation must never take the broker down
                 log.exception("federation: reconciling vhost '%s' failed", name)
 
-    def _wanted(self, vhost: Any) -> dict[tuple[str, str, str, str], tuple[fu.Upstream, str]]:
+    def _wanted(self, vhost: VHost) -> dict[tuple[str, str, str, str], tuple[fu.Upstream, str]]:
         out: dict[tuple[str, str, str, str], tuple[fu.Upstream, str]] = {}
         lookup, names = self._lookup(vhost.name), self._upstream_names(vhost.name)
         for kind, objects in (("exchange", vhost.exchanges), ("queue", vhost.queues)):
@@ -132,7 +138,7 @@ class Federation:
                     out[(vhost.name, kind, name, up.name)] = (up, policy.name)
         return out
 
-    def _reconcile_vhost(self, vhost: Any) -> None:
+    def _reconcile_vhost(self, vhost: VHost) -> None:
         wanted = self._wanted(vhost)
         for key in [k for k in self.links if k[0] == vhost.name]:
             link = self.links[key]
@@ -151,7 +157,7 @@ class Federation:
                     q.federation_watch = self._queue_watch(link)
                     link.set_wanted(q.wants_messages())
 
-    def _start(self, vhost: Any, key: tuple[str, str, str, str], up: fu.Upstream,
+    def _start(self, vhost: VHost, key: tuple[str, str, str, str], up: fu.Upstream,
                policy: str) -> None:
         vname, kind, name, _u = key
         local = lambda: self._local_uri(vname)  # noqa: E731 - a small closure
@@ -172,8 +178,8 @@ class Federation:
         link.start()
 
     @staticmethod
-    def _queue_watch(link: QueueLink) -> Any:
-        def watch(queue: Any) -> None:
+    def _queue_watch(link: QueueLink) -> Callable[[QueueProcess], None]:
+        def watch(queue: QueueProcess) -> None:
             wanted = queue.wants_messages()
             if wanted != link.wanted:
                 link.set_wanted(wanted)
@@ -230,21 +236,21 @@ class Federation:
                 f"{urllib.parse.quote(vhost, safe='')}")
 
 
-def _exchange_shape(vhost: Any, name: str) -> tuple[str, bool, bool, bool, dict] | None:
+def _exchange_shape(vhost: VHost, name: str) -> tuple[str, bool, bool, bool, dict] | None:
     x = vhost.exchanges.get(name)
     if x is None:
         return None
     return x.type, x.durable, x.auto_delete, x.internal, dict(x.arguments or {})
 
 
-def _queue_shape(vhost: Any, name: str) -> tuple[bool, bool, dict] | None:
+def _queue_shape(vhost: VHost, name: str) -> tuple[bool, bool, dict] | None:
     q = vhost.queues.get(name)
     if q is None:
         return None
     return q.durable, q.auto_delete, dict(q.arguments or {})
 
 
-def _bindings(vhost: Any, name: str) -> list[tuple[str, dict[str, Any]]]:
+def _bindings(vhost: VHost, name: str) -> list[tuple[str, dict[str, Any]]]:
     x = vhost.exchanges.get(name)
     if x is None:
         return []

@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import errors
 from broker.backing_queue.memory import MemoryBackingQueue
@@ -37,6 +37,11 @@ from broker.protocol.framing import decode_properties
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, RUN, QueueProcess
 from broker.stream import arguments as sa
 from broker.stream.log import Chunk, StreamLog
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from broker.vhost import VHost
 
 log = logging.getLogger("broker.queue")
 DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
@@ -113,7 +118,8 @@ _HOT = (None, None, None, None, None)  # delivery needs none of the hot fields
 class StreamQueue(QueueProcess):
     """A durable stream queue `name` of `vhost`; `data_dir` is the broker's."""
 
-    def __init__(self, loop: Any, vhost: Any, name: str, *, arguments: dict, data_dir: str,
+    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: VHost, name: str, *,
+                 arguments: dict, data_dir: str,
                  fsync: bool = True, **kw: Any) -> None:
         super().__init__(loop, vhost, name, durable=True, auto_delete=False,
                          exclusive_owner=None, arguments=arguments,
