@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader
+from spark_jobs.amqp.stream_reader import AmqpStreamBatchReader, AmqpStreamOffsetReader
 from spark_jobs.amqp.writer import (
     AmqpBatchWriter,
     AmqpStreamWriter,
@@ -41,7 +42,10 @@ class AmqpDataSource(DataSource):
 
     Options (camelCase, read from Spark's case-insensitive options object): uri (failover
     list), exchange, routingKey | routingKeyColumn, queue, maxMessagesPerTrigger (<= 65535; also
-    the prefetch), fetchWaitMs, confirmWindow, heartbeat, messageIdPrefix. Read schema: SCHEMA.
+    the prefetch), fetchWaitMs, confirmWindow, heartbeat, messageIdPrefix; for a stream queue
+    queueType=stream, startingOffsets, startingTimestamp, endingOffsets (a stream is read by
+    offsets: replayable, exactly-once into a transactional sink). Read schema: SCHEMA (on a
+    stream, delivery_tag holds the stream offset).
     Errors: AmqpOptionError at planning for a bad option or a DataFrame without `body`.
     Source: Spark "Python Data Source API" (pyspark.sql.datasource, PySpark >= 4).
     """
@@ -57,10 +61,15 @@ class AmqpDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def reader(self, schema: StructType) -> AmqpBatchReader:
+    def reader(self, schema: StructType) -> AmqpBatchReader | AmqpStreamBatchReader:
+        if self.amqp.queue_type == "stream":
+            return AmqpStreamBatchReader(self.amqp)
         return AmqpBatchReader(self.amqp)
 
-    def streamReader(self, schema: StructType) -> AmqpStreamReader:  # noqa: N802 (Spark's name)
+    def streamReader(  # noqa: N802 (Spark's name)
+            self, schema: StructType) -> AmqpStreamReader | AmqpStreamOffsetReader:
+        if self.amqp.queue_type == "stream":
+            return AmqpStreamOffsetReader(self.amqp)
         return AmqpStreamReader(self.amqp)
 
     def writer(self, schema: StructType, overwrite: bool) -> AmqpBatchWriter:

@@ -61,6 +61,26 @@ def _int_option(options: Mapping[str, str], name: str, default: int, lo: int, hi
     return value
 
 
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...],
+            default: str) -> str:
+    value = (options.get(name) or default).strip().lower()
+    if value not in allowed:
+        raise AmqpOptionError(f"option {name}: one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _offset_option(options: Mapping[str, str], name: str,
+                   words: tuple[str, ...] = ("earliest", "latest")) -> str | None:
+    """startingOffsets / endingOffsets: one of `words` or a non-negative offset."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    value = str(raw).strip().lower()
+    if value in words or (value.isdigit()):
+        return value
+    raise AmqpOptionError(f"option {name}: {' | '.join(words)} or an offset, not {raw!r}")
+
+
 @dataclass(frozen=True, repr=False)
 class AmqpOptions:
     """Every option of the `amqp` data source, parsed and checked.
@@ -79,6 +99,10 @@ class AmqpOptions:
     confirm_window: int = 1000  # writer: publishes awaiting a confirm at any time
     heartbeat: int = 60  # seconds; 0 turns heartbeats off
     message_id_prefix: str | None = None  # writer: fixed prefix of generated message ids
+    queue_type: str = "classic"  # readers: "stream" reads a stream queue by offsets
+    starting_offsets: str | None = None  # stream: earliest | latest | an offset
+    starting_timestamp: int | None = None  # stream: ms since the epoch (wins over the above)
+    ending_offsets: str | None = None  # stream batch reads: latest | an offset
     _username: str | None = field(default=None, repr=False)  # from env when the URI has none
     _password: str | None = field(default=None, repr=False)
 
@@ -89,7 +113,10 @@ class AmqpOptions:
         Options: uri (one URI, a comma-separated list or a JSON list; default $AMQP_URI or
         amqp://guest:guest@127.0.0.1:5672/%2F), exchange, routingKey, routingKeyColumn, queue,
         maxMessagesPerTrigger (1..65535, default 10000), fetchWaitMs (default 1000),
-        confirmWindow (1..65535, default 1000), heartbeat (s, default 60), messageIdPrefix.
+        confirmWindow (1..65535, default 1000), heartbeat (s, default 60), messageIdPrefix;
+        for a stream queue: queueType=stream, startingOffsets (earliest | latest | an offset;
+        default latest for a streaming read, earliest for a batch read), startingTimestamp
+        (ms), endingOffsets (batch reads: latest | an offset).
         Credentials: user and password in the URI, else $AMQP_USERNAME / $AMQP_PASSWORD.
         Errors: AmqpOptionError naming the option (passwords redacted).
         """
@@ -110,6 +137,11 @@ class AmqpOptions:
             confirm_window=_int_option(options, "confirmWindow", 1000, 1, MAX_PREFETCH),
             heartbeat=_int_option(options, "heartbeat", 60, 0, 65535),
             message_id_prefix=options.get("messageIdPrefix") or None,
+            queue_type=_choice(options, "queueType", ("classic", "stream"), "classic"),
+            starting_offsets=_offset_option(options, "startingOffsets"),
+            starting_timestamp=(None if options.get("startingTimestamp") is None else
+                                _int_option(options, "startingTimestamp", 0, 0, 2**62)),
+            ending_offsets=_offset_option(options, "endingOffsets", ("latest",)),
             _username=os.environ.get("AMQP_USERNAME"),
             _password=os.environ.get("AMQP_PASSWORD"),
         )

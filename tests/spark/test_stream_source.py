@@ -1,0 +1,139 @@
+"""The `amqp` source on a stream queue (issue 22 item 5): offsets are stream offsets, so a
+read is replayable. A batch read gives the same rows every time, bounded by
+startingOffsets / endingOffsets; a streaming query that crashes after its sink wrote a batch
+re-reads exactly that batch's messages on restart, so a sink keyed by batch id ends with
+every message once."""
+
+from __future__ import annotations
+
+import json
+
+import pika
+import pytest
+from amqp_helpers import connect
+from pyspark.errors import StreamingQueryException
+
+
+@pytest.fixture
+def stream_queue(amqp_uri, unique):
+    name = unique("spark-stream")
+    with connect(amqp_uri) as conn:
+        conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    yield name
+    with connect(amqp_uri) as conn:
+        conn.channel().queue_delete(name)
+
+
+def _publish(uri: str, queue: str, ids: range) -> None:
+    with connect(uri) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in ids:
+            ch.basic_publish("", queue, json.dumps({"id": i}).encode(),
+                             pika.BasicProperties(message_id=str(i)))
+
+
+def _read(spark, uri: str, queue: str, **options):
+    reader = (spark.read.format("amqp").option("uri", uri).option("queue", queue)
+              .option("queueType", "stream").option("fetchWaitMs", 1000))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return [(r.delivery_tag, json.loads(r.body)["id"]) for r in reader.load().collect()]
+
+
+def test_a_batch_read_is_replayable_and_bounded(spark, amqp_uri, stream_queue):
+    _publish(amqp_uri, stream_queue, range(250))
+    first = sorted(_read(spark, amqp_uri, stream_queue))
+    assert first == [(i, i) for i in range(250)]  # delivery_tag holds the stream offset
+    assert sorted(_read(spark, amqp_uri, stream_queue)) == first  # nothing was consumed away
+    assert sorted(_read(spark, amqp_uri, stream_queue, startingOffsets="100",
+                        endingOffsets="150")) == [(i, i) for i in range(100, 150)]
+
+
+class KeyedSink:
+    """foreachBatch sink that stores each batch under its id (a replay overwrites: the
+    idempotent sink exactly-once needs) and raises after storing batch `fail_at`."""
+
+    def __init__(self, store: dict, attempts: dict, fail_at: int | None) -> None:
+        self.store, self.attempts, self.fail_at = store, attempts, fail_at
+
+    def __call__(self, batch, batch_id: int) -> None:
+        ids = sorted(json.loads(r.body)["id"] for r in batch.select("body").collect())
+        self.store[batch_id] = ids
+        self.attempts.setdefault(batch_id, []).append(ids)
+        if batch_id == self.fail_at:
+            raise RuntimeError(f"sink crashes after writing batch {batch_id}")
+
+
+def _stream(spark, uri, queue, per, sink, checkpoint):
+    return (spark.readStream.format("amqp").option("uri", uri).option("queue", queue)
+            .option("queueType", "stream").option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", per).option("fetchWaitMs", 1000).load()
+            .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start())
+
+
+def test_a_crashed_query_replays_exactly_the_same_batch(spark, amqp_uri, stream_queue,
+                                                         tmp_path):
+    total, per = 500, 100
+    _publish(amqp_uri, stream_queue, range(total))
+    checkpoint = str(tmp_path / "ck")
+    store: dict = {}
+    attempts: dict = {}
+    query = _stream(spark, amqp_uri, stream_queue, per, KeyedSink(store, attempts, 2),
+                    checkpoint)
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination(120)
+    assert sorted(store) == [0, 1, 2]
+    query = _stream(spark, amqp_uri, stream_queue, per, KeyedSink(store, attempts, None),
+                    checkpoint)
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert attempts[2][0] == attempts[2][1]  # the replay read exactly the same messages
+    assert all(len(a) == 1 for b, a in attempts.items() if b != 2)
+    received = [i for ids in store.values() for i in ids]
+    assert sorted(received) == list(range(total))  # every message once
+
+
+def test_exactly_once_into_files_across_a_killed_driver(spark, amqp_uri, stream_queue,
+                                                         tmp_path):
+    """A driver process (and its JVM) killed with SIGKILL mid-query; the query restarted
+    from its checkpoint: the parquet sink holds every message exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    total = 1500
+    _publish(amqp_uri, stream_queue, range(total))
+    checkpoint, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    driver = subprocess.Popen(
+        [sys.executable, os.path.join(root, "tests", "spark", "stream_driver.py"), amqp_uri,
+         stream_queue, checkpoint, out], cwd=root, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": root}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        commits = os.path.join(checkpoint, "commits")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # a few batches committed, the rest not yet
+            if os.path.isdir(commits) and len([n for n in os.listdir(commits)
+                                                if n.isdigit()]) >= 3:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the driver committed no batches within 120 s")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its JVM, mid-query
+        driver.wait(30)
+    query = (spark.readStream.format("amqp").option("uri", amqp_uri)
+             .option("queue", stream_queue).option("queueType", "stream")
+             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 500)
+             .option("fetchWaitMs", 500).load().select("body", "delivery_tag")
+             .writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    ids = [json.loads(r.body)["id"] for r in spark.read.parquet(out).collect()]
+    assert sorted(ids) == list(range(total))  # none lost, none twice
