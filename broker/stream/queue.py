@@ -242,6 +242,7 @@ class StreamQueue(QueueProcess):
             while (offset is not None and offset < log_.next_offset
                    and consumer.has_capacity() and consumer.channel.can_deliver(False)):
                 if budget == 0:
+                    self._offsets[key] = offset
                     self.cast((RUN,))
                     return
                 chunk = self._chunk

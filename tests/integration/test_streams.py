@@ -203,3 +203,13 @@ def test_retention_by_policy_drops_whole_segments_from_the_start(broker, connect
     finally:
         api_put(f"/api/policies/%2F/{name}", None)
         connect().channel().queue_delete(name)
+
+
+def test_a_long_read_gets_each_offset_once(connect, stream):
+    """More than one loop turn's worth of deliveries (256) to one consumer: each offset
+    once, in order (the turn bound once re-sent the first 256)."""
+    conn = connect()
+    _publish(conn.channel(), stream, [b"%d" % i for i in range(700)])
+    got = _consume(conn, stream, 700, "first", prefetch=1000, timeout=15)
+    conn.process_data_events(0.3)
+    assert [o for o, _b in got] == list(range(700))
