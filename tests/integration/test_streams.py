@@ -213,3 +213,42 @@ def test_a_long_read_gets_each_offset_once(connect, stream):
     got = _consume(conn, stream, 700, "first", prefetch=1000, timeout=15)
     conn.process_data_events(0.3)
     assert [o for o, _b in got] == list(range(700))
+
+
+def test_aio_pika_reads_a_stream_from_an_offset(broker, unique):
+    """aio-pika: declare, publish with confirms, two consumers at different offsets, and
+    aio-pika's delete (if-unused and if-empty set), which a stream ignores as RabbitMQ's."""
+    import asyncio
+
+    import aio_pika
+
+    name = unique("aio-stream")
+
+    async def scenario() -> tuple[list, list]:
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel(publisher_confirms=True)
+            q = await ch.declare_queue(name, durable=True, arguments=STREAM)
+            for i in range(10):
+                await ch.default_exchange.publish(aio_pika.Message(b"%d" % i), name)
+
+            async def read(offset, n: int) -> list:
+                rch = await conn.channel()
+                await rch.set_qos(prefetch_count=5)
+                rq = await rch.get_queue(name, ensure=False)
+                got: list = []
+                async with rq.iterator(arguments={"x-stream-offset": offset}) as it:
+                    async for message in it:
+                        got.append((message.headers["x-stream-offset"], message.body))
+                        await message.ack()
+                        if len(got) == n:
+                            break
+                await rch.close()
+                return got
+            everything = await read("first", 10)
+            tail = await read(7, 3)
+            await q.delete()
+            return everything, tail
+
+    everything, tail = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert everything == [(i, b"%d" % i) for i in range(10)]
+    assert tail == [(i, b"%d" % i) for i in range(7, 10)]
