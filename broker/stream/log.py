@@ -224,17 +224,21 @@ class StreamLog:
         if isinstance(spec, int):
             return min(max(spec, self.first_offset), self.next_offset)
         _kind, ms = spec
-        for seg in self._segments:  # segments are few (500 MB each): the index is searched
-            records = self._index_records(seg)
-            if records and records[-1][1] >= ms:
-                lo, hi = 0, len(records) - 1
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if records[mid][1] >= ms:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                return records[lo][0]
+        # binary search over the segments by the timestamp of their first chunk, then over
+        # the chosen segment's index records (timestamps never decrease): O(log n) reads
+        segs = self._segments
+        lo, hi = 0, len(segs) - 1
+        while lo < hi:  # the last segment whose first chunk is at or before `ms`
+            mid = (lo + hi + 1) // 2
+            first = _index_record(segs[mid].index, 0)
+            if first is not None and first[1] <= ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        for seg in segs[lo:lo + 2]:  # the answer is in it, or is the next one's first chunk
+            found = _first_at_or_after(seg.index, ms)
+            if found is not None:
+                return found
         return self.next_offset
 
     def read_chunk(self, offset: int) -> Chunk | None:
@@ -278,9 +282,11 @@ class StreamLog:
         while len(self._segments) > 1:
             seg = self._segments[0]
             too_big = max_bytes is not None and self.total_bytes() > max_bytes
-            records = self._index_records(seg)
-            too_old = (max_age_ms is not None and records
-                       and records[-1][1] < now - max_age_ms)
+            too_old = False
+            if max_age_ms is not None:  # the segment's newest chunk: its last index record
+                n = os.path.getsize(seg.index) // _INDEX.size
+                last = _index_record(seg.index, n - 1) if n else None
+                too_old = last is not None and last[1] < now - max_age_ms
             if not (too_big or too_old):
                 break
             os.unlink(seg.path)
@@ -298,6 +304,36 @@ class StreamLog:
                 os.close(self._fd)
                 os.close(self._ifd)
                 self._fd = self._ifd = -1
+
+
+def _index_record(path: str, i: int) -> tuple[int, int, int, int] | None:
+    """Record `i` of an index file (None past its end or when the file is gone)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(i * _INDEX.size)
+            raw = f.read(_INDEX.size)
+    except FileNotFoundError:
+        return None
+    return _INDEX.unpack(raw) if len(raw) == _INDEX.size else None
+
+
+def _first_at_or_after(path: str, ms: int) -> int | None:
+    """The first offset of the first chunk of this index written at or after `ms`, by
+    binary search over its fixed-size records; None when there is none."""
+    try:
+        n = os.path.getsize(path) // _INDEX.size
+    except FileNotFoundError:
+        return None
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        record = _index_record(path, mid)
+        if record is not None and record[1] >= ms:
+            hi = mid
+        else:
+            lo = mid + 1
+    record = _index_record(path, lo) if lo < n else None
+    return record[0] if record is not None else None
 
 
 def _bisect_right(values: list[int], x: int) -> int:
