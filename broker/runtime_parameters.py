@@ -9,18 +9,22 @@ Must never: store a parameter its component refuses.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.federation.supervisor import COMPONENTS as FEDERATION
 from broker.shovel.supervisor import COMPONENT as SHOVEL
 
-if TYPE_CHECKING:
-    from broker.server import Broker
+
+class Owners(Protocol):
+    """Where parameters go: the broker's shovels and federation (broker.server.Broker)."""
+
+    shovels: Any  # broker.shovel.supervisor.Shovels
+    federation: Any  # broker.federation.supervisor.Federation
 
 COMPONENTS = (SHOVEL, *FEDERATION)
 
 
-def set_parameter(broker: Broker, vhost: str, component: str, name: str, value: Any) -> list[str]:
+def set_parameter(broker: Owners, vhost: str, component: str, name: str, value: Any) -> list[str]:
     """Validate, store and apply; the validation errors (empty when it was set).
     LookupError for an unknown component."""
     if component == SHOVEL:
@@ -30,7 +34,7 @@ def set_parameter(broker: Broker, vhost: str, component: str, name: str, value: 
     raise LookupError(f"component {component} not found")
 
 
-def clear_parameter(broker: Broker, vhost: str, component: str, name: str) -> bool:
+def clear_parameter(broker: Owners, vhost: str, component: str, name: str) -> bool:
     """Delete and stop what it ran; False when there was none (or the component is
     unknown)."""
     if component == SHOVEL:

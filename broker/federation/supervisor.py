@@ -23,7 +23,7 @@ import asyncio
 import logging
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.definitions import ParameterDef
 from broker.federation import upstream as fu
@@ -31,10 +31,23 @@ from broker.federation.exchange_link import ExchangeLink
 from broker.federation.link import Link
 from broker.federation.queue_link import QueueLink
 
-if TYPE_CHECKING:  # the broker imports this module: its class only for annotations
+if TYPE_CHECKING:
     from broker.queue_process import QueueProcess
-    from broker.server import Broker
     from broker.vhost import VHost
+
+
+class BrokerView(Protocol):
+    """What federation reads of the broker (broker.server.Broker, which imports this
+    module, so it is described here rather than imported)."""
+
+    vhosts: dict[str, VHost]  # name -> vhost
+    definitions: Any  # broker.definitions.Definitions: parameters are stored there
+    config: Any  # broker.config.BrokerConfig: default_user / default_pass
+    port: int  # the AMQP port links reach this broker on
+
+    def node_name(self) -> str: ...
+
+    def cluster_name(self) -> str: ...
 
 log = logging.getLogger("broker.federation")
 COMPONENTS = (fu.UPSTREAM, fu.UPSTREAM_SET)
@@ -43,7 +56,7 @@ COMPONENTS = (fu.UPSTREAM, fu.UPSTREAM_SET)
 class Federation:
     """The federation of `broker` (its vhosts, definitions, config, port, names)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerView) -> None:
         self.broker = broker
         self.links: dict[tuple[str, str, str, str], Link] = {}  # (vhost, kind, name, upstream)
         self._params: dict[tuple[str, str, str], Any] = {}  # (vhost, component, name) -> value

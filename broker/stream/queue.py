@@ -41,8 +41,6 @@ from broker.stream.log import Chunk, StreamLog
 if TYPE_CHECKING:
     import asyncio
 
-    from broker.vhost import VHost
-
 log = logging.getLogger("broker.queue")
 DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
 SYNCED = 100  # (SYNCED,) the worker's fsync ended: release the confirms it covered
@@ -118,7 +116,7 @@ _HOT = (None, None, None, None, None)  # delivery needs none of the hot fields
 class StreamQueue(QueueProcess):
     """A durable stream queue `name` of `vhost`; `data_dir` is the broker's."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: VHost, name: str, *,
+    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: Any, name: str, *,
                  arguments: dict, data_dir: str,
                  fsync: bool = True, **kw: Any) -> None:
         super().__init__(loop, vhost, name, durable=True, auto_delete=False,
