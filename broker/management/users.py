@@ -160,7 +160,8 @@ async def get_vhost(request: web.Request) -> web.Response:
 
 @routes.put("/api/vhosts/{name}")
 async def put_vhost(request: web.Request) -> web.Response:
-    """{"description": "...", "tags": "a,b"} (both optional): 201 created, 204 updated."""
+    """{"description": "...", "tags": "a,b"} (both optional): 201 created, 204 updated. A
+    new vhost gives the user who created it permissions ".*" ".*" ".*", as RabbitMQ's."""
     require_admin(current(request))
     b = broker(request)
     name = param(request, "name")
@@ -170,6 +171,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     existed = name in b.vhosts
     b.definitions.add_vhost(name, str(data.get("description", "")), tags_of(data.get("tags")))
     b.add_vhost(name)
+    if not existed:  # RabbitMQ 3.10.8 grants the creating user full permissions (checked)
+        b.users.set_permissions(current(request).name, name, ".*", ".*", ".*")
     return no_content() if existed else created()
 
 

@@ -362,3 +362,11 @@ def test_expiring_certificates_and_a_durable_cluster_name(ours_only, tmp_path):
         assert Api(b.api_url).get("/api/cluster-name").json() == {"name": "kept"}
     finally:
         b.stop()
+
+
+def test_the_creator_of_a_vhost_gets_full_permissions_there(api, vhost):
+    """RabbitMQ 3.10.8 grants the user who creates a vhost ".*" ".*" ".*" on it."""
+    r = api.get(f"/api/permissions/{vhost}/guest")
+    assert r.status_code == 200, r.text
+    perms = r.json()
+    assert (perms["configure"], perms["write"], perms["read"]) == (".*", ".*", ".*")
