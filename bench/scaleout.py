@@ -215,7 +215,6 @@ async def federation(args: argparse.Namespace, b_admin: Admin,
                                                           "prefetch-count": 1000})
         b_admin.set_policy(pol, f"^{x}$", {"federation-upstream": up})
         # the link is up once A routes x to its federation queue: wait for a probe
-        probe = 0
         deadline = time.monotonic() + 60
         got_probe = asyncio.Event()
 
@@ -230,7 +229,6 @@ async def federation(args: argparse.Namespace, b_admin: Admin,
         await b.rpc(1, commands.Basic.Consume(queue=q, no_ack=True), commands.Basic.ConsumeOk)
         while not got_probe.is_set() and time.monotonic() < deadline:
             a.publish(x, "", PERSISTENT, b"probe")
-            probe += 1
             try:
                 await asyncio.wait_for(got_probe.wait(), 0.5)
             except TimeoutError:
