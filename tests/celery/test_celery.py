@@ -132,7 +132,9 @@ def test_acks_late_task_runs_again_after_the_worker_is_killed(app, env):
     rescuer = None
     try:
         r = app.slow_once.apply_async((name,), queue=queue)
-        wait_for(attempts.exists, timeout=20)
+        # the attempt is written, not only the file created: a victim killed between the
+        # two would leave the rescuer's attempt counted as the first (and sleeping 60 s)
+        wait_for(lambda: attempts.exists() and attempts.stat().st_size >= 1, timeout=20)
         victim.send_signal(signal.SIGKILL)  # mid-task, before the late ack
         victim.wait(10)
         rescuer = start_worker(env, f"rescuer-{name[:6]}@%h", concurrency=1, queues=queue)
