@@ -88,6 +88,8 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
         h = run[i].header
         if h is last:
             continue
+        if h.hot is last.hot and not per_header and h.decoded is None:
+            continue  # a template's publish (framing): the hot fields checked are the same
         if per_header or h.hot[4] == REPLY_TO or _selected_header(h):
             stop = i
             break
@@ -120,13 +122,12 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
                                     raw_properties=h.raw_properties))
     ch.message_stats.publish += n
     confirm = ch.confirm
-    seqs: list | None = None
+    seqs: range | None = None
     if confirm is not None:
-        seqs = []
-        for _ in range(n):
-            seq = confirm.next_seq_no()
-            confirm.track(seq, queues)
-            seqs.append(seq)
+        first = confirm.next_seq_no()
+        confirm.skip_seq_nos(n - 1)
+        confirm.track_run(first, n, queues)
+        seqs = range(first, first + n)
     if not queues:
         if method.mandatory:
             ch.message_stats.return_unroutable += n

@@ -21,7 +21,7 @@ CONFIRM_MODES = ("persist", "ack", "ack-lite")
 
 
 class ConfirmTracker:
-    """msg_seq_no → set of queues still to release it.
+    """msg_seq_no → the queue still to release it, or the set of queues when several.
 
     `next_seq_no()` numbers publishes from 1 after confirm.select. `track(seq, queues)` records
     a routed publish (an empty set confirms at once: unroutable messages are acked).
@@ -33,7 +33,9 @@ class ConfirmTracker:
 
     def __init__(self) -> None:
         self._seq = 0  # last msg_seq_no handed out
-        self._pending: dict[int, set[Hashable]] = {}  # seq -> queues yet to release (ordered)
+        # seq -> the queue yet to release it (one queue: most publishes, no set to build)
+        # or the set of queues (several); in seq order
+        self._pending: dict[int, Any] = {}
         self._acks: list[int] = []  # seqs confirmed, not yet sent
         self.acked_total = 0  # seqs confirmed with basic.ack so far (management stats)
         self._nacks: list[int] = []  # seqs rejected, not yet sent
@@ -42,22 +44,40 @@ class ConfirmTracker:
         self._seq += 1
         return self._seq
 
+    def skip_seq_nos(self, n: int) -> None:
+        """Hand out the next `n` seq nos at once (a run of publishes: next_seq_no() + 1 ..)."""
+        self._seq += n
+
     def track(self, seq: int, queues: Iterable[Hashable]) -> None:
         qs = set(queues)
-        if qs:
+        if len(qs) == 1:
+            self._pending[seq] = next(iter(qs))
+        elif qs:
             self._pending[seq] = qs
         else:
             self._acks.append(seq)
 
+    def track_run(self, first: int, n: int, queues: list) -> None:
+        """`track` for seqs first .. first + n - 1, all routed to `queues`."""
+        if len(queues) == 1:
+            self._pending.update(dict.fromkeys(range(first, first + n), queues[0]))
+        else:
+            for seq in range(first, first + n):
+                self.track(seq, queues)
+
     def release(self, queue: Hashable, seqs: Iterable[int]) -> None:
         pending = self._pending
+        acks = self._acks
         for seq in seqs:
             qs = pending.get(seq)
-            if qs is not None:
+            if qs is queue:
+                del pending[seq]
+                acks.append(seq)
+            elif qs.__class__ is set:
                 qs.discard(queue)
                 if not qs:
                     del pending[seq]
-                    self._acks.append(seq)
+                    acks.append(seq)
 
     def reject(self, queue: Hashable, seqs: Iterable[int]) -> None:
         for seq in seqs:
@@ -67,7 +87,8 @@ class ConfirmTracker:
     def queue_down(self, queue: Hashable) -> None:
         """The queue is gone (deleted): it will never release; treat as released, as
         RabbitMQ does for a deleted queue in `persist` mode."""
-        self.release(queue, [s for s, qs in self._pending.items() if queue in qs])
+        self.release(queue, [s for s, qs in self._pending.items()
+                             if qs is queue or (qs.__class__ is set and queue in qs)])
 
     def has_output(self) -> bool:
         return bool(self._acks or self._nacks)

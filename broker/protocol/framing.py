@@ -43,6 +43,7 @@ from broker.protocol.encoding import (
     encode_args,
 )
 from broker.protocol.frame_errors import erl_binary, frame_error, unexpected
+from broker.protocol import publish_template
 from broker.protocol.properties import (
     HotFields,
     decode_properties_tolerant,
@@ -360,7 +361,8 @@ class FrameDecoder:
     """
 
     __slots__ = ("frame_max", "_buf", "_pos", "_last_args", "_last_method", "_last_header",
-                 "_last_prefix")
+                 "_last_prefix", "_tpl", "_tpl_method", "_tpl_hot", "_tpl_size",
+                 "_tpl_channel", "_learn_skip")
 
     def __init__(self, frame_max: int = 131072) -> None:
         self.frame_max = frame_max  # negotiated frame_max; frames larger are a 501
@@ -374,6 +376,15 @@ class FrameDecoder:
         # the last whole publish's bytes up to its body: its method frame, header frame and
         # body frame header; an alike publish repeats them exactly, only the body differs
         self._last_prefix: bytes | None = None
+        # a whole-publish template (publish_template.py): publishes that differ from the
+        # last one only in property values of fixed size are taken with one match; with the
+        # method, hot fields, body size and channel of the publish it was learnt from
+        self._tpl: Any = None
+        self._tpl_method: Any = None
+        self._tpl_hot: HotFields | None = None
+        self._tpl_size = 0
+        self._tpl_channel = 0
+        self._learn_skip = 0  # publishes to let pass before trying to learn again
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer."""
@@ -417,6 +428,11 @@ class FrameDecoder:
                 cmd = self._alike_publish()
                 if cmd is not None:
                     return channel, cmd
+            tpl = self._tpl
+            if tpl is not None:
+                m = tpl.match(buf, pos)
+                if m is not None:
+                    return channel, self._templated(m)
             cmd = self._whole_publish(channel, end)
             if cmd is not None:
                 return channel, cmd
@@ -453,6 +469,11 @@ class FrameDecoder:
             cmd = self._alike_publish()
             if cmd is not None:
                 return cmd
+        tpl = self._tpl
+        if tpl is not None and channel == self._tpl_channel:
+            m = tpl.match(buf, pos)
+            if m is not None:
+                return self._templated(m)
         if len(buf) - pos < 11:
             return None
         ftype, fchannel, size = _FRAME_HDR.unpack_from(buf, pos)
@@ -480,6 +501,33 @@ class FrameDecoder:
         self._pos = start
         return _new_tuple(Command, (self._last_method, header, b""))
 
+    def _templated(self, m: Any) -> Command:
+        """The publish a template matched (`m`), consumed: the template's method object, a
+        header with its hot fields, the body."""
+        raw, body = m.groups()
+        self._pos = m.end()
+        return _new_tuple(Command, (self._tpl_method, ContentHeader(
+            60, self._tpl_size, None, raw, self._tpl_hot), body))
+
+    def _learn(self, channel: int, method: Any, lead: bytes, prev: ContentHeader,
+               header: ContentHeader, tail: bytes) -> None:
+        """`header` follows `prev` with the same method and sizes: learn their template
+        (publish_template.learn); after a pair that cannot be templated, let 32 publishes
+        pass before trying again (a peer whose every publish differs pays little)."""
+        if self._learn_skip:
+            self._learn_skip -= 1
+            return
+        tpl = publish_template.learn(lead, prev.raw_properties, header.raw_properties, tail,
+                                     header.body_size)
+        self._tpl = tpl
+        if tpl is None:
+            self._learn_skip = 32
+            return
+        self._tpl_method = method
+        self._tpl_hot = header.hot
+        self._tpl_size = header.body_size
+        self._tpl_channel = channel
+
     def _publish_method(self, args_at: int, args_end: int) -> Any:
         """The Basic.Publish whose arguments are buf[args_at:args_end]; the same object as
         the last one when the bytes are the same. Raises FrameError 501 as decode_method."""
@@ -502,6 +550,7 @@ class FrameDecoder:
         through the assembler, and an error in any of them is raised when it is read, as
         always). Arguments and header equal to the previous publish's reuse what those
         decoded to (a publisher sends the same ones over and over)."""
+        prev_method = self._last_method
         try:
             method = self._publish_method(self._pos + 11, end)
         except AMQPError:
@@ -555,10 +604,15 @@ class FrameDecoder:
                 header = ContentHeader(60, body_size, props, raw, hot_fields(props))
             else:
                 header = ContentHeader(60, body_size, None, raw, hot)
+            prev = self._last_header
             self._last_header = header
             # publishes with their own properties are rarely followed by their twin: the
             # alike prefix is kept once a header repeats (saves a copy per publish)
             self._last_prefix = None
+            if (prev is not None and method is prev_method and hot is not None
+                    and prev.body_size == body_size and len(prev.raw_properties) == len(raw)):
+                self._learn(channel, method, bytes(buf[start:at + 19]), prev, header,
+                            bytes(buf[hend:body_at]))
         else:
             self._last_prefix = bytes(buf[start:body_at])  # _last_method and _last_header's
         self._pos = after

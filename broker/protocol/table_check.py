@@ -76,6 +76,16 @@ def check_headers(data: bytes, pos: int, end: int) -> int:
     return stop
 
 
+def learnt_layout(data: bytes, pos: int, stop: int) -> bytes | None:
+    """The regular expression (source, without flags; it wants DOTALL) of the learnt layout
+    of the table at data[pos:stop] when one is learnt for its length and the table matches
+    it, else None. `publish_template` embeds it in a whole-publish template."""
+    pattern = _patterns.get(stop - pos)
+    if pattern is None or pattern.fullmatch(data, pos, stop) is None:
+        return None
+    return pattern.pattern[4:]  # without the leading (?s)
+
+
 def _learn(size: int, layout: list) -> None:
     """A layout walked for a table of `size` bytes: compiled once it came twice running."""
     if len(layout) > MAX_SEGMENTS:

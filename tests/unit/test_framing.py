@@ -605,3 +605,108 @@ def test_a_delivery_after_an_alike_one_on_a_smaller_frame_max_is_split() -> None
                             exchange="x", routing_key="k")
         want = pamqp_content(1, m, C.Basic.Properties(message_id=raw[3:].decode()), body, 24)
         assert encode_deliver(1, "c", 2, False, "x", "k", raw, body, 24) == want
+
+
+def _tagged(ch: int, rk: str, n: int, data: bytes, **props: object) -> bytes:
+    """A publish whose properties carry their own message_id (fixed length) and timestamp."""
+    import datetime
+
+    p = C.Basic.Properties(message_id=f"id-{n:08d}", content_type="application/json",
+                           timestamp=datetime.datetime.fromtimestamp(1_700_000_000 + n,
+                                                                     tz=datetime.timezone.utc),
+                           **props)
+    return method(ch, C.Basic.Publish(exchange="x", routing_key=rk)) + header(ch, len(data), p) \
+        + (body(ch, data) if data else b"")
+
+
+def test_publishes_differing_in_message_id_and_timestamp_are_taken_by_a_template() -> None:
+    """The third of three publishes that differ only in message_id and timestamp comes from
+    the template learnt from the first two (publish_template.py): the same method and hot
+    fields objects, its own property bytes and body."""
+    stream = b"".join(_tagged(1, "k", n, b"body-%d" % n, delivery_mode=2) for n in range(4))
+    got = [f[1] for f in frames_of(stream)]
+    assert [c.body for c in got] == [b"body-%d" % n for n in range(4)]
+    assert [c.header.properties.message_id for c in got] == [f"id-{n:08d}" for n in range(4)]
+    assert got[2].method is got[1].method and got[3].header.hot is got[2].header.hot
+    assert all(c.header.hot[0] == 2 for c in got)
+
+
+@pytest.mark.parametrize("field,values", [
+    ("reply_to", ["r1", "r2"]), ("delivery_mode", [1, 2]), ("expiration", ["10", "20"]),
+    ("user_id", ["u1", "u2"]), ("priority", [1, 2])])
+def test_a_change_of_a_property_the_broker_reads_is_never_a_template_gap(
+        field: str, values: list) -> None:
+    """Publishes alternating between two values of reply_to (or delivery_mode, priority,
+    expiration, user_id) with their own message_ids: each command's hot fields are its own
+    frame's, never those of the publish a template was learnt from."""
+    order = [values[i // 3 % 2] for i in range(12)]
+    got = [f[1] for f in frames_of(b"".join(
+        _tagged(1, "k", n, b"xyz", **{field: v}) for n, v in enumerate(order)))]
+    index = {"delivery_mode": 0, "priority": 1, "expiration": 2, "user_id": 3, "reply_to": 4}
+    assert [c.header.hot[index[field]] for c in got] == order
+
+
+_CHANGES = st.one_of(  # one property (or the channel, or the body size) changed per run
+    st.tuples(st.just(0), st.sampled_from([1, 2])), st.tuples(st.just(1), st.sampled_from("ab")),
+    st.tuples(st.just(2), st.sampled_from([None, 1, 2])),
+    st.tuples(st.just(3), st.sampled_from([None, "r1", "r2"])),
+    st.tuples(st.just(4), st.sampled_from([None, {"task": "t"}, {"task": "u"}, {"n": 1}])),
+    st.tuples(st.just(5), st.integers(0, 3)))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_CHANGES, st.lists(st.tuples(st.integers(0, 10**8 - 1),
+                                                      st.binary(min_size=3, max_size=3)),
+                                            min_size=1, max_size=6), st.booleans()),
+                min_size=1, max_size=8),
+       st.lists(st.integers(1, 90), min_size=1, max_size=40))
+def test_templated_publish_streams_decode_like_pamqp(runs: list, cuts: list) -> None:
+    """Runs of publishes with their own message_id and timestamp; between runs the other
+    properties (the hot ones, a headers table), the channel or the body size change; over
+    two channels, fed in arbitrary pieces, read with next_frame and next_publish as the
+    reader reads them: every command's property bytes, hot fields and body are the frames'
+    own (a template never hands out another publish's values)."""
+    import datetime
+
+    from broker.protocol.assembler import CommandAssembler
+    from broker.protocol.properties import scan_properties
+
+    parts, want = [], []
+    shape = [1, "a", 2, "r1", {"task": "t"}, 3]
+    for (field, value), each, other in runs:
+        shape[field] = value
+        ch, rk, mode, reply_to, hdrs, size = shape
+        for n, data in each:
+            data = data[:size]
+            parts.append(_tagged(ch, rk, n, data, delivery_mode=mode, reply_to=reply_to,
+                                 headers=hdrs))
+            raw_props = header(ch, len(data), C.Basic.Properties(
+                message_id=f"id-{n:08d}", content_type="application/json",
+                timestamp=datetime.datetime.fromtimestamp(1_700_000_000 + n,
+                                                          tz=datetime.timezone.utc),
+                delivery_mode=mode, reply_to=reply_to, headers=hdrs))[19:-1]
+            want.append((ch, rk, raw_props, scan_properties(raw_props), data))
+        if other:
+            parts.append(method(ch, C.Basic.Qos(prefetch_count=1)))
+    stream = b"".join(parts)
+    dec = FrameDecoder()
+    asms = {1: CommandAssembler(), 2: CommandAssembler()}
+    got = []
+
+    def note(ch: int, cmd: Command) -> None:
+        got.append((ch, cmd.method.routing_key, cmd.header.raw_properties, cmd.header.hot,
+                    cmd.body or b""))
+
+    pos = 0
+    for n in cuts + [len(stream)]:
+        dec.feed(stream[pos:pos + n])
+        pos += n
+        while (f := dec.next_frame()) is not None:
+            ch, frame = f
+            cmd = frame if isinstance(frame, Command) else asms[ch].feed(frame)
+            if cmd is not None and cmd.header is not None:
+                note(ch, cmd)
+                if isinstance(frame, Command):
+                    while (more := dec.next_publish(ch)) is not None:
+                        note(ch, more)
+        if pos >= len(stream):
+            break
+    assert got == want
