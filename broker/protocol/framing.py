@@ -27,6 +27,7 @@ from broker.errors import (
     NotImplemented_,
     amqp_error,
 )
+from broker.protocol import publish_template
 from broker.protocol.encoding import (
     _FRAME_HDR,
     _HEADER_FIXED,
@@ -43,7 +44,6 @@ from broker.protocol.encoding import (
     encode_args,
 )
 from broker.protocol.frame_errors import erl_binary, frame_error, unexpected
-from broker.protocol import publish_template
 from broker.protocol.properties import (
     HotFields,
     decode_properties_tolerant,

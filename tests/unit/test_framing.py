@@ -613,7 +613,7 @@ def _tagged(ch: int, rk: str, n: int, data: bytes, **props: object) -> bytes:
 
     p = C.Basic.Properties(message_id=f"id-{n:08d}", content_type="application/json",
                            timestamp=datetime.datetime.fromtimestamp(1_700_000_000 + n,
-                                                                     tz=datetime.timezone.utc),
+                                                                     tz=datetime.UTC),
                            **props)
     return method(ch, C.Basic.Publish(exchange="x", routing_key=rk)) + header(ch, len(data), p) \
         + (body(ch, data) if data else b"")
@@ -681,7 +681,7 @@ def test_templated_publish_streams_decode_like_pamqp(runs: list, cuts: list) -> 
             raw_props = header(ch, len(data), C.Basic.Properties(
                 message_id=f"id-{n:08d}", content_type="application/json",
                 timestamp=datetime.datetime.fromtimestamp(1_700_000_000 + n,
-                                                          tz=datetime.timezone.utc),
+                                                          tz=datetime.UTC),
                 delivery_mode=mode, reply_to=reply_to, headers=hdrs))[19:-1]
             want.append((ch, rk, raw_props, scan_properties(raw_props), data))
         if other:
