@@ -121,7 +121,7 @@ def learn(lead: bytes, prev_raw: bytes, raw: bytes, tail: bytes,
             layout = learnt_layout(raw, start, stop)
             if layout is None:
                 return None
-            pieces.append(layout)
+            pieces.append((layout,))  # a regular expression already
             gaps += 1
         else:  # a property the broker reads, or a table whose layout is not learnt
             return None
@@ -133,7 +133,7 @@ def learn(lead: bytes, prev_raw: bytes, raw: bytes, tail: bytes,
         body = b"(.{%d})\xce" % body_size if body_size else b"()"
         source = b"".join(
             re.escape(p) if p.__class__ is bytes else
-            b".{%d}" % p if p.__class__ is int else b"(?:" + p + b")"
+            b".{%d}" % p if p.__class__ is int else b"(?:" + p[0] + b")"
             for p in pieces if p != 0)
         pattern = re.compile(b"(?s)" + re.escape(lead) + b"(" + source + b")"
                              + re.escape(tail) + body)

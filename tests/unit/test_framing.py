@@ -710,3 +710,15 @@ def test_templated_publish_streams_decode_like_pamqp(runs: list, cuts: list) -> 
         if pos >= len(stream):
             break
     assert got == want
+
+
+def test_publishes_differing_in_a_headers_value_are_taken_by_a_template() -> None:
+    """A task id in the headers table (Celery's shape): once table_check has learnt the
+    table's layout, the template embeds it, and later publishes come from the template
+    with their own table bytes."""
+    stream = b"".join(_tagged(1, "k", n, b"xyz", headers={"id": f"{n:036d}", "retries": n})
+                      for n in range(8))
+    got = [f[1] for f in frames_of(stream)]
+    assert [c.header.properties.headers["id"] for c in got] == [f"{n:036d}" for n in range(8)]
+    assert [c.header.properties.headers["retries"] for c in got] == list(range(8))
+    assert got[7].header.hot is got[6].header.hot  # both from the template
