@@ -66,6 +66,15 @@ async def api_middleware(request: web.Request, handler: Any) -> web.StreamRespon
         return reply({"error": "internal_server_error", "reason": repr(exc)}, status=500)
 
 
+def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
+    """The same API routes with a trailing slash: RabbitMQ's router (cowboy_router) matches
+    a path with or without one, so `GET /api/queues/` and `PUT /api/queues/%2F/q/` work
+    there, and AMQPStorm asks for `/api/healthchecks/node/` (checked on 3.10.8)."""
+    return [web.RouteDef(r.method, r.path + "/", r.handler, r.kwargs) for r in routes
+            if isinstance(r, web.RouteDef) and r.path.startswith("/api/")
+            and not r.path.endswith("/")]
+
+
 def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     """The HTTP API + UI application."""
     app = web.Application(middlewares=[api_middleware], client_max_size=64 * 1024 * 1024)
@@ -75,6 +84,7 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
                    definitions, parameters, federation, health, global_parameters, limits,
                    feature_flags):
         app.router.add_routes(module.routes)
+        app.router.add_routes(with_trailing_slash(module.routes))
     if UI_DIR.is_dir():
         async def index(_request: web.Request) -> web.FileResponse:
             return web.FileResponse(UI_DIR / "index.html")

@@ -370,3 +370,16 @@ def test_the_creator_of_a_vhost_gets_full_permissions_there(api, vhost):
     assert r.status_code == 200, r.text
     perms = r.json()
     assert (perms["configure"], perms["write"], perms["read"]) == (".*", ".*", ".*")
+
+
+def test_every_path_takes_a_trailing_slash(api):
+    """RabbitMQ's router takes an API path with a trailing slash as without it (AMQPStorm's
+    health check asks for /api/healthchecks/node/): reads, a declare and a delete."""
+    name = uniq("slash")
+    for path in ("/api/overview/", "/api/queues/", "/api/queues/%2F/", "/api/vhosts/%2F/",
+                 "/api/healthchecks/node/"):
+        assert api.get(path).status_code == 200, path
+    assert api.put(f"/api/queues/%2F/{name}/", json={"durable": True}).status_code == 201
+    assert api.get(f"/api/queues/%2F/{name}").json()["durable"] is True
+    assert api.delete(f"/api/queues/%2F/{name}/").status_code == 204
+    assert api.get(f"/api/queues/%2F/{name}").status_code == 404
