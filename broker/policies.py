@@ -9,6 +9,8 @@ definition into `x-` arguments with RabbitMQ's rule for each key
 `max-length` and `max-length-bytes` the lower of the argument and the policy wins; for
 `dead-letter-exchange`, `dead-letter-routing-key`, `overflow`, `queue-mode`,
 `confirm-on` (ours) and the exchanges' `alternate-exchange` the declared argument wins.
+Operator policies (`validate_operator`, `merged_definition`) hold only numeric limits and
+merge with both by the lower value, as rabbit_policy does.
 Pure: no I/O; the vhost applies the result (broker/vhost.py).
 """
 
@@ -37,6 +39,12 @@ IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown"
                 "delivery-limit", "dead-letter-strategy", "max-age",
                 "stream-max-segment-size-bytes", "initial-cluster-size", "max-in-memory-length",
                 "max-in-memory-bytes", "single-active-consumer")
+# operator policies (rabbitmq.com/parameters.html#operator-policy): the keys rabbit_policies
+# 3.10.8 registers as operator_policy_validator; each merges with a user policy's value and
+# with a declare argument by taking the lower (policy_merge_strategy, merge_policy_value)
+OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes",
+                 "max-in-memory-length", "max-in-memory-bytes", "delivery-limit")
+OPERATOR_COMPONENT = "operator_policy"  # the runtime-parameter component that stores them
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 _CONFIRM = ("persist", "ack", "ack-lite")
 
@@ -86,6 +94,33 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
         raise ValueError(f"Validation failed\n\n{err}\n")
 
 
+def validate_operator(pattern: str, definition: Any, priority: Any, apply_to: str) -> None:
+    """`validate` for an operator policy: only OPERATOR_KEYS, each a non-negative integer
+    (`expires` positive); ValueError with the 400 reason otherwise (rabbit_policy
+    operator_policy_validation)."""
+    if not isinstance(definition, dict) or not definition:
+        raise ValueError("definition must be a non-empty object")
+    unknown = sorted(k for k in definition if k not in OPERATOR_KEYS)
+    if unknown:
+        raise ValueError(f"Validation failed\n\n{unknown} are not recognised policy settings")
+    for key, value in definition.items():
+        _non_negative(key, value, positive=key == "expires")
+    validate(pattern, definition, priority, apply_to)
+
+
+def merged_definition(policy: PolicyDef | None, operator: PolicyDef | None) -> dict:
+    """The definition in force for an object with `policy` and `operator` policy
+    (rabbit_policy merge_operator_definitions): every key of either; a key in both takes the
+    lower value. {} when neither applies."""
+    if operator is None:
+        return dict(policy.definition) if policy is not None else {}
+    out = dict(policy.definition) if policy is not None else {}
+    for key, value in operator.definition.items():
+        current = out.get(key)
+        out[key] = value if not isinstance(current, int) else min(current, value)
+    return out
+
+
 def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> PolicyDef | None:
     """The policy of `vhost` for the queue or exchange `name` (`kind` "queues" or
     "exchanges"): the highest priority among those whose apply-to covers the kind and whose
@@ -109,12 +144,14 @@ def _neg(name: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in name)
 
 
-def effective_queue_arguments(arguments: dict, policy: PolicyDef | None) -> dict:
-    """The queue's `x-` arguments with the policy folded in (see the module docstring)."""
-    if policy is None:
+def effective_queue_arguments(arguments: dict, policy: PolicyDef | None,
+                              operator: PolicyDef | None = None) -> dict:
+    """The queue's `x-` arguments with the policy and the operator policy folded in (see
+    the module docstring; an operator policy's value only ever lowers a limit)."""
+    if policy is None and operator is None:
         return arguments
     out = dict(arguments)
-    for key, value in policy.definition.items():
+    for key, value in merged_definition(policy, operator).items():
         arg = f"x-{key}"
         if key in LOWER_WINS:
             current = out.get(arg)

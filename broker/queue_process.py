@@ -87,6 +87,7 @@ class QueueProcess(Process):
         self.exclusive_owner = exclusive_owner  # owning connection, or None
         self.arguments = arguments  # queue.declare arguments as given
         self.policy = policy  # the policy that applies (rabbitmq.com/parameters.html#policies)
+        self.operator_policy: PolicyDef | None = None  # the operator policy that applies
         # the arguments in force: declared ones with the policy folded in (broker/policies.py)
         effective = effective_queue_arguments(arguments, policy)
         self.bq: BackingQueue = bq_factory(
@@ -152,13 +153,16 @@ class QueueProcess(Process):
         if set_mode is not None:
             set_mode("lazy" if a.lazy else "default")
 
-    def apply_policy(self, policy: PolicyDef | None) -> None:
-        """The queue's policy changed (set, cleared or another one matches now): the new
-        TTL, limits, overflow, dead-lettering, expiry and mode apply at once; a lower
-        length limit drops from the head now, as RabbitMQ. The confirm mode stays what it
-        was at declare (owed confirms follow the rule they were made under)."""
+    def apply_policy(self, policy: PolicyDef | None,
+                     operator_policy: PolicyDef | None = None) -> None:
+        """The queue's policy or operator policy changed (set, cleared or another one
+        matches now): the new TTL, limits, overflow, dead-lettering, expiry and mode apply
+        at once; a lower length limit drops from the head now, as RabbitMQ. The confirm
+        mode stays what it was at declare (owed confirms follow the rule they were made
+        under)."""
         self.policy = policy
-        self._apply(effective_queue_arguments(self.arguments, policy))
+        self.operator_policy = operator_policy
+        self._apply(effective_queue_arguments(self.arguments, policy, operator_policy))
         if self._drops_head and self.settings.over_limit(self.bq):
             self._drop_head()
         self._flush_confirms()

@@ -1,6 +1,7 @@
 """Runtime parameters (rabbitmq.com/parameters.html): which component owns a parameter and
 where setting or clearing one goes. `shovel` belongs to the dynamic shovels,
-`federation-upstream` and `federation-upstream-set` to federation; any other component is
+`federation-upstream` and `federation-upstream-set` to federation, `operator_policy` to the
+vhost's operator policies (as RabbitMQ stores them); any other component is
 unknown (RabbitMQ's 400 "component X not found" for a plugin that is not enabled).
 
 Talked to by: the management API (/api/parameters), definitions import.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from broker.federation.supervisor import COMPONENTS as FEDERATION
+from broker.policies import OPERATOR_COMPONENT
 from broker.shovel.supervisor import COMPONENT as SHOVEL
 
 
@@ -20,8 +22,9 @@ class Owners(Protocol):
 
     shovels: Any  # broker.shovel.supervisor.Shovels
     federation: Any  # broker.federation.supervisor.Federation
+    vhosts: dict[str, Any]  # name -> broker.vhost.VHost (operator policies)
 
-COMPONENTS = (SHOVEL, *FEDERATION)
+COMPONENTS = (SHOVEL, *FEDERATION, OPERATOR_COMPONENT)
 
 
 def set_parameter(broker: Owners, vhost: str, component: str, name: str, value: Any) -> list[str]:
@@ -31,6 +34,16 @@ def set_parameter(broker: Owners, vhost: str, component: str, name: str, value: 
         return broker.shovels.set(vhost, name, value)
     if component in FEDERATION:
         return broker.federation.set(vhost, component, name, value)
+    if component == OPERATOR_COMPONENT:  # RabbitMQ stores operator policies as parameters
+        if not isinstance(value, dict):
+            return ["operator policy value must be an object"]
+        try:
+            broker.vhosts[vhost].set_operator_policy(
+                name, str(value.get("pattern", "")), value.get("definition"),
+                value.get("priority", 0), value.get("apply-to", "all"))
+        except ValueError as exc:
+            return [str(exc)]
+        return []
     raise LookupError(f"component {component} not found")
 
 
@@ -41,4 +54,6 @@ def clear_parameter(broker: Owners, vhost: str, component: str, name: str) -> bo
         return broker.shovels.clear(vhost, name)
     if component in FEDERATION:
         return broker.federation.clear(vhost, component, name)
+    if component == OPERATOR_COMPONENT:
+        return broker.vhosts[vhost].clear_operator_policy(name)
     return False

@@ -18,7 +18,14 @@ from typing import Any
 from broker import errors, limits, policies, sharding
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
-from broker.definitions import BindingDef, Definitions, ExchangeDef, PolicyDef, QueueDef
+from broker.definitions import (
+    BindingDef,
+    Definitions,
+    ExchangeDef,
+    ParameterDef,
+    PolicyDef,
+    QueueDef,
+)
 from broker.exchange import Exchange, new_routing
 from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
@@ -83,6 +90,12 @@ class VHost:
         # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
         self.policies: dict[str, PolicyDef] = {
             p.name: p for p in (definitions.list_policies(name) if definitions else [])}
+        # operator policies by name, stored as RabbitMQ stores them: runtime parameters of
+        # the `operator_policy` component (value: pattern, definition, priority, apply-to)
+        self.operator_policies: dict[str, PolicyDef] = {
+            p.name: _operator_policy(name, p.name, p.value)
+            for p in (definitions.list_parameters(name) if definitions else [])
+            if p.component == policies.OPERATOR_COMPONENT}
         self.declare_exchange("", "direct", durable=True)
         for ex_name, ex_type in PREDECLARED:
             self.declare_exchange(ex_name, ex_type, durable=True)
@@ -323,6 +336,9 @@ class VHost:
                 confirm_on=self._config.confirm_on,
                 policy=self.policy_for("queues", name),
                 memory_monitor=self._memory_monitor)
+        operator = self.operator_policy_for("queues", name)
+        if operator is not None:
+            queue.apply_policy(queue.policy, operator)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
         self._topology_changed()
         self.churn.queues_created += 1
@@ -525,12 +541,46 @@ class VHost:
         self.apply_policies()
         return True
 
+    def operator_policy_for(self, kind: str, name: str) -> PolicyDef | None:
+        """The operator policy that applies to queue or exchange `name` (matched as
+        policies are)."""
+        if not self.operator_policies:
+            return None
+        return policies.match(self.operator_policies.values(), self.name, name, kind)
+
+    def set_operator_policy(self, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> PolicyDef:
+        """Create or replace operator policy `name` (durable) and apply it at once
+        (rabbitmqctl set_operator_policy). Raises ValueError for an invalid one (HTTP 400):
+        only numeric limits (policies.OPERATOR_KEYS)."""
+        policies.validate_operator(pattern, definition, priority, apply_to)
+        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
+        if self.definitions is not None:
+            self.definitions.set_parameter(ParameterDef(
+                self.name, policies.OPERATOR_COMPONENT, name,
+                {"pattern": pattern, "definition": dict(definition), "priority": priority,
+                 "apply-to": apply_to}))
+        self.operator_policies[name] = p
+        self.apply_policies()
+        return p
+
+    def clear_operator_policy(self, name: str) -> bool:
+        """Delete operator policy `name` and re-apply; False if unknown."""
+        if self.operator_policies.pop(name, None) is None:
+            return False
+        if self.definitions is not None:
+            self.definitions.clear_parameter(self.name, policies.OPERATOR_COMPONENT, name)
+        self.apply_policies()
+        return True
+
     def apply_policies(self) -> None:
-        """Give every queue and exchange the policy that matches it now."""
+        """Give every queue and exchange the policy (and operator policy) that matches it
+        now."""
         for q in list(self.queues.values()):
             p = self.policy_for("queues", q.name)
-            if p != q.policy:
-                q.call(q.apply_policy, p)
+            op = self.operator_policy_for("queues", q.name)
+            if p != q.policy or op != q.operator_policy:
+                q.call(q.apply_policy, p, op)
         for x in list(self.exchanges.values()):
             old, x.policy = x.policy, self.policy_for("exchanges", x.name)
             if old != x.policy and (sharding.settings(old) or sharding.settings(x.policy)):
@@ -627,3 +677,10 @@ def _describe(value: Any) -> str:
     if value is None:
         return "none"
     return f"the value '{value}' of type '{_kind(value)}'"
+
+
+def _operator_policy(vhost: str, name: str, value: Any) -> PolicyDef:
+    """An operator policy from its stored runtime-parameter value."""
+    return PolicyDef(vhost, name, str(value.get("pattern", "")),
+                     dict(value.get("definition") or {}), int(value.get("priority", 0)),
+                     str(value.get("apply-to", "all")))

@@ -27,6 +27,7 @@ from broker.management.http import (
     reply,
 )
 from broker.management.messages import message_json
+from broker.policies import merged_definition
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
 
 routes = web.RouteTableDef()
@@ -59,7 +60,12 @@ def unlocked(q: Any, code_prefix: bool = False) -> Any:
 def queue_json(request: web.Request, q: Any) -> dict:
     p = q.policy
     policy = {"name": p.name, "definition": p.definition} if p is not None else None
-    return shapes.queue(broker(request), sampler(request), q, policy)
+    out = shapes.queue(broker(request), sampler(request), q, policy)
+    op = getattr(q, "operator_policy", None)
+    if op is not None:  # rabbit_policy effective_definition: the two merged
+        out["operator_policy"] = op.name
+        out["effective_policy_definition"] = merged_definition(p, op)
+    return out
 
 
 @routes.get("/api/queues")

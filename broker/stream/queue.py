@@ -136,11 +136,11 @@ class StreamQueue(QueueProcess):
         self._chunk: Chunk | None = None  # the chunk read last (consumers share it)
         self._max_bytes, self._max_age = self._retention(arguments)
 
-    def apply_policy(self, policy: Any) -> None:
+    def apply_policy(self, policy: Any, operator_policy: Any = None) -> None:
         """A policy came or went: the retention limits and the segment size follow
         (policy keys max-length-bytes, max-age, stream-max-segment-size-bytes; a declare
         argument wins)."""
-        super().apply_policy(policy)
+        super().apply_policy(policy, operator_policy)
         self._max_bytes, self._max_age = self._retention(self.arguments)
         size = self.arguments.get("x-stream-max-segment-size-bytes") or (
             policy.definition.get("stream-max-segment-size-bytes") if policy else None)
