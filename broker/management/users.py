@@ -133,6 +133,14 @@ async def user_permissions(request: web.Request) -> web.Response:
                   if p.user == u.name])
 
 
+@routes.get("/api/users/{name}/topic-permissions")
+async def user_topic_permissions(request: web.Request) -> web.Response:
+    """The user's topic permissions in every vhost ([] when none; 404 unknown user)."""
+    u = _user(request)
+    return reply([shapes.topic_permission(p)
+                  for p in broker(request).users.list_topic_permissions() if p.user == u.name])
+
+
 # -- vhosts -------------------------------------------------------------------------------
 def _vhost_defs(b: Any) -> dict[str, Any]:
     return {d.name: d for d in b.definitions.list_vhosts()}
@@ -249,6 +257,18 @@ async def delete_permission(request: web.Request) -> web.Response:
     return no_content()
 
 
+@routes.get("/api/vhosts/{name}/topic-permissions")
+async def vhost_topic_permissions(request: web.Request) -> web.Response:
+    """Every topic permission in the vhost ([] when none; 404 unknown vhost)."""
+    require_admin(current(request))
+    b = broker(request)
+    name = param(request, "name")
+    if name not in b.vhosts:
+        raise not_found()
+    return reply([shapes.topic_permission(p) for p in b.users.list_topic_permissions()
+                  if p.vhost == name])
+
+
 @routes.get("/api/topic-permissions")
 async def list_topic_permissions(request: web.Request) -> web.Response:
     require_admin(current(request))
@@ -256,20 +276,58 @@ async def list_topic_permissions(request: web.Request) -> web.Response:
                   for p in broker(request).users.list_topic_permissions()])
 
 
+def _topic_permissions_of(request: web.Request) -> list[dict]:
+    """The user's topic permissions in the vhost; 404 when there are none (RabbitMQ 3.10.8
+    answers the same list for .../{vhost}/{user}/{exchange}, whatever the exchange)."""
+    vhost, user = _perm_key(request)
+    items = [shapes.topic_permission(p) for p in broker(request).users.list_topic_permissions()
+             if p.vhost == vhost and p.user == user]
+    if not items:
+        raise not_found()
+    return items
+
+
+@routes.get("/api/topic-permissions/{vhost}/{user}")
+async def get_topic_permissions(request: web.Request) -> web.Response:
+    return reply(_topic_permissions_of(request))
+
+
+@routes.get("/api/topic-permissions/{vhost}/{user}/{exchange}")
+async def get_topic_permissions_exchange(request: web.Request) -> web.Response:
+    return reply(_topic_permissions_of(request))
+
+
+@routes.delete("/api/topic-permissions/{vhost}/{user}/{exchange}")
+async def delete_topic_permission_exchange(request: web.Request) -> web.Response:
+    """Drop the user's topic permission for one exchange: 204 even when it had none, as
+    RabbitMQ 3.10.8 answers; 404 for an unknown user or vhost."""
+    vhost, user = _perm_key(request)
+    b = broker(request)
+    if vhost not in b.vhosts or b.users.user(user) is None:
+        raise not_found()
+    b.users.clear_topic_permissions(user, vhost, param(request, "exchange"))
+    return no_content()
+
+
 @routes.put("/api/topic-permissions/{vhost}/{user}")
 async def put_topic_permission(request: web.Request) -> web.Response:
-    """{"exchange": "amq.topic", "write": "^a", "read": ".*"}: 201/204."""
+    """{"exchange": "amq.topic", "write": "^a", "read": ".*"}: 201 for the user's first in
+    the vhost, 204 after."""
     vhost, user = _perm_key(request)
     data = await body(request)
+    users = broker(request).users
+    exchange = str(data.get("exchange", ""))
+    # 204 once the user has any topic permission in the vhost (the resource RabbitMQ
+    # 3.10.8 checks is the user-and-vhost pair, not the exchange)
+    existed = any(p.vhost == vhost and p.user == user for p in users.list_topic_permissions())
     try:
-        broker(request).users.set_topic_permissions(
-            user, vhost, str(data.get("exchange", "")), str(data.get("write", "")),
-            str(data.get("read", "")))
+        users.set_topic_permissions(user, vhost, exchange, str(data.get("write", "")),
+                                    str(data.get("read", "")))
     except (NoSuchUser, NoSuchVhost):
         raise not_found() from None
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    return created()
+    return no_content() if existed else created()
 
 
 @routes.delete("/api/topic-permissions/{vhost}/{user}")
