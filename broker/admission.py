@@ -27,6 +27,9 @@ def authenticate(broker: Any, peer: Any, mechanism: str, username: str, password
               and broker.loopback_allowed(username, peer))
     else:
         ok = broker.check_user(username, password, peer)
+    attempts = getattr(broker, "auth_attempts", None)
+    if attempts is not None:
+        attempts.record("amqp091", ok)
     if not ok:
         log.warning("login refused for user %r from %s (%s)", username, peer, mechanism)
     return ok

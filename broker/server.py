@@ -32,7 +32,7 @@ from broker.federation.supervisor import Federation
 from broker.msg_store.vhost import VhostStores
 from broker.reader import Reader
 from broker.shovel.supervisor import Shovels
-from broker.stats import Churn
+from broker.stats import AuthAttempts, Churn
 from broker.users import Users
 from broker.vhost import VHost
 
@@ -60,6 +60,7 @@ class Broker:
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
+        self.auth_attempts = AuthAttempts()  # per protocol (GET /api/auth/attempts/{node})
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone

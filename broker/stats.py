@@ -55,3 +55,26 @@ def total(items: list[MessageStats]) -> MessageStats:
     for item in items:
         out.add(item)
     return out
+
+
+class AuthAttempts:
+    """Authentication attempts since boot per protocol ("amqp091", "http"), as RabbitMQ's
+    rabbit_core_metrics auth_attempt_succeeded / _failed count them and
+    GET /api/auth/attempts/{node} reports them. Per-source tracking is off, as RabbitMQ's
+    default (`track_auth_attempt_source = false`)."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}  # protocol -> [succeeded, failed]
+
+    def record(self, protocol: str, ok: bool) -> None:
+        """One attempt on `protocol`, succeeded or not."""
+        counts = self._counts.setdefault(protocol, [0, 0])
+        counts[0 if ok else 1] += 1
+
+    def as_list(self) -> list[dict]:
+        """[{"protocol", "auth_attempts", "auth_attempts_failed", "auth_attempts_succeeded"}]."""
+        return [{"protocol": p, "auth_attempts": ok + failed, "auth_attempts_failed": failed,
+                 "auth_attempts_succeeded": ok}
+                for p, (ok, failed) in sorted(self._counts.items())]

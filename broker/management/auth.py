@@ -59,7 +59,11 @@ def authenticate(broker: Any, header: str | None) -> ApiUser:
     """The user named by the Basic credentials. 401 "Login failed" when they are missing or
     wrong, 401 "Not management user" without a management tag."""
     creds = parse_basic(header)
-    if creds is None or broker.users.authenticate(*creds) is None:
+    ok = creds is not None and broker.users.authenticate(*creds) is not None
+    attempts = getattr(broker, "auth_attempts", None)
+    if attempts is not None:
+        attempts.record("http", ok)
+    if not ok:
         raise not_authorised("Login failed", challenge=True)
     user = broker.users.user(creds[0])
     tags = tuple(user.tags)

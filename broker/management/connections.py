@@ -69,6 +69,28 @@ async def close(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _of_user(request: web.Request) -> list[Any]:
+    """The connections of `username` the caller may see (its own, or any for monitoring
+    and administrator users), as rabbit_mgmt_wm_connection_user_name lists them."""
+    username = param(request, "username")
+    return [c for c in connections_of(request) if c.username == username]
+
+
+@routes.get("/api/connections/username/{username}")
+async def list_user(request: web.Request) -> web.Response:
+    return _conn_list(request, _of_user(request))
+
+
+@routes.delete("/api/connections/username/{username}")
+async def close_user(request: web.Request) -> web.Response:
+    """Close every connection of the user (320 CONNECTION_FORCED with X-Reason, as one
+    DELETE /api/connections/{name} each); 204 even when there were none."""
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    for conn in _of_user(request):
+        conn.close(320, f"CONNECTION_FORCED - {reason}")
+    return no_content()
+
+
 def _channels(request: web.Request, conns: list[Any]) -> web.Response:
     b, s = broker(request), sampler(request)
     items = [shapes.channel(b, s, ch) for c in conns for ch in c.channels.values()
