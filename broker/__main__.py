@@ -26,7 +26,11 @@ async def _serve(broker: Broker) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = load_config(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config(sys.argv[1:] if argv is None else argv)
+    except (ValueError, OSError) as exc:  # a bad key, value or file: say which, exit 78
+        print(f"python -m broker: configuration error: {exc}", file=sys.stderr)
+        return 78  # EX_CONFIG (sysexits.h)
     logging.basicConfig(
         level=getattr(logging, config.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

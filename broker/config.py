@@ -2,8 +2,11 @@
 
 Owns: `BrokerConfig` (RabbitMQ's key names and defaults, see rabbitmq.com/configure.html and
 `deps/rabbit/Makefile` PROJECT_ENV) and `load_config`, which merges the three sources with the
-precedence CLI > environment (`BROKER_<KEY>`, upper case) > TOML file (`--config` /
-`BROKER_CONFIG`) > defaults. Nothing else in the broker reads the environment or argv.
+precedence CLI > environment (`BROKER_<KEY>`, upper case; then RabbitMQ's RABBITMQ_NODENAME,
+RABBITMQ_NODE_PORT, RABBITMQ_NODE_IP_ADDRESS) > configuration file (`--config` /
+`BROKER_CONFIG` / `RABBITMQ_CONFIG_FILE`: RabbitMQ's rabbitmq.conf format when the name ends
+in `.conf`, broker/rabbitmq_conf.py; else TOML) > defaults. Nothing else in the broker reads
+the environment or argv.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import dataclasses
 import os
 import socket
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from broker import rabbitmq_conf
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,9 @@ class BrokerConfig:
     writer_flush_threshold: int = 262144
 
     extra: Mapping[str, Any] = field(default_factory=dict)  # unknown TOML keys, kept for plugins
+    # what reading the configuration warned about (rabbitmq.conf keys not acted on), logged
+    # when the broker starts
+    warnings: tuple[str, ...] = ()
 
     def resolved_node_name(self) -> str:
         """`node_name`, or `rabbit@<short hostname>` as RabbitMQ names its node."""
@@ -130,6 +138,10 @@ _UNITS = {
     "G": 1024**3, "GiB": 1024**3, "Gi": 1024**3, "g": 1024**3,
     "T": 1024**4, "TiB": 1024**4,
     "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+    # also in rabbit_resource_monitor_misc:parse_information_unit (3.10.8)
+    "kb": 1000, "Kb": 1000, "mb": 1000**2, "Mb": 1000**2, "mB": 1000**2, "gb": 1000**3,
+    "Gb": 1000**3, "gB": 1000**3, "kib": 1024, "KIB": 1024, "mib": 1024**2, "MIB": 1024**2,
+    "gib": 1024**3, "GIB": 1024**3,
 }
 
 
@@ -193,7 +205,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 5672)")
     p.add_argument("--data-dir", dest="data_dir", help="directory for durable state")
-    p.add_argument("--config", help="TOML configuration file")
+    p.add_argument("--config", help="configuration file: RabbitMQ's rabbitmq.conf format "
+                   "when it ends in .conf, else TOML")
     p.add_argument("--log-level", dest="log_level",
                    choices=["debug", "info", "warning", "error"], help="log level")
     p.add_argument("--heartbeat", type=int, help="heartbeat the server proposes (s)")
@@ -254,8 +267,14 @@ def load_config(
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
 
-    path = args.config or environ.get("BROKER_CONFIG")
-    if path:
+    warnings: list[str] = []
+    path = args.config or environ.get("BROKER_CONFIG") or _rabbitmq_config_file(environ)
+    if path and path.endswith(".conf"):  # RabbitMQ's rabbitmq.conf format
+        with open(path, encoding="utf-8") as fh:
+            conf_values, warnings = rabbitmq_conf.parse(fh.read(), path, _own_field)
+        values.update(conf_values)
+        values["config"] = path
+    elif path:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
         root = dict(data.get("broker", data))
@@ -273,9 +292,12 @@ def load_config(
                 extra[key] = value
         values["config"] = path
 
+    for env_key, name in _RABBITMQ_ENV.items():  # RabbitMQ's own variables, below BROKER_*
+        if env_key in environ:
+            values[name] = _coerce(name, environ[env_key])
     for name in _FIELDS:
         env_key = "BROKER_" + name.upper()
-        if name != "extra" and env_key in environ:
+        if name not in ("extra", "warnings") and env_key in environ:
             values[name] = _coerce(name, environ[env_key])
 
     for name in _CLI_KEYS:
@@ -295,5 +317,28 @@ def load_config(
     if values.get("confirm_on", "persist") not in ("persist", "ack", "ack-lite"):
         raise ValueError(f"confirm_on must be persist, ack or ack-lite, not {values['confirm_on']!r}")
     _check_resources(values)
-    cfg = BrokerConfig(**values)
+    cfg = BrokerConfig(**values, warnings=tuple(warnings))
     return dataclasses.replace(cfg, extra=extra) if extra else cfg
+
+
+# RabbitMQ's environment variables (rabbitmq.com/configure.html#supported-environment-variables)
+_RABBITMQ_ENV = {"RABBITMQ_NODENAME": "node_name", "RABBITMQ_NODE_PORT": "port",
+                 "RABBITMQ_NODE_IP_ADDRESS": "host"}
+
+
+def _rabbitmq_config_file(environ: Mapping[str, str]) -> str | None:
+    """RABBITMQ_CONFIG_FILE: a rabbitmq.conf path, its `.conf` extension optional as in
+    RabbitMQ ("/etc/rabbitmq/rabbitmq" reads /etc/rabbitmq/rabbitmq.conf)."""
+    path = environ.get("RABBITMQ_CONFIG_FILE")
+    if not path:
+        return None
+    return path if os.path.splitext(path)[1] else path + ".conf"
+
+
+def _own_field(name: str) -> Callable[[str], dict[str, Any]] | None:
+    """For rabbitmq.conf: this broker's own setting `name` (a BrokerConfig field, or an
+    alias), as a converter to {field: value}; None when it is none of them."""
+    name = _ALIASES.get(name, name)
+    if name not in _FIELDS or name in ("extra", "warnings", "config", "shovels"):
+        return None
+    return lambda text: {name: _coerce(name, text)}

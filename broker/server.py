@@ -238,6 +238,8 @@ class Broker:
     async def start(self) -> None:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
+        for warning in self.config.warnings:  # rabbitmq.conf keys not acted on
+            log.warning("%s", warning)
         os.makedirs(self.config.data_dir, exist_ok=True)
         self.definitions = Definitions(os.path.join(self.config.data_dir, "definitions.db"))
         if not self.definitions.list_vhosts():
