@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(sys.argv[1:] if argv is None else argv)
     except (ValueError, OSError) as exc:  # a bad key, value or file: say which, exit 78
-        print(f"python -m broker: configuration error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"python -m broker: configuration error: {exc}\n")
         return 78  # EX_CONFIG (sysexits.h)
     logging.basicConfig(
         level=getattr(logging, config.log_level.upper(), logging.INFO),
