@@ -34,14 +34,13 @@ from broker.management import (
     parameters,
     policies,
     queues,
-    shapes,
     users,
 )
 from broker.management.auth import API_USER, authenticate
 from broker.management.context import BROKER, SAMPLER
 from broker.management.http import reply
 from broker.management.rates import RateSampler
-from broker.stats import MessageStats
+from broker.management.sampling import sample
 
 log = logging.getLogger("broker.management")
 UI_DIR = Path(__file__).resolve().parent / "ui"
@@ -94,40 +93,6 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
         app.router.add_get("/", index)
         app.router.add_static("/ui/", UI_DIR)
     return app
-
-
-def sample(broker: Any, sampler: RateSampler) -> None:
-    """One pass over every counter: queues, channels, connections, vhosts, the overview."""
-    live: set = set()
-    total = MessageStats()
-    lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
-    for vname, v in broker.vhosts.items():
-        vlen = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
-        for q in v.queues.values():
-            key = shapes.queue_key(vname, q.name)
-            ql = shapes.queue_lengths(q)
-            sampler.observe(key, {**q.message_stats.as_dict(), **ql})
-            live.add(key)
-            for k, n in ql.items():
-                vlen[k] += n
-        vstats = shapes.vhost_stats(broker, v)
-        total.add(vstats)
-        sampler.observe(("vhost", vname), {**vstats.as_dict(), **vlen})
-        live.add(("vhost", vname))
-        for k, n in vlen.items():
-            lengths[k] += n
-    for conn in broker.connections:
-        key = ("connection", id(conn))
-        sampler.observe(key, {"recv_oct": conn.recv_oct,
-                              "send_oct": conn.writer.bytes_sent if conn.writer else 0})
-        live.add(key)
-        for ch in conn.channels.values():
-            ckey = ("channel", id(ch))
-            sampler.observe(ckey, ch.message_stats.as_dict())
-            live.add(ckey)
-    sampler.observe(("overview",), {**total.as_dict(), **lengths})
-    live.add(("overview",))
-    sampler.forget_missing(live)
 
 
 class ManagementServer:

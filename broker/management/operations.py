@@ -3,10 +3,13 @@
 .../source (authentication attempts per protocol; per source is off, so []), POST
 /api/rebalance/queues (204: queue leaders to spread exist only for quorum and mirrored
 queues, and there is one node), POST /api/vhosts/{vhost}/start/{node} (204: the vhost is
-running on this node), GET /api/all-configuration (the older name of GET /api/definitions).
+running on this node), GET /api/all-configuration (the older name of GET /api/definitions),
+DELETE /api/reset[/{node}] (the rate history starts again; live objects' counters read as
+RabbitMQ shows them after its reset).
 Errors: 404 for another node's name or an unknown vhost, 401 for a non-administrator where
 RabbitMQ wants one. Sources: rabbit_mgmt_dispatcher, rabbit_mgmt_wm_auth,
-rabbit_mgmt_wm_auth_attempts, rabbit_mgmt_wm_rebalance_queues, rabbit_mgmt_wm_vhost_restart."""
+rabbit_mgmt_wm_auth_attempts, rabbit_mgmt_wm_rebalance_queues, rabbit_mgmt_wm_vhost_restart,
+rabbit_mgmt_wm_reset."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from aiohttp import web
 
 from broker.management import shapes
 from broker.management.auth import current, require_admin, require_monitor
-from broker.management.context import broker
+from broker.management.context import broker, sampler
 from broker.management.definitions import export_definitions
 from broker.management.http import no_content, not_found, param, reply
+from broker.management.sampling import reset_statistics
 
 routes = web.RouteTableDef()
 
@@ -58,6 +62,23 @@ async def start_vhost(request: web.Request) -> web.Response:
     _this_node(request)
     if param(request, "vhost") not in broker(request).vhosts:
         raise not_found()
+    return no_content()
+
+
+@routes.delete("/api/reset")
+async def reset(request: web.Request) -> web.Response:
+    """Statistics reset: the rate history is dropped (sampling.reset_statistics says what
+    RabbitMQ shows afterwards, and why the counters read the same here)."""
+    require_admin(current(request))
+    reset_statistics(broker(request), sampler(request))
+    return no_content()
+
+
+@routes.delete("/api/reset/{node}")
+async def reset_node(request: web.Request) -> web.Response:
+    require_admin(current(request))
+    _this_node(request)
+    reset_statistics(broker(request), sampler(request))
     return no_content()
 
 

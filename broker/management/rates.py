@@ -34,6 +34,12 @@ class RateSampler:
             self._rates[key] = {k: (v - prev[1].get(k, v)) / dt for k, v in values.items()}
         self._last[key] = (now, dict(values))
 
+    def clear(self) -> None:
+        """Statistics reset: forget every sample and rate (rates read 0 until two samples
+        have been taken again)."""
+        self._last.clear()
+        self._rates.clear()
+
     def rate(self, key: Hashable, field: str) -> float:
         """Last rate of `field` of `key` (0.0 before two samples)."""
         return round(self._rates.get(key, {}).get(field, 0.0), 1)

@@ -65,3 +65,35 @@ def test_rebalance_vhost_start_and_all_configuration(api, node):
     assert api.post(f"/api/vhosts/%2F/start/{node}").status_code == 204
     conf = api.get("/api/all-configuration").json()
     assert {"users", "vhosts", "queues", "exchanges", "bindings", "policies"} <= set(conf)
+
+
+def test_reset_keeps_live_counters_as_rabbitmq_does(api, broker, node):
+    """DELETE /api/reset: RabbitMQ 3.10.8 empties its statistics database, and a live
+    channel reports its cumulative counters again (3 publishes, a reset, 1 more: 4);
+    queue lengths are not statistics and stay."""
+    name = f"reset-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.queue_declare(name)
+    try:
+        def published() -> int:
+            stats = api.get("/api/overview").json().get("message_stats") or {}
+            return stats.get("publish", 0)
+
+        for _ in range(3):
+            ch.basic_publish("", name, b"x")
+        deadline = time.monotonic() + 15
+        while published() < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert api.delete("/api/reset").status_code == 204
+        assert api.delete(f"/api/reset/{node}").status_code == 204
+        ch.basic_publish("", name, b"y")
+        deadline = time.monotonic() + 15
+        while published() != 4:
+            assert time.monotonic() < deadline, published()
+            time.sleep(0.2)
+        assert api.get(f"/api/queues/%2F/{name}").json()["messages"] == 4
+    finally:
+        ch.queue_delete(name)
+        conn.close()
