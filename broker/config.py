@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker import rabbitmq_conf
+from broker.units import parse_information_unit
+
+__all__ = ["BrokerConfig", "load_config", "parse_information_unit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,46 +132,6 @@ _ALIASES = {
 # fields holding a byte count that may be written with a unit ("512MB")
 _SIZE_KEYS = frozenset({"vm_memory_high_watermark_absolute", "disk_free_limit",
                         "total_memory_available_override_value"})
-# RabbitMQ's information units (rabbitmq.com/memory.html#absolute-limits): k/kiB/K/KiB,
-# M/MiB, G/GiB are powers of 1024; kB/KB, MB, GB are powers of 1000; case as written there
-_UNITS = {
-    "": 1, "b": 1, "B": 1,
-    "k": 1024, "K": 1024, "kiB": 1024, "KiB": 1024, "ki": 1024, "Ki": 1024,
-    "M": 1024**2, "MiB": 1024**2, "Mi": 1024**2, "m": 1024**2,
-    "G": 1024**3, "GiB": 1024**3, "Gi": 1024**3, "g": 1024**3,
-    "T": 1024**4, "TiB": 1024**4,
-    "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
-    # also in rabbit_resource_monitor_misc:parse_information_unit (3.10.8)
-    "kb": 1000, "Kb": 1000, "mb": 1000**2, "Mb": 1000**2, "mB": 1000**2, "gb": 1000**3,
-    "Gb": 1000**3, "gB": 1000**3, "kib": 1024, "KIB": 1024, "mib": 1024**2, "MIB": 1024**2,
-    "gib": 1024**3, "GIB": 1024**3,
-}
-
-
-def parse_information_unit(value: int | float | str) -> int:
-    """A byte count as rabbitmq.conf writes it: an integer, or a number with a unit
-    ("512MB" = 512 000 000, "1GiB" = 2**30, "800M" = 800 MiB). Raises ValueError for
-    anything else (negative numbers included). Source: rabbitmq.com/memory.html
-    (vm_memory_high_watermark.absolute) and disk-alarms.html (disk_free_limit.absolute)."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a size: {value!r}")
-    if isinstance(value, int | float):
-        number, unit = float(value), ""
-    elif not isinstance(value, str):
-        raise ValueError(f"not a size: {value!r}")
-    else:
-        text = value.strip()
-        i = len(text)
-        while i and not (text[i - 1].isdigit() or text[i - 1] == "."):
-            i -= 1
-        number_text, unit = text[:i].strip(), text[i:].strip()
-        try:
-            number = float(number_text)
-        except ValueError:
-            raise ValueError(f"not a size: {value!r}") from None
-    if unit not in _UNITS or number < 0:
-        raise ValueError(f"not a size: {value!r} (units: k, kiB, M, MiB, G, GiB, kB, MB, GB)")
-    return int(number * _UNITS[unit])
 _CLI_KEYS = ("host", "port", "data_dir", "config", "log_level", "heartbeat", "frame_max",
              "channel_max", "confirm_on", "product")
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.conf_schema_keys import KEYS as SCHEMA_KEYS
+from broker.units import parse_information_unit
 
 
 class ConfError(ValueError):
@@ -98,8 +99,6 @@ def _log_level(values: dict[str, Any], text: str) -> None:
 
 
 def _size(text: str) -> int:
-    from broker.config import parse_information_unit  # config imports this module
-
     return parse_information_unit(text)
 
 

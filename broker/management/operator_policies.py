@@ -15,16 +15,8 @@ from aiohttp import web
 from broker.management import shapes
 from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
 from broker.management.context import broker
-from broker.management.http import (
-    bad_request,
-    body,
-    created,
-    list_reply,
-    no_content,
-    not_found,
-    param,
-    reply,
-)
+from broker.management.http import list_reply, no_content, not_found, param, reply
+from broker.management.policies import put_policy
 
 routes = web.RouteTableDef()
 
@@ -71,20 +63,8 @@ async def get_one(request: web.Request) -> web.Response:
 async def put(request: web.Request) -> web.Response:
     """{"pattern": "^orders\\\\.", "definition": {"max-length": 10000}, "priority": 0,
     "apply-to": "queues"}: 201 created, 204 replaced, 400 invalid."""
-    vhost = _admin_vhost(request)
-    data = await body(request)
-    for key in ("pattern", "definition"):
-        if key not in data:
-            raise bad_request(f"key_missing: {key}")
-    v = broker(request).vhosts[vhost]
-    name = param(request, "name")
-    existed = name in v.operator_policies
-    try:
-        v.set_operator_policy(name, str(data["pattern"]), data["definition"],
-                              data.get("priority", 0), data.get("apply-to", "all"))
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
-    return no_content() if existed else created()
+    v = broker(request).vhosts[_admin_vhost(request)]
+    return await put_policy(request, v.operator_policies, v.set_operator_policy)
 
 
 @routes.delete("/api/operator-policies/{vhost}/{name}")

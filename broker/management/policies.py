@@ -5,6 +5,8 @@ rabbitmq.com/parameters.html#policies, RabbitMQ 3.10 /api/index.html."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from broker.management import shapes
@@ -63,24 +65,31 @@ def _writer(request: web.Request) -> str:
     return vhost
 
 
-@routes.put("/api/policies/{vhost}/{name}")
-async def put(request: web.Request) -> web.Response:
-    """{"pattern": "^ttl\\\\.", "definition": {"message-ttl": 60000}, "priority": 0,
-    "apply-to": "queues"}: 201 created, 204 replaced, 400 invalid."""
-    vhost = _writer(request)
+async def put_policy(request: web.Request, table: dict, setter: Any) -> web.Response:
+    """PUT of a policy or an operator policy: the body {"pattern", "definition",
+    "priority" (0), "apply-to" ("all")} given to `setter(name, pattern, definition,
+    priority, apply_to)`; 201 created, 204 replaced (`name` was in `table`), 400 for a
+    missing key or what `setter` refuses (its ValueError text)."""
     data = await body(request)
     for key in ("pattern", "definition"):
         if key not in data:
             raise bad_request(f"key_missing: {key}")
-    v = broker(request).vhosts[vhost]
     name = param(request, "name")
-    existed = name in v.policies
+    existed = name in table
     try:
-        v.set_policy(name, str(data["pattern"]), data["definition"],
-                     data.get("priority", 0), data.get("apply-to", "all"))
+        setter(name, str(data["pattern"]), data["definition"], data.get("priority", 0),
+               data.get("apply-to", "all"))
     except ValueError as exc:
         raise bad_request(str(exc)) from None
     return no_content() if existed else created()
+
+
+@routes.put("/api/policies/{vhost}/{name}")
+async def put(request: web.Request) -> web.Response:
+    """{"pattern": "^ttl\\\\.", "definition": {"message-ttl": 60000}, "priority": 0,
+    "apply-to": "queues"}: 201 created, 204 replaced, 400 invalid."""
+    v = broker(request).vhosts[_writer(request)]
+    return await put_policy(request, v.policies, v.set_policy)
 
 
 @routes.delete("/api/policies/{vhost}/{name}")
