@@ -57,7 +57,7 @@ class ConfirmTracker:
         else:
             self._acks.append(seq)
 
-    def track_run(self, first: int, n: int, queues: list) -> None:
+    def track_run(self, first: int, n: int, queues: list[Any] | tuple[Any, ...]) -> None:
         """`track` for seqs first .. first + n - 1, all routed to `queues`."""
         if len(queues) == 1:
             self._pending.update(dict.fromkeys(range(first, first + n), queues[0]))
@@ -303,7 +303,7 @@ class AckLiteConfirms(AckConfirms):
         self._lite_channels.clear()
 
 
-QUEUE_MODES: dict[str, type] = {
+QUEUE_MODES: dict[str, type[PersistConfirms] | type[AckConfirms]] = {
     "persist": PersistConfirms, "ack": AckConfirms, "ack-lite": AckLiteConfirms,
 }
 

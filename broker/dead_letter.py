@@ -79,7 +79,7 @@ def dead_letter_message(message: Message, reason: str, queue: str, dlx: str,
     return Message(dlx, keys[0], new_props, message.body), keys
 
 
-def is_cycle(queue: str, headers: dict | None) -> bool:
+def is_cycle(queue: str, headers: dict[str, Any] | None) -> bool:
     """Would dead-lettering into `queue` close a cycle with no rejection in it? True means
     the message is dropped (rabbit_dead_letter is_cycle): take the x-death entries (newest
     first) up to and including the first one for `queue`; a cycle is "fully automatic" when

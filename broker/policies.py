@@ -108,7 +108,7 @@ def validate_operator(pattern: str, definition: Any, priority: Any, apply_to: st
     validate(pattern, definition, priority, apply_to)
 
 
-def merged_definition(policy: PolicyDef | None, operator: PolicyDef | None) -> dict:
+def merged_definition(policy: PolicyDef | None, operator: PolicyDef | None) -> dict[str, Any]:
     """The definition in force for an object with `policy` and `operator` policy
     (rabbit_policy merge_operator_definitions): every key of either; a key in both takes the
     lower value. {} when neither applies."""
@@ -144,8 +144,8 @@ def _neg(name: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in name)
 
 
-def effective_queue_arguments(arguments: dict, policy: PolicyDef | None,
-                              operator: PolicyDef | None = None) -> dict:
+def effective_queue_arguments(arguments: dict[str, Any], policy: PolicyDef | None,
+                              operator: PolicyDef | None = None) -> dict[str, Any]:
     """The queue's `x-` arguments with the policy and the operator policy folded in (see
     the module docstring; an operator policy's value only ever lowers a limit)."""
     if policy is None and operator is None:
@@ -161,7 +161,8 @@ def effective_queue_arguments(arguments: dict, policy: PolicyDef | None,
     return out
 
 
-def effective_exchange_arguments(arguments: dict, policy: PolicyDef | None) -> dict:
+def effective_exchange_arguments(arguments: dict[str, Any], policy: PolicyDef | None
+                                 ) -> dict[str, Any]:
     """The exchange's arguments with the policy's `alternate-exchange` when the exchange
     declared none."""
     if policy is None or "alternate-exchange" not in policy.definition:

@@ -26,9 +26,10 @@ _HEADER_FIXED = struct.Struct(">HHQ")
 _U64_U8 = struct.Struct(">QB")
 
 # class -> ((attribute, amqp type), ...) from pamqp's spec tables.
-ARG_SPECS: dict[type, tuple[tuple[str, str], ...]] = {
+_COMMANDS: list[Any] = list(commands.INDEX_MAPPING.values())  # pamqp's command classes
+ARG_SPECS: dict[Any, tuple[tuple[str, str], ...]] = {
     cls: tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
-    for cls in commands.INDEX_MAPPING.values()
+    for cls in _COMMANDS
 }
 
 
@@ -42,10 +43,10 @@ class LongLong(int):
     `x-max-hops` of an `x-federation-upstream` exchange must be a long)."""
 
 
-def encode_table(table: dict | None) -> bytes:
+def encode_table(table: dict[str, Any] | None) -> bytes:
     """A field table (AMQP 0-9-1 §4.2.5.5): pamqp's, except that LongLong values go as `l`."""
     if not table or not any(type(v) is LongLong for v in table.values()):
-        return encode.field_table(table)
+        return encode.field_table(table)  # type: ignore[arg-type]  # pamqp's FieldTable is narrower
     parts = []
     for key, value in table.items():
         name = key.encode()
@@ -84,10 +85,10 @@ def encode_args(method: Any) -> bytes:
     return b"".join(out)
 
 
-_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+_DEFAULTS: dict[Any, tuple[tuple[str, Any], ...]] = {}
 
 
-def build_method(cls: type, **fields: Any) -> Any:
+def build_method(cls: Any, **fields: Any) -> Any:
     """A pamqp command instance of `cls` with `fields`, others at their defaults, without
     pamqp's validate(): pamqp's name pattern refuses names RabbitMQ accepts (any UTF-8 up to
     255 bytes: 'café', 'orders*', 'q?', a tab), and `Queue.DeclareOk`, `Basic.GetOk` and
@@ -137,9 +138,9 @@ def encode_properties(properties: commands.Basic.Properties) -> bytes:
 
 def _content_frames(
     channel: int, class_id: int, raw_properties: bytes, body: bytes, frame_max: int
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     size = len(body)
-    parts = [
+    parts: list[bytes | memoryview] = [
         _FRAME_HDR.pack(FRAME_HEADER, channel, 12 + len(raw_properties)),
         _HEADER_FIXED.pack(class_id, 0, size),
         raw_properties,
@@ -163,7 +164,7 @@ def encode_content_raw(
     """Method frame + content header frame + body frames (each payload <= frame_max - 8;
     none when body is empty), with properties already encoded (`encode_properties`).
     AMQP 0-9-1 §4.2.6."""
-    parts = [_frame(FRAME_METHOD, channel, encode_args(method))]
+    parts: list[bytes | memoryview] = [_frame(FRAME_METHOD, channel, encode_args(method))]
     parts += _content_frames(channel, method.index >> 16, raw_properties, body, frame_max)
     return b"".join(parts)
 
@@ -191,7 +192,7 @@ _DELIVER_PARTS_MAX = 4096
 # tag, routing key, exchange, bytes before the delivery tag, bytes between it and the body,
 # the encoded exchange and routing key); the next delivery of a run differs only in its
 # tag, redelivered flag and body, or also in its properties
-_LAST_DELIVER: list = [None, -1, -1, "", "", "", b"", b"", b""]
+_LAST_DELIVER: list[Any] = [None, -1, -1, "", "", "", b"", b"", b""]
 
 
 def _deliver_parts(consumer_tag: str, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
@@ -264,7 +265,8 @@ def encode_deliver(
                             before, after, tail)
         return b"".join((before, _U64_U8.pack(delivery_tag, 1 if redelivered else 0), after,
                          body, b"\xce"))
-    out = [_METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
-           _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail, b"\xce"]
+    out: list[bytes | memoryview] = [
+        _METHOD_FRAME_HDR.pack(FRAME_METHOD, channel, len(head) + len(tail) + 9), head,
+        _U64_U8.pack(delivery_tag, 1 if redelivered else 0), tail, b"\xce"]
     out += _content_frames(channel, 60, raw_properties, body, frame_max)
     return b"".join(out)

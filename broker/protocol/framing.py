@@ -174,7 +174,7 @@ _DECODE_ERRORS = (
 )
 
 
-def _decode_args(cls: type, data: bytes) -> Any:
+def _decode_args(cls: Any, data: bytes) -> Any:
     """Decode method arguments `data` into a `cls` instance; raises ValueError when truncated
     or when bytes are left over (RabbitMQ's "cannot decode")."""
     method = cls.__new__(cls)  # no __init__: pamqp's validate() is the channel's job

@@ -65,7 +65,7 @@ class ConnectionHandshake:
 
     def __init__(
         self,
-        server_properties: dict,
+        server_properties: dict[str, Any],
         authenticate: Callable[[str, str, str], bool],
         vhost_allowed: Callable[[str, str], bool],
         channel_max: int = 2047,
@@ -85,7 +85,7 @@ class ConnectionHandshake:
         self.channel_max = channel_max  # server limit until tune-ok, then negotiated
         self.frame_max = frame_max  # server limit until tune-ok, then negotiated (bytes)
         self.heartbeat = heartbeat  # server proposal until tune-ok, then negotiated (s)
-        self.client_properties: dict = {}  # from start-ok; capabilities live here
+        self.client_properties: dict[str, Any] = {}  # from start-ok; capabilities live here
         self.mechanism = ""  # SASL mechanism the client chose
         self.username = ""  # authenticated user, once start-ok succeeded
         self.vhost = ""  # opened vhost, once OPEN
@@ -113,7 +113,7 @@ class ConnectionHandshake:
 
     # -- the state table ---------------------------------------------------------------
 
-    def start(self) -> list:
+    def start(self) -> list[Any]:
         """Methods to send after an accepted protocol header: [connection.start]."""
         if self.state is not State.INIT:
             raise self._error(ChannelError, "connection.start already sent", None, silent=True)
@@ -128,7 +128,7 @@ class ConnectionHandshake:
             )
         ]
 
-    def receive(self, method: Any) -> list:
+    def receive(self, method: Any) -> list[Any]:
         """Handle one channel-0 method during the handshake; return methods to send.
 
         Raises (see class docstring for `silent_close`): ChannelError 504 "unexpected method
@@ -151,7 +151,7 @@ class ConnectionHandshake:
         exc.silent_close = silent  # type: ignore[attr-defined]
         return exc
 
-    def _on_start_ok(self, method: Any) -> list:
+    def _on_start_ok(self, method: Any) -> list[Any]:
         self.client_properties = dict(method.client_properties or {})
         mechanism = method.mechanism
         self.mechanism = mechanism
@@ -204,7 +204,7 @@ class ConnectionHandshake:
             )
         return client
 
-    def _on_tune_ok(self, method: Any) -> list:
+    def _on_tune_ok(self, method: Any) -> list[Any]:
         self.frame_max = self._negotiate(
             "frame_max", FRAME_MIN_SIZE, self.frame_max, method.frame_max, method
         )
@@ -215,7 +215,7 @@ class ConnectionHandshake:
         self.state = State.OPENING
         return []
 
-    def _on_open(self, method: Any) -> list:
+    def _on_open(self, method: Any) -> list[Any]:
         vhost = method.virtual_host
         if self._vhost_exists is not None and not self._vhost_exists(vhost):
             raise self._error(NotAllowed, f"vhost {vhost} not found", method, silent=False)
@@ -235,7 +235,7 @@ class ConnectionHandshake:
         return [C.OpenOk()]
 
 
-_TRANSITIONS: dict[tuple[State, type], Callable[[ConnectionHandshake, Any], list]] = {
+_TRANSITIONS: dict[tuple[State, type], Callable[[ConnectionHandshake, Any], list[Any]]] = {
     (State.STARTING, C.StartOk): ConnectionHandshake._on_start_ok,
     (State.TUNING, C.TuneOk): ConnectionHandshake._on_tune_ok,
     (State.OPENING, C.Open): ConnectionHandshake._on_open,

@@ -142,7 +142,7 @@ def decode_value(data: bytes, pos: int, end: int) -> tuple[Any, int]:
     raise ValueError(f"unknown field type {tag:#x}")
 
 
-def decode_table(data: bytes, pos: int, end: int) -> tuple[dict, int]:
+def decode_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     """A field table (u32 byte length, then key shortstr + field value pairs) at data[pos:end]
     -> (dict, position after it). Every pair must lie inside the table's length."""
     _need(pos + 4, end)
@@ -159,7 +159,7 @@ def decode_table(data: bytes, pos: int, end: int) -> tuple[dict, int]:
     return table, stop
 
 
-def decode_array(data: bytes, pos: int, end: int) -> tuple[list, int]:
+def decode_array(data: bytes, pos: int, end: int) -> tuple[list[Any], int]:
     """A field array (u32 byte length, then field values) at data[pos:end] -> (list, end)."""
     _need(pos + 4, end)
     stop = pos + 4 + _U32.unpack_from(data, pos)[0]
@@ -230,7 +230,7 @@ def decode_properties_tolerant(raw: bytes) -> Properties:
 
 # (delivery_mode, priority, expiration, user_id, reply_to): the properties the broker itself
 # reads while routing and queueing a message; None where absent
-HotFields = tuple
+HotFields = tuple[Any, Any, Any, Any, Any]
 
 _NO_HOT: HotFields = (None, None, None, None, None)
 _HEADERS_FLAG = Properties.flags["headers"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 from broker.protocol.table_check import learnt_layout
 
@@ -56,7 +57,7 @@ _ORDER = (0x8000, 0x4000, 0x2000, 0x1000, 0x0800, 0x0400, 0x0200, 0x0100, 0x0080
 
 MAX_PIECES = 64  # literal pieces and gaps of a template that may be compiled
 _CAP = 64  # compiled templates kept before the cache is cleared
-_compiled: dict[tuple, re.Pattern[bytes]] = {}
+_compiled: dict[tuple[Any, ...], re.Pattern[bytes]] = {}
 
 
 def _spans(raw: bytes) -> list[tuple[int, int, int]] | None:
@@ -104,7 +105,7 @@ def learn(lead: bytes, prev_raw: bytes, raw: bytes, tail: bytes,
     spans = _spans(raw)
     if spans is None or spans != _spans(prev_raw):
         return None
-    pieces: list = [raw[:2]]
+    pieces: list[Any] = [raw[:2]]
     gaps = 0
     for flag, start, stop in spans:
         value = raw[start:stop]

@@ -42,7 +42,7 @@ MAX_SEGMENTS = 128  # literal pieces and gaps of a layout that may be learnt
 _CAP = 256  # entries of each cache below before it is cleared
 
 _patterns: dict[int, re.Pattern[bytes]] = {}  # table length (bytes) -> its learnt layout
-_pending: dict[int, tuple] = {}  # table length -> the last layout seen once
+_pending: dict[int, tuple[bytes | int, ...]] = {}  # table length -> the last layout seen once
 _seen: set[int] = set()  # table lengths seen once
 
 
@@ -57,7 +57,7 @@ def check_headers(data: bytes, pos: int, end: int) -> int:
     unknown field type tag), DecodeNow (a ValueError) where the caller must decode it."""
     if pos + 4 > end:
         raise ValueError("truncated")
-    size = 4 + _U32.unpack_from(data, pos)[0]
+    size: int = 4 + _U32.unpack_from(data, pos)[0]
     stop = pos + size
     if stop > end:
         raise ValueError("truncated")
@@ -65,7 +65,7 @@ def check_headers(data: bytes, pos: int, end: int) -> int:
     if pattern is not None and pattern.fullmatch(data, pos, stop) is not None:
         return stop
     if size in _seen:  # a length seen before: note the layout, to learn it if it repeats
-        layout: list = []
+        layout: list[bytes | int] = []
         _walk(data, pos, end, 0, True, layout)
         _learn(size, layout)
     else:
@@ -86,7 +86,7 @@ def learnt_layout(data: bytes, pos: int, stop: int) -> bytes | None:
     return pattern.pattern[4:]  # without the leading (?s)
 
 
-def _learn(size: int, layout: list) -> None:
+def _learn(size: int, layout: list[bytes | int]) -> None:
     """A layout walked for a table of `size` bytes: compiled once it came twice running."""
     if len(layout) > MAX_SEGMENTS:
         return
@@ -99,18 +99,18 @@ def _learn(size: int, layout: list) -> None:
     if len(_patterns) >= _CAP:
         _patterns.clear()
     _patterns[size] = re.compile(b"(?s)" + b"".join(
-        re.escape(piece) if piece.__class__ is bytes else b".{%d}" % piece
+        re.escape(piece) if isinstance(piece, bytes) else b".{%d}" % piece
         for piece in layout if piece != 0))
 
 
 def _walk(data: bytes, pos: int, end: int, depth: int, keyed: bool,
-          layout: list | None) -> int:
+          layout: list[bytes | int] | None) -> int:
     """Walk the table (`keyed`) or array at data[pos:end] without decoding it: the position
     after it. With `layout`, append its structure: the bytes every decision reads (lengths,
     keys, type tags) and, as ints, the sizes of the value bytes between them."""
     if pos + 4 > end:
         raise ValueError("truncated")
-    stop = pos + 4 + _U32.unpack_from(data, pos)[0]
+    stop: int = pos + 4 + _U32.unpack_from(data, pos)[0]
     if stop > end:
         raise ValueError("truncated")
     if layout is not None:
