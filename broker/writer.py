@@ -58,6 +58,10 @@ class Writer:
         self.bytes_sent += len(data)
         self._transport.write(data)
 
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet handed to the transport."""
+        return self._size
+
     @property
     def pending(self) -> bool:
         """Frames are queued but not yet written."""

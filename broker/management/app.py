@@ -28,6 +28,7 @@ from broker.management import (
     health,
     limits,
     metrics,
+    node_memory,
     operations,
     operator_policies,
     overview,
@@ -83,7 +84,7 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
                    definitions, parameters, federation, health, global_parameters, limits,
-                   feature_flags, operator_policies, operations):
+                   feature_flags, operator_policies, operations, node_memory):
         app.router.add_routes(module.routes)
         app.router.add_routes(with_trailing_slash(module.routes))
     if UI_DIR.is_dir():

@@ -143,6 +143,11 @@ def node_json(b: Any) -> dict:
     }
 
 
+def rss_bytes() -> int:
+    """The process's resident set in bytes (/proc/self/statm; 0 off Linux)."""
+    return _rss()
+
+
 def _rss() -> int:
     try:
         with open("/proc/self/statm") as f:
