@@ -1,13 +1,13 @@
 """/api/bindings in all of RabbitMQ's forms: every binding, per vhost, between an exchange
 and a queue (`e/{source}/q/{destination}`) or two exchanges (`e/{source}/e/{destination}`),
-POST to create ({"routing_key", "arguments"}; 201 with a Location header naming the
-properties key), GET or DELETE one by its properties key. Sources:
+POST to create ({"routing_key", "arguments"}; 201 with a Location header
+"{destination}/{properties key}", as RabbitMQ), GET or DELETE one by its properties key. Sources:
 rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from aiohttp import web
 
@@ -92,7 +92,10 @@ async def create(request: web.Request) -> web.Response:
         raise bad_request("routing_key must be a string")
     with amqp_errors():  # an exclusive queue: 400 RESOURCE_LOCKED text, as RabbitMQ
         v.bind(kind, dest, source, key, arguments)
-    location = shapes.properties_key(key, arguments)
+    # RabbitMQ 3.10.8 answers "Location: {destination}/{properties key}", both escaped
+    # (e.g. "lq/%2523~F_63iA"): rabbit-hole takes the key from after the slash
+    location = (f"{quote(dest, safe='')}/"
+                f"{quote(shapes.properties_key(key, arguments), safe='')}")
     return web.Response(status=201, headers={"Location": location})
 
 

@@ -15,7 +15,6 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -75,8 +74,11 @@ def created() -> web.Response:
 
 
 def param(request: web.Request, name: str) -> str:
-    """Path parameter `name`, percent-decoded (vhost "/" arrives as %2F)."""
-    return unquote(request.match_info[name])
+    """Path parameter `name`, percent-decoded once, as RabbitMQ's router decodes a segment
+    (vhost "/" arrives as %2F; a queue named "q%7C1" as q%257C1). aiohttp 3.14 already
+    decodes each matched segment once; decoding again turned "q%7C1" into "q|1" (found by
+    rabbit-hole's binding spec)."""
+    return request.match_info[name]
 
 
 async def body(request: web.Request) -> dict[str, Any]:

@@ -383,3 +383,26 @@ def test_every_path_takes_a_trailing_slash(api):
     assert api.get(f"/api/queues/%2F/{name}").json()["durable"] is True
     assert api.delete(f"/api/queues/%2F/{name}/").status_code == 204
     assert api.get(f"/api/queues/%2F/{name}").status_code == 404
+
+
+def test_names_with_percent_signs_are_decoded_once(api, broker):
+    """A queue named "q%7C<id>" is /api/queues/%2F/q%257C<id>: the path is decoded once, as
+    RabbitMQ's router decodes it (rabbit-hole's binding spec uses such a name; a second
+    decode made it "q|<id>" and 404)."""
+    name = uniq("q%7C")
+    x = uniq("x")
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    try:
+        ch.exchange_declare(x, "topic")
+        ch.queue_declare(name)
+        ch.queue_bind(name, x, "#")
+        enc = api.q(name)
+        assert api.get(f"/api/queues/%2F/{enc}").json()["name"] == name
+        found = api.get(f"/api/bindings/%2F/e/{x}/q/{enc}").json()
+        assert [(b["source"], b["destination"]) for b in found] == [(x, name)]
+        assert api.get(f"/api/queues/%2F/{api.q(name.replace('%7C', '|'))}").status_code == 404
+    finally:
+        ch.queue_delete(name)
+        ch.exchange_delete(x)
+        conn.close()
