@@ -125,9 +125,12 @@ def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> Po
     """The policy of `vhost` for the queue or exchange `name` (`kind` "queues" or
     "exchanges"): the highest priority among those whose apply-to covers the kind and whose
     pattern matches the name (re.search, as RabbitMQ's re:run); ties go to the policy name
-    that sorts first. None if no policy applies. Exchanges named "" or "amq.*" get none
-    (RabbitMQ does not apply policies to its predeclared exchanges)."""
-    if kind == "exchanges" and (not name or name.startswith("amq.")):
+    that sorts first. None if no policy applies. The predeclared `amq.*` exchanges get
+    policies as any other (RabbitMQ 3.10.8: a policy for ^amq[.]direct$ shows on it, and
+    rabbit-hole's spec federates amq.topic by one); the default exchange "" gets none here
+    (RabbitMQ lists a matching policy on it, but routes by it without one: no alternate
+    exchange, no federation)."""
+    if kind == "exchanges" and not name:
         return None
     best: PolicyDef | None = None
     for p in policies:

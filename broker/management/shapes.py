@@ -140,10 +140,15 @@ def _round(value: float | None) -> float | None:
 
 
 def exchange(x: Any, vhost: str, user: str = "") -> dict:
-    """An exchange as GET /api/exchanges/{vhost}/{name} returns it."""
-    return {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
-            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": x.arguments,
-            "user_who_performed_action": user}
+    """An exchange as GET /api/exchanges/{vhost}/{name} returns it (`policy` only while one
+    applies, as RabbitMQ 3.10.8 shows it)."""
+    out = {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
+           "auto_delete": x.auto_delete, "internal": x.internal, "arguments": x.arguments,
+           "user_who_performed_action": user}
+    policy = getattr(x, "policy", None)
+    if policy is not None:
+        out["policy"] = policy.name
+    return out
 
 
 def properties_key(routing_key: str, arguments: dict) -> str:

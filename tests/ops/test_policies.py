@@ -193,3 +193,17 @@ def test_confirm_on_policy_selects_the_confirm_mode(api, broker, policy, ours_on
         "confirm-on": "ack"}
     ch.queue_delete(q)
     conn.close()
+
+
+def test_a_policy_applies_to_a_predeclared_amq_exchange(api):
+    """RabbitMQ 3.10.8 applies policies to amq.* exchanges like any other (rabbit-hole's
+    federation spec federates amq.topic by a policy): the exchange shows it."""
+    name = f"amqpol-{uuid.uuid4().hex[:8]}"
+    assert api.put(f"/api/policies/%2F/{name}", json={
+        "pattern": "^amq\\.direct$", "definition": {"alternate-exchange": "amq.fanout"},
+        "apply-to": "exchanges", "priority": 99}).status_code == 201
+    try:
+        wait_for(lambda: api.get("/api/exchanges/%2F/amq.direct").json().get("policy") == name,
+                 timeout=10)
+    finally:
+        api.delete(f"/api/policies/%2F/{name}")
