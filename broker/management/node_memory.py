@@ -27,10 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.management import shapes
 from broker.management.auth import current, require_monitor
 from broker.management.context import broker
-from broker.management.http import not_found, param, reply
+from broker.management.http import reply
+from broker.management.operations import this_node
 from broker.management.overview import rss_bytes
 
 routes = web.RouteTableDef()
@@ -79,10 +79,8 @@ def breakdown(b: Any) -> dict[str, Any]:
 
 def _node(request: web.Request) -> Any:
     require_monitor(current(request))
-    b = broker(request)
-    if param(request, "node") != shapes.node_name(b):
-        raise not_found()
-    return b
+    this_node(request)
+    return broker(request)
 
 
 @routes.get("/api/nodes/{node}/memory")

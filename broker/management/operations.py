@@ -31,7 +31,8 @@ async def auth(request: web.Request) -> web.Response:
     return reply({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
 
 
-def _this_node(request: web.Request, key: str = "node") -> None:
+def this_node(request: web.Request, key: str = "node") -> None:
+    """404 unless the path's `{node}` is this broker's node name."""
     if param(request, key) != shapes.node_name(broker(request)):
         raise not_found()
 
@@ -39,14 +40,14 @@ def _this_node(request: web.Request, key: str = "node") -> None:
 @routes.get("/api/auth/attempts/{node}")
 async def auth_attempts(request: web.Request) -> web.Response:
     require_monitor(current(request))
-    _this_node(request)
+    this_node(request)
     return reply(broker(request).auth_attempts.as_list())
 
 
 @routes.get("/api/auth/attempts/{node}/source")
 async def auth_attempts_source(request: web.Request) -> web.Response:
     require_monitor(current(request))
-    _this_node(request)
+    this_node(request)
     return reply([])  # track_auth_attempt_source is off (RabbitMQ's default)
 
 
@@ -59,7 +60,7 @@ async def rebalance(request: web.Request) -> web.Response:
 @routes.post("/api/vhosts/{vhost}/start/{node}")
 async def start_vhost(request: web.Request) -> web.Response:
     require_admin(current(request))
-    _this_node(request)
+    this_node(request)
     if param(request, "vhost") not in broker(request).vhosts:
         raise not_found()
     return no_content()
@@ -77,7 +78,7 @@ async def reset(request: web.Request) -> web.Response:
 @routes.delete("/api/reset/{node}")
 async def reset_node(request: web.Request) -> web.Response:
     require_admin(current(request))
-    _this_node(request)
+    this_node(request)
     reset_statistics(broker(request), sampler(request))
     return no_content()
 

@@ -184,25 +184,26 @@ async def put_vhost(request: web.Request) -> web.Response:
     return no_content() if existed else created()
 
 
+def _admin_vhost(request: web.Request) -> str:
+    """The `{name}` vhost of the path for an administrator: 401 otherwise, 404 unknown."""
+    require_admin(current(request))
+    name = param(request, "name")
+    if name not in broker(request).vhosts:
+        raise not_found()
+    return name
+
+
 @routes.delete("/api/vhosts/{name}")
 async def delete_vhost(request: web.Request) -> web.Response:
-    require_admin(current(request))
-    b = broker(request)
-    name = param(request, "name")
-    if name not in b.vhosts:
-        raise not_found()
-    await b.delete_vhost(name)
+    await broker(request).delete_vhost(_admin_vhost(request))
     return no_content()
 
 
 @routes.get("/api/vhosts/{name}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    require_admin(current(request))
-    b = broker(request)
-    name = param(request, "name")
-    if name not in b.vhosts:
-        raise not_found()
-    return reply([shapes.permission(p) for p in b.users.list_permissions() if p.vhost == name])
+    name = _admin_vhost(request)
+    return reply([shapes.permission(p) for p in broker(request).users.list_permissions()
+                  if p.vhost == name])
 
 
 # -- permissions --------------------------------------------------------------------------
@@ -260,13 +261,9 @@ async def delete_permission(request: web.Request) -> web.Response:
 @routes.get("/api/vhosts/{name}/topic-permissions")
 async def vhost_topic_permissions(request: web.Request) -> web.Response:
     """Every topic permission in the vhost ([] when none; 404 unknown vhost)."""
-    require_admin(current(request))
-    b = broker(request)
-    name = param(request, "name")
-    if name not in b.vhosts:
-        raise not_found()
-    return reply([shapes.topic_permission(p) for p in b.users.list_topic_permissions()
-                  if p.vhost == name])
+    name = _admin_vhost(request)
+    return reply([shapes.topic_permission(p)
+                  for p in broker(request).users.list_topic_permissions() if p.vhost == name])
 
 
 @routes.get("/api/topic-permissions")
