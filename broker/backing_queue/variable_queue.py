@@ -134,7 +134,11 @@ class VariableQueue(VqDisk):
         self._ram_msgs = 0  # ready messages whose Message is in RAM
         self.target_ram_count: int | None = 0 if mode == "lazy" else None  # None = infinity
         self._rates = Rates()  # for ram_duration / set_ram_duration_target
-        self._confirm_lock = threading.Lock()  # the confirm sets below (worker callbacks)
+        # the confirm sets below belong to the queue process's thread alone: the fsync
+        # workers' callbacks only append (is_store, msg_ids) to _synced (deque.append is
+        # atomic) and wake us; drain_confirmed applies them. No lock on the publish path.
+        self._synced: deque[tuple[bool, list[bytes]]] = deque()
+        self._credit_lock = threading.Lock()  # _credit_back (store credit callbacks)
         self._unconfirmed: set[bytes] = set()  # msg_ids owed a confirm
         self._needs_store: set[bytes] = set()  # ...of which the body goes to the store
         self._store_done: set[bytes] = set()  # store fsynced, index not yet
@@ -181,13 +185,12 @@ class VariableQueue(VqDisk):
             len(message.body), props,
         )
         if props.needs_confirming:
-            with self._confirm_lock:
-                if is_persistent:
-                    self._unconfirmed.add(ms.msg_id)
-                    if persist_to == MSG_STORE:
-                        self._needs_store.add(ms.msg_id)
-                else:  # nothing to persist: confirmed on enqueue
-                    self._confirmed.append(ms.msg_id)
+            if is_persistent:
+                self._unconfirmed.add(ms.msg_id)
+                if persist_to == MSG_STORE:
+                    self._needs_store.add(ms.msg_id)
+            else:  # nothing to persist: confirmed on enqueue
+                self._confirmed.append(ms.msg_id)
         self._bytes += ms.size
         return ms
 
@@ -440,8 +443,9 @@ class VariableQueue(VqDisk):
     # -- confirms and durability -----------------------------------------------------------
     def drain_confirmed(self) -> list[bytes]:
         """msg_ids now safely on disk (or gone before they had to be); each once."""
-        with self._confirm_lock:
-            out, self._confirmed = self._confirmed, []
+        if self._synced:
+            self._apply_synced()
+        out, self._confirmed = self._confirmed, []
         return out
 
     def needs_sync(self) -> bool:

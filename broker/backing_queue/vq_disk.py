@@ -59,7 +59,8 @@ class VqDisk:
     io_batch_size: int
     _q3_segment: int | None
     _notify: Callable[[], None]
-    _confirm_lock: threading.Lock
+    _synced: deque[tuple[bool, list[bytes]]]
+    _credit_lock: threading.Lock
     _unconfirmed: set[bytes]
     _needs_store: set[bytes]
     _store_done: set[bytes]
@@ -81,8 +82,7 @@ class VqDisk:
             store, client = self._stores.persistent, self._pclient
         else:
             store, client = self._stores.transient, self._tclient
-        with self._confirm_lock:
-            wants = ms.msg_id in self._needs_store
+        wants = ms.msg_id in self._needs_store
         credit = self._store_credit
         if credit is None:
             store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None)
@@ -102,15 +102,12 @@ class VqDisk:
         else:
             embedded = b""
         expiry = ms.props.expiry
-        with self._confirm_lock:
-            confirm = ms.msg_id in self._unconfirmed
+        confirm = ms.msg_id in self._unconfirmed
         self._qi.publish(
             ms.seq_id,
             PubRecord(ms.msg_id, ms.is_persistent, expiry * 1000 if expiry else 0, ms.size, embedded),
-            confirm=confirm,
+            confirm, ms.is_delivered,
         )
-        if ms.is_delivered:
-            self._qi.deliver([ms.seq_id])
         ms.index_on_disk = True
 
     def _write_to_disk(self, ms: MsgStatus, force_msg: bool, force_index: bool) -> None:
@@ -154,12 +151,11 @@ class VqDisk:
             self._stores.transient.remove(transient)
         for ms in mss:
             self._bytes -= ms.size
-        with self._confirm_lock:
-            if self._unconfirmed:
-                self._confirm_locked([ms.msg_id for ms in mss if ms.msg_id in self._unconfirmed])
+        if self._unconfirmed:
+            self._confirm_now([ms.msg_id for ms in mss if ms.msg_id in self._unconfirmed])
 
-    # -- confirms (callbacks may run on worker threads) ------------------------------------
-    def _confirm_locked(self, msg_ids: list[bytes]) -> None:
+    # -- confirms (the sets are the queue process's; fsync workers only post to _synced) -----
+    def _confirm_now(self, msg_ids: list[bytes]) -> None:
         for msg_id in msg_ids:
             self._unconfirmed.discard(msg_id)
             self._needs_store.discard(msg_id)
@@ -168,34 +164,43 @@ class VqDisk:
             self._confirmed.append(msg_id)
 
     def _on_store_disk(self, msg_ids: list[bytes]) -> None:
-        """Persistent store fsynced these bodies (fsync thread)."""
-        ready = []
-        with self._confirm_lock:
-            for msg_id in msg_ids:
-                if msg_id not in self._unconfirmed:
-                    continue
-                if msg_id in self._qi_done:
-                    ready.append(msg_id)
-                else:
-                    self._store_done.add(msg_id)
-            self._confirm_locked(ready)
-        if ready:
-            self._notify()
+        """Persistent store fsynced these bodies (fsync thread): post them, wake the queue."""
+        self._synced.append((True, msg_ids))
+        self._notify()
 
     def _on_index_sync(self, msg_ids: list[bytes]) -> None:
-        """The queue index made these publishes durable (fsync thread, or a fold)."""
-        ready = []
-        with self._confirm_lock:
-            for msg_id in msg_ids:
-                if msg_id not in self._unconfirmed:
-                    continue
-                if msg_id in self._needs_store and msg_id not in self._store_done:
-                    self._qi_done.add(msg_id)
-                else:
-                    ready.append(msg_id)
-            self._confirm_locked(ready)
-        if ready:
-            self._notify()
+        """The queue index made these publishes durable (fsync thread, or a fold): post them,
+        wake the queue."""
+        self._synced.append((False, msg_ids))
+        self._notify()
+
+    def _apply_synced(self) -> None:
+        """Queue-process thread: a message owed a confirm is confirmed once its index entry
+        is fsynced and, if its body went to the store, the store has fsynced it too (or
+        once it is acked, `_forget`). Each msg_id is confirmed once."""
+        synced = self._synced
+        unconfirmed = self._unconfirmed
+        while synced:
+            from_store, msg_ids = synced.popleft()
+            ready = []
+            if from_store:
+                for msg_id in msg_ids:
+                    if msg_id not in unconfirmed:
+                        continue
+                    if msg_id in self._qi_done:
+                        ready.append(msg_id)
+                    else:
+                        self._store_done.add(msg_id)
+            else:
+                for msg_id in msg_ids:
+                    if msg_id not in unconfirmed:
+                        continue
+                    if msg_id in self._needs_store and msg_id not in self._store_done:
+                        self._qi_done.add(msg_id)
+                    else:
+                        ready.append(msg_id)
+            if ready:
+                self._confirm_now(ready)
 
     # -- store credit (callbacks may run on worker threads) ----------------------------------
     def _on_store_credit_persistent(self, n: int) -> None:
@@ -207,7 +212,7 @@ class VqDisk:
     def _store_credit_back(self, store: object, n: int) -> None:
         """`store` synced `n` of our flow writes (fsync thread, or inline): record the credit;
         wake the queue process if we are blocked on it."""
-        with self._confirm_lock:
+        with self._credit_lock:
             self._credit_back[store] = self._credit_back.get(store, 0) + n
         credit = self._store_credit
         if credit is not None and credit.blocked and not self._resume_wanted:
@@ -219,7 +224,7 @@ class VqDisk:
         credit = self._store_credit
         if credit is None or not self._credit_back:
             return
-        with self._confirm_lock:
+        with self._credit_lock:
             back, self._credit_back = self._credit_back, {}
         for store, n in back.items():
             credit.grant(store, n)
@@ -375,8 +380,7 @@ class VqDisk:
         pub = e.pub
         embedded = bool(pub.embedded)
         msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
-        with self._confirm_lock:
-            owed = pub.msg_id in self._unconfirmed
+        owed = pub.msg_id in self._unconfirmed
         props = MessageProps(pub.expiry_us // 1000 if pub.expiry_us else None, owed)
         return MsgStatus(e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
                          QUEUE_INDEX if embedded else MSG_STORE, pub.size, props,

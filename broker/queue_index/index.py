@@ -140,7 +140,9 @@ class QueueIndex:
         self._pending_delivered: set[int] = set()
         self._buf = bytearray()
         self._fd = -1  # journal.jif, append mode
-        self._lock = threading.Lock()  # _unconfirmed and the sync queue
+        # the fsync worker's handoff (_sync_queue, _syncing); everything else, _unconfirmed
+        # included, belongs to the caller's thread (the queue process)
+        self._lock = threading.Lock()
         # confirm-owed publishes since the last sync(): seq_id -> msg_id (an ack dropping the
         # unwritten publish removes it; a dict keeps that O(1))
         self._unconfirmed: dict[int, bytes] = {}
@@ -257,21 +259,25 @@ class QueueIndex:
         )
 
     # -- entries ---------------------------------------------------------------------------
-    def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False) -> None:
-        """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded).
+    def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False,
+                delivered: bool = False) -> None:
+        """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded),
+        and with `delivered` its deliver entry too (publish_delivered: one call, not two).
         With confirm, pub.msg_id goes to on_sync after the next fsync covering it."""
         self._pending[seq_id] = pub
         e = self._journal.get(seq_id)
         if e is None:
-            self._journal[seq_id] = SegEntry(pub)
+            self._journal[seq_id] = SegEntry(pub, delivered)
         else:
             e.pub = pub
+            e.delivered = e.delivered or delivered
+        if delivered:
+            self._pending_delivered.add(seq_id)
         self._seg_unacked[segment_of(seq_id)] += 1
         self._journal_bytes += len(pub.embedded)
         if confirm:
-            with self._lock:
-                self._unconfirmed[seq_id] = pub.msg_id
-        self._count_entry()
+            self._unconfirmed[seq_id] = pub.msg_id
+        self._count_entry(2 if delivered else 1)
 
     def deliver(self, seq_ids: Iterable[int]) -> None:
         """Record deliveries (once per seq id; the variable queue checks is_delivered)."""
@@ -301,6 +307,11 @@ class QueueIndex:
             e = self._journal.get(seq_id)
             if e is None:
                 self._journal[seq_id] = SegEntry(None, False, True)
+            elif e.pub is not None:
+                # its publish is in the journal file too: a fold would skip it, and read()
+                # would too (nothing of it is in a segment); the file keeps all three entries
+                del self._journal[seq_id]
+                self._journal_bytes -= len(e.pub.embedded)
             else:
                 e.acked = True
             self._seg_unacked[segment_of(seq_id)] -= 1
@@ -316,11 +327,10 @@ class QueueIndex:
             self._journal_bytes -= len(e.pub.embedded)
         self._seg_unacked[segment_of(seq_id)] -= 1
         if self._unconfirmed:
-            with self._lock:
-                self._unconfirmed.pop(seq_id, None)
+            self._unconfirmed.pop(seq_id, None)
 
-    def _count_entry(self) -> None:
-        self._journal_count += 1
+    def _count_entry(self, n: int = 1) -> None:
+        self._journal_count += n
         if (self._journal_count > self.max_journal_entries
                 or self._journal_bytes > self.max_journal_bytes):
             self.fold()
@@ -353,38 +363,45 @@ class QueueIndex:
         """Write buffered journal entries to journal.jif (no fsync)."""
         if self._pending:
             delivered = self._pending_delivered
-            buf = self._buf
+            parts: list[bytes] = []
+            add = parts.extend
+            publish_parts = jf.publish_parts
+            encode_deliver = jf.encode_deliver
             for seq_id, pub in self._pending.items():
-                buf += jf.encode_publish(seq_id, pub)
+                add(publish_parts(seq_id, pub))
                 if seq_id in delivered:
-                    buf += jf.encode_deliver(seq_id)
+                    parts.append(encode_deliver(seq_id))
             # emptied in place: ack() and deliver() hold these across _count_entry(), which
             # may fold (and so flush) in the middle of their loop
             self._pending.clear()
             self._pending_delivered.clear()
-        if self._buf:
+            if self._buf:
+                parts.append(bytes(self._buf))
+                self._buf = bytearray()
+            _write_all(self._fd, parts)
+            self._dirty = True
+        elif self._buf:
             os.write(self._fd, self._buf)
             self._buf = bytearray()
             self._dirty = True
 
     def needs_sync(self) -> bool:
         """True while msg_ids published with confirm=True wait for an fsync."""
-        with self._lock:
-            return bool(self._unconfirmed)
+        return bool(self._unconfirmed)
 
     def sync(self) -> None:
         """Flush, then fsync the journal on a worker thread and report to on_sync. Without
         owed confirms it still fsyncs what was written since the last fsync (the queue
         process's 200 ms idle sync); with nothing written it does nothing."""
         self.flush()
-        with self._lock:
-            if not self._unconfirmed and not self._dirty:
-                return
-            self._dirty = False
-            batch, self._unconfirmed = list(self._unconfirmed.values()), {}
-            if not self.fsync:
-                ready = batch
-            else:
+        if not self._unconfirmed and not self._dirty:
+            return
+        self._dirty = False
+        batch, self._unconfirmed = list(self._unconfirmed.values()), {}
+        if not self.fsync:
+            ready = batch
+        else:
+            with self._lock:
                 self._sync_queue.append(batch)
                 if not self._syncing:
                     self._syncing = True
@@ -428,20 +445,22 @@ class QueueIndex:
         by_seg: dict[int, list[tuple[int, SegEntry]]] = {}
         for seq in sorted(self._journal):
             by_seg.setdefault(segment_of(seq), []).append((seq, self._journal[seq]))
-        for seg, entries in by_seg.items():
+        # fully acked segments go, whether or not the journal still names them (an ack of a
+        # publish still in the journal has already left the RAM map, see ack())
+        for seg in [seg for seg, n in self._seg_unacked.items() if n <= 0]:
+            del self._seg_unacked[seg]
             path = os.path.join(self.directory, sf.file_name(seg))
-            if self._seg_unacked[seg] <= 0:
-                del self._seg_unacked[seg]
-                if os.path.exists(path):
-                    os.unlink(path)
-                continue
+            if os.path.exists(path):
+                os.unlink(path)
+        for seg, entries in by_seg.items():
+            if seg not in self._seg_unacked:
+                continue  # just deleted
             # a publish, deliver and ack all still in the journal never reach the segment
             todo = [(s, e) for s, e in entries if not (e.pub is not None and e.acked)]
             if todo:
                 self._append_block(seg, todo)
         self._truncate_journal()
-        with self._lock:
-            ready, self._unconfirmed = list(self._unconfirmed.values()), {}
+        ready, self._unconfirmed = list(self._unconfirmed.values()), {}
         if ready and self.on_sync is not None:
             self.on_sync(ready)
 
@@ -497,6 +516,22 @@ class QueueIndex:
             os.close(self._fd)
             self._fd = -1
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_IOV_MAX = 1024  # Linux UIO_MAXIOV: buffers one writev(2) may take
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Append `parts` to `fd` with gathered writes (writev), IOV_MAX buffers at a time; a
+    short write (a signal, a full disk) finishes with plain writes of what is left."""
+    for start in range(0, len(parts), _IOV_MAX):
+        chunk = parts[start:start + _IOV_MAX]
+        done = os.writev(fd, chunk)
+        total = sum(map(len, chunk))
+        if done < total:
+            rest = b"".join(chunk)[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
 
 
 def load_journal(path: str, truncate: bool) -> dict[int, SegEntry]:

@@ -134,6 +134,28 @@ def test_journal_folds_past_max_embedded_bytes(tmp_path):
     assert [e.pub.embedded for e in qi.read(0, 11)][-2:] == [b"e" * 101, b""]
 
 
+def test_acked_embedded_publishes_leave_the_ram_journal_and_do_not_force_a_fold(tmp_path):
+    """Written publishes that consumers ack leave the in-RAM journal map (a fold would skip
+    them), so their embedded bytes stop counting towards max_journal_bytes: a queue whose
+    consumers keep up folds by entry count only, as RabbitMQ's v1 index does. The file keeps
+    publish, deliver and ack, and a replay still finds nothing left."""
+    qi = new_index(tmp_path, max_journal_bytes=1000, max_journal_entries=10_000)
+    for s in range(30):
+        qi.publish(s, pub(s, b"e" * 100))
+        qi.flush()  # the publish reaches the file before its ack
+        qi.deliver([s])
+        qi.ack([s])
+    assert qi.journal_entries() == 90  # 3000 embedded bytes written, all acked: no fold
+    qi.publish(30, pub(30, b"e" * 100))
+    qi.flush()
+    assert [e.seq_id for e in qi.read(0, 31)] == [30]
+    qi.close_abruptly()
+    again = new_index(tmp_path)
+    assert [e.seq_id for e in again.read(0, 31)] == [30]
+    again.fold()
+    assert sf.list_segments(str(tmp_path)) == [0]
+
+
 def test_sync_reports_confirms_from_a_worker_thread(tmp_path):
     got = []
     done = threading.Event()
