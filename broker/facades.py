@@ -2,7 +2,8 @@
 as `typing.Protocol`s (STYLE §10, ARCHITECTURE §1).
 
 Owns: the contracts only. A queue process holds publishing channels as `ChannelFacade`s
-(confirms, credit, cancel notifications, deliveries) and its vhost as a `QueueVHost`. The
+(confirms, credit, cancel notifications, deliveries) and its vhost as a `QueueVHost`; a
+channel gets a basic.publish from the reader as a `ContentCommand`. The
 concrete classes (`ChannelProcess`, `VHost`) satisfy them structurally and never import
 this module at runtime; neither does anything here import them at runtime (no import
 circles, STYLE §9). Must never: hold code; every name here is for type checkers.
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from broker.confirms import LiteRef
     from broker.consumers import Consumer
     from broker.message import Message
+    from broker.protocol.framing import ContentHeader
     from broker.queue_process import QueueProcess
 
 
@@ -54,3 +56,18 @@ class QueueVHost(Protocol):
                    message: Message | None = None) -> list[QueueProcess]: ...
 
     def delete_queue_now(self, queue: QueueProcess) -> int: ...
+
+
+class ContentCommand(Protocol):
+    """A content method (basic.publish) as the reader hands it to its channel: the
+    assembler's (or the decoder's) `Command`, whose header is always set for a content
+    method (`Command.header` is None only for the others)."""
+
+    @property
+    def method(self) -> Any: ...  # the pamqp method (commands.Basic.Publish)
+
+    @property
+    def header(self) -> ContentHeader: ...
+
+    @property
+    def body(self) -> bytes | None: ...
