@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -30,6 +30,12 @@ from broker.protocol.encoding import encode_deliver, encode_method
 from broker.queue_process import ACK, REQUEUE, RUN
 from broker.stats import MessageStats
 from broker.tx import TxState
+
+if TYPE_CHECKING:
+    from broker.consumers import Consumer
+    from broker.protocol.framing import Command
+    from broker.queue_process import QueueProcess
+    from broker.reader import Reader
 
 log = logging.getLogger("broker.channel")
 
@@ -48,14 +54,17 @@ class ChannelProcess(Process):
     """Channel `number` of connection `conn` (the reader façade: `writer`, `vhost`,
     `frame_max`, `capabilities`, `connection_error`, `grant_credit`, `channel_closed`)."""
 
-    def __init__(self, conn: Any, number: int) -> None:
+    def __init__(self, conn: Reader, number: int) -> None:
         super().__init__(conn.loop)
+        writer, vhost, access_control = conn.writer, conn.vhost, conn.access_control
+        # channel.open is only accepted after connection.open: all three are set by then
+        assert writer is not None and vhost is not None and access_control is not None
         self.conn = conn  # the connection (reader) this channel belongs to
         self.number = number  # channel number on the wire
-        self.writer = conn.writer  # outbound frames of the connection
-        self.vhost = conn.vhost  # where exchanges and queues are looked up
+        self.writer = writer  # outbound frames of the connection
+        self.vhost = vhost  # where exchanges and queues are looked up
         # permission checks of this channel's user (cache dropped whenever permissions change)
-        self.access = ChannelAccess(conn.access_control, conn.username, conn.vhost.name)
+        self.access = ChannelAccess(access_control, conn.username, vhost.name)
         self.frame_max = conn.frame_max  # negotiated, for splitting bodies
         self.state = OPEN  # open / closing (we sent channel.close) / closed
         self.limiter = Limiter()  # basic.qos state
@@ -69,8 +78,9 @@ class ChannelProcess(Process):
         self._tag_times: list[tuple[int, float]] = []
         self._stamped_below = 1  # tags below this have a stamp
         self._stamping = False  # a stamp is scheduled for this loop turn
-        self.unacked: dict[int, tuple[Any, int, str | None]] = {}  # tag -> (queue, ack_tag, ctag)
-        self.consumers: dict[str, Any] = {}  # consumer_tag -> queue process
+        # tag -> (queue, ack tag (a LiteRef in ack-lite mode, None once its queue is gone), ctag)
+        self.unacked: dict[int, tuple[QueueProcess, int | LiteRef | None, str | None]] = {}
+        self.consumers: dict[str, QueueProcess] = {}  # consumer_tag -> queue process
         # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
         self.reply_consumer: tuple[str, str] | None = None
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
@@ -131,7 +141,7 @@ class ChannelProcess(Process):
                     send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
             self.message_stats.confirm += confirm.acked_total - before
 
-    def _dispatch(self, cmd: Any) -> None:
+    def _dispatch(self, cmd: Command) -> None:
         """Run the method's handler. Notifications it causes on this channel (basic.cancel
         when queue.delete removes our own consumer) go out after its reply, as in RabbitMQ
         where the queue's cancel reaches the channel process after it has replied."""
@@ -194,11 +204,11 @@ class ChannelProcess(Process):
         if grant:
             self.conn.grant_credit(self, grant)
 
-    def _queue_gone(self, queue: Any) -> None:
+    def _queue_gone(self, queue: QueueProcess) -> None:
         """An ack-lite queue was deleted: nack the confirms our unacked deliveries from it
         still carry (as the ack mode's queue nacks its pending ones); a later ack of those
         deliveries is accepted and does nothing."""
-        refs = []
+        refs: list[LiteRef] = []
         for tag, (q, ack_tag, ctag) in self.unacked.items():
             if q is queue and ack_tag.__class__ is LiteRef:
                 refs.append(ack_tag)
@@ -212,7 +222,7 @@ class ChannelProcess(Process):
         self.state = CLOSED
         self.conn.crashed(exc)
 
-    def _while_closing(self, cmd: Any) -> None:
+    def _while_closing(self, cmd: Command) -> None:
         """After we sent channel.close only close/close-ok matter (AMQP 0-9-1 §1.5.2.5).
         A client's channel.close that crossed ours is answered with close-ok and we keep
         waiting for the close-ok to ours (RabbitMQ rabbit_reader: closing channels)."""
@@ -230,7 +240,7 @@ class ChannelProcess(Process):
         self.writer.send(encode_method(self.number, method))
 
     # -- closing ----------------------------------------------------------------------------
-    def close_with_error(self, exc: Exception) -> None:
+    def close_with_error(self, exc: errors.AMQPError) -> None:
         """Soft error: send channel.close with the error and release everything."""
         code, text, class_id, method_id = errors.close_args(exc)
         log.info("closing channel %d: %s", self.number, text)
@@ -245,7 +255,7 @@ class ChannelProcess(Process):
             self.reply_consumer = None
         if self.state == CLOSED and not self.unacked and not self.consumers:
             return
-        by_queue: dict[Any, list[int]] = {}
+        by_queue: dict[QueueProcess, list[int]] = {}
         lite: list[LiteRef] = []  # ack-lite deliveries cannot be requeued: their publishers
         # get basic.nack (ARCHITECTURE §6)
         entries = list(self.unacked.values())
@@ -258,7 +268,8 @@ class ChannelProcess(Process):
                 lite.append(ack_tag)
                 by_queue.setdefault(queue, [])
             elif ack_tag is not None:  # None: a delivery of a deleted ack-lite queue
-                by_queue.setdefault(queue, []).append(ack_tag)
+                # an int here: mypy does not narrow on `x.__class__ is C` (the LiteRef test)
+                by_queue.setdefault(queue, []).append(ack_tag)  # type: ignore[arg-type]
         if lite:
             _cast_lite(REJECT, lite)
         for queue in self.consumers.values():
@@ -306,8 +317,8 @@ class ChannelProcess(Process):
             return False
         return no_ack or self.limiter.can_send()
 
-    def deliver(self, queue: Any, consumer: Any, message: Message, redelivered: bool,
-                ack_tag: int | None) -> None:
+    def deliver(self, queue: QueueProcess, consumer: Consumer, message: Message,
+                redelivered: bool, ack_tag: int | LiteRef | None) -> None:
         """Send basic.deliver for `message` to `consumer` (AMQP 0-9-1 §1.8.3.9)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
@@ -364,16 +375,16 @@ class ChannelProcess(Process):
                                         message.body, self.frame_max))
         return True
 
-    def grant_credit(self, queue: Any, n: int) -> None:
+    def grant_credit(self, queue: QueueProcess, n: int) -> None:
         """A queue handled `n` more of our publishes."""
         if self.credit.grant(queue, n):
             self.resume()
 
-    def spend_queue_credit(self, queue: Any) -> None:
+    def spend_queue_credit(self, queue: QueueProcess) -> None:
         if self.credit.send(queue) and not self.shutting_down:
             self.suspend()
 
-    def consumer_cancelled(self, queue: Any, tag: str) -> None:
+    def consumer_cancelled(self, queue: QueueProcess, tag: str) -> None:
         """The queue went away under a consumer: send basic.cancel if the client supports
         it (rabbitmq.com/consumer-cancel.html)."""
         if self.consumers.pop(tag, None) is None or self.state != OPEN:
@@ -423,7 +434,7 @@ class ChannelProcess(Process):
         """Send ACK/REQUEUE/DISCARD for `entries` to their queues, free prefetch capacity."""
         if not entries:
             return
-        by_queue: dict[Any, list[tuple[int | None, str | None]]] = {}
+        by_queue: dict[QueueProcess, list[tuple[int | None, str | None]]] = {}
         lite: list[LiteRef] | None = None
         counted = 0
         for queue, ack_tag, ctag in entries.values():

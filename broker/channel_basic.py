@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -28,17 +28,24 @@ from broker.sender_selected import extra_keys, names_keys, selected, without_bcc
 from broker.ttl import parse_expiration
 from broker.tx import TxState
 
+if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
+    from broker.facades import ContentCommand
+    from broker.protocol.framing import Command
+
 B = commands.Basic
 
 
-def _route_and_send(ch: Any, method: Any, message: Message) -> None:
+def _route_and_send(ch: ChannelProcess, method: Any, message: Message) -> None:
     """Route one publish and cast it to its queues (or basic.return it when mandatory). A
     reply to a direct reply-to name goes straight to the requester's channel."""
     if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
         _send_reply(ch, method, message)
         return
     if selected(message):  # sender-selected distribution: CC and BCC are routing keys too
-        keys = [method.routing_key, *extra_keys(message.headers, method)]
+        headers = message.headers
+        assert headers is not None  # selected() found CC or BCC in them
+        keys = [method.routing_key, *extra_keys(headers, method)]
         message = without_bcc(message)  # nobody sees BCC, headers exchanges included
         queues = ch.vhost.route_keys(method.exchange, keys, message.headers, message)
     else:
@@ -52,18 +59,18 @@ def _route_and_send(ch: Any, method: Any, message: Message) -> None:
             _basic_return(ch, message, 312, "NO_ROUTE")
         else:
             ch.message_stats.drop_unroutable += 1
-        if seq is not None:
-            confirm.track(seq, ())
+        if seq is not None:  # set only when confirm is
+            confirm.track(seq, ())  # type: ignore[union-attr]
         return
-    if seq is not None:
-        confirm.track(seq, queues)
+    if seq is not None:  # set only when confirm is
+        confirm.track(seq, queues)  # type: ignore[union-attr]
     msg = (PUBLISH, ch, message, seq)
     for queue in queues:
         queue.cast(msg)
         ch.spend_queue_credit(queue)
 
 
-def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
+def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
     """run[start:stop] are publishes with one method object (the decoder hands publishes
     with the same arguments the same one): the method is checked once, the run routed once
     while routing cannot depend on a message's properties (no exchange of the vhost with
@@ -124,10 +131,10 @@ def publish_alike(ch: Any, run: list, start: int, stop: int) -> int:
     confirm = ch.confirm
     seqs: range | None = None
     if confirm is not None:
-        first = confirm.next_seq_no()
+        first_seq = confirm.next_seq_no()
         confirm.skip_seq_nos(n - 1)
-        confirm.track_run(first, n, queues)
-        seqs = range(first, first + n)
+        confirm.track_run(first_seq, n, queues)
+        seqs = range(first_seq, first_seq + n)
     if not queues:
         if method.mandatory:
             ch.message_stats.return_unroutable += n
@@ -160,7 +167,7 @@ def _message(name: str, routing_key: str, header: Any, body: bytes | None) -> Me
                    raw_properties=header.raw_properties)
 
 
-def _send_reply(ch: Any, method: Any, message: Message) -> None:
+def _send_reply(ch: ChannelProcess, method: Any, message: Message) -> None:
     """Direct reply-to (rabbitmq.com/direct-reply-to.html): deliver to the requester's
     reply consumer; a gone requester drops the reply (basic.return NO_ROUTE if mandatory).
     A publisher in confirm mode is confirmed at once, as for any routed publish."""
@@ -174,7 +181,7 @@ def _send_reply(ch: Any, method: Any, message: Message) -> None:
         confirm.track(confirm.next_seq_no(), ())
 
 
-def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
+def _basic_return(ch: ChannelProcess, message: Message, code: int, text: str) -> None:
     ch.writer.send(encode_content_raw(
         ch.number, build_method(B.Return, reply_code=code, reply_text=text, exchange=message.exchange,
                                 routing_key=message.routing_key),
@@ -182,7 +189,7 @@ def _basic_return(ch: Any, message: Message, code: int, text: str) -> None:
         message.body, ch.frame_max))
 
 
-def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
+def publish(ch: ChannelProcess, cmd: ContentCommand, alone: bool = True) -> None:
     """basic.publish (§1.8.3.7): 540 for immediate (as RabbitMQ), 403 without write on the
     exchange (the default one is `amq.default`), 404 unknown exchange, 403 internal
     exchange, 403 outside the topic write permission, 406 for a `user_id` that is not the
@@ -212,14 +219,16 @@ def publish(ch: Any, cmd: Any, alone: bool = True) -> None:
     else:  # the properties stay encoded (a headers table too) unless decoded already
         message = _message(name, method.routing_key, header, cmd.body)
         if selected(message):
-            extra_keys(message.headers, method)  # 406 now for a CC/BCC that is no array
+            headers = message.headers
+            assert headers is not None  # selected() found CC or BCC in them
+            extra_keys(headers, method)  # 406 now for a CC/BCC that is no array
     if ch.tx is not None:
         ch.tx.publishes.append((method, message))
         return
     _route_and_send(ch, method, message)
 
 
-def _check_header(ch: Any, method: Any, header: Any) -> None:
+def _check_header(ch: ChannelProcess, method: Any, header: Any) -> None:
     """The checks of a publish's properties: 406 for a `user_id` that is not the
     connection's user unless the user is tagged `impersonator`
     (rabbitmq.com/validated-user-id.html), 406 for an `expiration` that is not a
@@ -240,7 +249,7 @@ def _check_header(ch: Any, method: Any, header: Any) -> None:
                 method) from None
 
 
-def _check_publish(ch: Any, method: Any) -> None:
+def _check_publish(ch: ChannelProcess, method: Any) -> None:
     """The checks of a basic.publish method (see `publish`); raises 540, 403 or 404."""
     if method.immediate:
         raise errors.amqp_error(errors.NotImplemented_, "immediate=true", method)
@@ -260,7 +269,7 @@ def _check_publish(ch: Any, method: Any) -> None:
             ch.access.check_topic(name, "topic", method.routing_key, WRITE, method)
 
 
-def consume(ch: Any, cmd: Any) -> None:
+def consume(ch: ChannelProcess, cmd: Command) -> None:
     """basic.consume (§1.8.3.3): read on the queue; server tags "amq.ctag-…", 530 on a reused tag, 403 for
     exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
     m = cmd.method
@@ -287,7 +296,7 @@ def consume(ch: Any, cmd: Any) -> None:
         ch.send_method(B.ConsumeOk(tag))
 
 
-def _consume_replies(ch: Any, m: Any) -> None:
+def _consume_replies(ch: ChannelProcess, m: Any) -> None:
     """basic.consume on amq.rabbitmq.reply-to: no-ack only (406 "reply consumer cannot
     acknowledge"), one per channel (406 "reply consumer already set"), as rabbit_channel;
     no queue and no read permission involved."""
@@ -304,7 +313,7 @@ def _consume_replies(ch: Any, m: Any) -> None:
         ch.send_method(B.ConsumeOk(tag))
 
 
-def cancel(ch: Any, cmd: Any) -> None:
+def cancel(ch: ChannelProcess, cmd: Command) -> None:
     """basic.cancel (§1.8.3.5): an unknown tag still gets cancel-ok (RabbitMQ)."""
     m = cmd.method
     if ch.reply_consumer is not None and ch.reply_consumer[0] == m.consumer_tag:
@@ -317,7 +326,7 @@ def cancel(ch: Any, cmd: Any) -> None:
         ch.send_method(B.CancelOk(m.consumer_tag))
 
 
-def get(ch: Any, cmd: Any) -> None:
+def get(ch: ChannelProcess, cmd: Command) -> None:
     """basic.get (§1.8.3.10): read on the queue; get-ok with message_count left, or
     get-empty."""
     m = cmd.method
@@ -350,7 +359,7 @@ def get(ch: Any, cmd: Any) -> None:
         msg.wire_properties(), msg.body, ch.frame_max))
 
 
-def _settle(ch: Any, kind: int, delivery_tag: int, multiple: bool, method: Any) -> None:
+def _settle(ch: ChannelProcess, kind: int, delivery_tag: int, multiple: bool, method: Any) -> None:
     entries = ch.collect(delivery_tag, multiple, method)
     if ch.tx is not None:
         ch.tx.settles.append((kind, entries))
@@ -358,25 +367,25 @@ def _settle(ch: Any, kind: int, delivery_tag: int, multiple: bool, method: Any) 
     ch.settle(kind, entries)
 
 
-def ack(ch: Any, cmd: Any) -> None:
+def ack(ch: ChannelProcess, cmd: Command) -> None:
     """basic.ack (§1.8.3.13); 406 "unknown delivery tag N"."""
     m = cmd.method
     _settle(ch, ACK, m.delivery_tag, m.multiple, m)
 
 
-def nack(ch: Any, cmd: Any) -> None:
+def nack(ch: ChannelProcess, cmd: Command) -> None:
     """basic.nack (RabbitMQ extension): reject one or many, requeue or drop."""
     m = cmd.method
     _settle(ch, REQUEUE if m.requeue else DISCARD, m.delivery_tag, m.multiple, m)
 
 
-def reject(ch: Any, cmd: Any) -> None:
+def reject(ch: ChannelProcess, cmd: Command) -> None:
     """basic.reject (§1.8.3.14)."""
     m = cmd.method
     _settle(ch, REQUEUE if m.requeue else DISCARD, m.delivery_tag, False, m)
 
 
-def recover(ch: Any, cmd: Any) -> None:
+def recover(ch: ChannelProcess, cmd: Command) -> None:
     """basic.recover / recover-async: requeue every unacked delivery (RabbitMQ supports only
     requeue=true; requeue=false → 540 NOT_IMPLEMENTED)."""
     m = cmd.method
@@ -389,7 +398,7 @@ def recover(ch: Any, cmd: Any) -> None:
         ch.send_method(B.RecoverOk())
 
 
-def qos(ch: Any, cmd: Any) -> None:
+def qos(ch: ChannelProcess, cmd: Command) -> None:
     """basic.qos (§1.8.3.1, RabbitMQ's per-consumer/per-channel reading of `global`)."""
     m = cmd.method
     if m.prefetch_size:
@@ -399,7 +408,7 @@ def qos(ch: Any, cmd: Any) -> None:
     ch.poke_queues()
 
 
-def confirm_select(ch: Any, cmd: Any) -> None:
+def confirm_select(ch: ChannelProcess, cmd: Command) -> None:
     """confirm.select (rabbitmq.com/confirms.html): 406 on a tx channel."""
     m = cmd.method
     if ch.tx is not None:
@@ -413,7 +422,7 @@ def confirm_select(ch: Any, cmd: Any) -> None:
         ch.send_method(commands.Confirm.SelectOk())
 
 
-def tx_select(ch: Any, cmd: Any) -> None:
+def tx_select(ch: ChannelProcess, cmd: Command) -> None:
     """tx.select (§1.9.2.1): 406 on a confirm channel."""
     if ch.confirm is not None:
         raise errors.amqp_error(
@@ -423,7 +432,7 @@ def tx_select(ch: Any, cmd: Any) -> None:
     ch.send_method(commands.Tx.SelectOk())
 
 
-def tx_commit(ch: Any, cmd: Any) -> None:
+def tx_commit(ch: ChannelProcess, cmd: Command) -> None:
     """tx.commit: apply buffered publishes and settlements in order; 406 if not tx."""
     tx = _need_tx(ch, cmd.method)
     publishes, settles = tx.publishes, tx.settles
@@ -435,7 +444,7 @@ def tx_commit(ch: Any, cmd: Any) -> None:
     ch.send_method(commands.Tx.CommitOk())
 
 
-def tx_rollback(ch: Any, cmd: Any) -> None:
+def tx_rollback(ch: ChannelProcess, cmd: Command) -> None:
     """tx.rollback: drop buffered publishes; settled deliveries become unacked again."""
     tx = _need_tx(ch, cmd.method)
     for _kind, entries in tx.settles:
@@ -445,14 +454,14 @@ def tx_rollback(ch: Any, cmd: Any) -> None:
     ch.send_method(commands.Tx.RollbackOk())
 
 
-def _need_tx(ch: Any, method: Any) -> Any:
+def _need_tx(ch: ChannelProcess, method: Any) -> Any:
     if ch.tx is None:
         raise errors.amqp_error(errors.PreconditionFailed, "channel is not transactional",
                                 method)
     return ch.tx
 
 
-def channel_close(ch: Any, cmd: Any) -> None:
+def channel_close(ch: ChannelProcess, cmd: Command) -> None:
     """channel.close from the client: release everything, reply close-ok."""
     ch.cleanup()
     ch.send_method(commands.Channel.CloseOk())
@@ -460,7 +469,7 @@ def channel_close(ch: Any, cmd: Any) -> None:
     ch.conn.channel_closed(ch)
 
 
-def channel_flow(ch: Any, cmd: Any) -> None:
+def channel_flow(ch: ChannelProcess, cmd: Command) -> None:
     """channel.flow: RabbitMQ accepts active=true and refuses active=false with 540."""
     m = cmd.method
     if not m.active:
@@ -468,11 +477,11 @@ def channel_flow(ch: Any, cmd: Any) -> None:
     ch.send_method(commands.Channel.FlowOk(active=True))
 
 
-def channel_flow_ok(ch: Any, cmd: Any) -> None:
+def channel_flow_ok(ch: ChannelProcess, cmd: Command) -> None:
     """channel.flow-ok: the answer to a server flow request; nothing to do."""
 
 
-def channel_open(ch: Any, cmd: Any) -> None:
+def channel_open(ch: ChannelProcess, cmd: Command) -> None:
     """channel.open (§1.5.2.1): open-ok; a second open on an open channel → 504 (hard)."""
     if ch.opened:
         raise errors.amqp_error(errors.ChannelError, "second 'channel.open' seen", cmd.method)

@@ -10,7 +10,7 @@ key); purge → read; passive declares need none.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -21,11 +21,15 @@ from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.protocol.encoding import build_method
 
+if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
+    from broker.protocol.framing import Command
+
 E = commands.Exchange
 Q = commands.Queue
 
 
-def exchange_declare(ch: Any, cmd: Any) -> None:
+def exchange_declare(ch: ChannelProcess, cmd: Command) -> None:
     """exchange.declare (§1.6.2.1): configure on the exchange; a new exchange with an
     `alternate-exchange` also needs read on itself and write on the alternate."""
     m = cmd.method
@@ -43,7 +47,7 @@ def exchange_declare(ch: Any, cmd: Any) -> None:
         ch.send_method(E.DeclareOk())
 
 
-def exchange_delete(ch: Any, cmd: Any) -> None:
+def exchange_delete(ch: ChannelProcess, cmd: Command) -> None:
     """exchange.delete (§1.6.2.3): configure on the exchange (after the default and `amq.*`
     refusals, as RabbitMQ)."""
     m = cmd.method
@@ -54,7 +58,7 @@ def exchange_delete(ch: Any, cmd: Any) -> None:
         ch.send_method(E.DeleteOk())
 
 
-def _check_binding(ch: Any, kind: str, destination: str, source: str, routing_key: str,
+def _check_binding(ch: ChannelProcess, kind: str, destination: str, source: str, routing_key: str,
                    method: Any) -> None:
     """rabbit_channel binding_action: write on the destination, read on the source, and the
     topic read permission for the binding key when the source is a topic exchange."""
@@ -68,7 +72,7 @@ def _check_binding(ch: Any, kind: str, destination: str, source: str, routing_ke
         access.check_topic(source, exchange.type, routing_key, READ, method)
 
 
-def exchange_bind(ch: Any, cmd: Any) -> None:
+def exchange_bind(ch: ChannelProcess, cmd: Command) -> None:
     """exchange.bind (RabbitMQ extension, rabbitmq.com/e2e.html)."""
     m = cmd.method
     _check_binding(ch, "exchange", m.destination, m.source, m.routing_key, m)
@@ -78,7 +82,7 @@ def exchange_bind(ch: Any, cmd: Any) -> None:
         ch.send_method(E.BindOk())
 
 
-def exchange_unbind(ch: Any, cmd: Any) -> None:
+def exchange_unbind(ch: ChannelProcess, cmd: Command) -> None:
     """exchange.unbind."""
     m = cmd.method
     _check_binding(ch, "exchange", m.destination, m.source, m.routing_key, m)
@@ -88,7 +92,7 @@ def exchange_unbind(ch: Any, cmd: Any) -> None:
         ch.send_method(E.UnbindOk())
 
 
-def queue_declare(ch: Any, cmd: Any) -> None:
+def queue_declare(ch: ChannelProcess, cmd: Command) -> None:
     """queue.declare (§1.7.2.1): declare-ok carries message and consumer counts. Configure
     on the queue (server-named: its `amq.gen-…` name); a new queue with a dead-letter
     exchange also needs read on itself and write on that exchange."""
@@ -133,7 +137,7 @@ _SHARDED_METHODS = {commands.Queue.Bind: "queue.bind", commands.Queue.Unbind: "q
                     commands.Basic.Consume: "basic.consume", commands.Basic.Get: "basic.get"}
 
 
-def queue_name(ch: Any, name: str, method: Any = None) -> str:
+def queue_name(ch: ChannelProcess, name: str, method: Any = None) -> str:
     """An empty queue name means the last queue declared on this channel (§1.7.2.3);
     404 "no previously declared queue" when there is none (RabbitMQ). The name of a
     sharded exchange addresses one of its shards, or is refused (broker/sharding.py)."""
@@ -147,7 +151,7 @@ def queue_name(ch: Any, name: str, method: Any = None) -> str:
     return ch.last_queue
 
 
-def queue_bind(ch: Any, cmd: Any) -> None:
+def queue_bind(ch: ChannelProcess, cmd: Command) -> None:
     """queue.bind (§1.7.2.3)."""
     m = cmd.method
     name = queue_name(ch, m.queue, m)
@@ -157,7 +161,7 @@ def queue_bind(ch: Any, cmd: Any) -> None:
         ch.send_method(Q.BindOk())
 
 
-def queue_unbind(ch: Any, cmd: Any) -> None:
+def queue_unbind(ch: ChannelProcess, cmd: Command) -> None:
     """queue.unbind (§1.7.2.5)."""
     m = cmd.method
     name = queue_name(ch, m.queue, m)
@@ -167,7 +171,7 @@ def queue_unbind(ch: Any, cmd: Any) -> None:
     ch.send_method(Q.UnbindOk())
 
 
-def queue_purge(ch: Any, cmd: Any) -> None:
+def queue_purge(ch: ChannelProcess, cmd: Command) -> None:
     """queue.purge (§1.7.2.7): read on the queue; purge-ok with the number of ready
     messages dropped."""
     m = cmd.method
@@ -179,7 +183,7 @@ def queue_purge(ch: Any, cmd: Any) -> None:
         ch.send_method(Q.PurgeOk(count))
 
 
-def queue_delete(ch: Any, cmd: Any) -> None:
+def queue_delete(ch: ChannelProcess, cmd: Command) -> None:
     """queue.delete (§1.7.2.9): configure on the queue; if-unused/if-empty → 406;
     delete-ok with the count."""
     m = cmd.method

@@ -14,8 +14,13 @@ tests a mode's name; they release or nack through two callbacks the queue batche
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from broker.backing_queue.base import BackingQueue, MessageProps
+    from broker.facades import ChannelFacade
+    from broker.message import Message
 
 CONFIRM_MODES = ("persist", "ack", "ack-lite")
 
@@ -57,7 +62,7 @@ class ConfirmTracker:
         else:
             self._acks.append(seq)
 
-    def track_run(self, first: int, n: int, queues: list[Any] | tuple[Any, ...]) -> None:
+    def track_run(self, first: int, n: int, queues: Sequence[Hashable]) -> None:
         """`track` for seqs first .. first + n - 1, all routed to `queues`."""
         if len(queues) == 1:
             self._pending.update(dict.fromkeys(range(first, first + n), queues[0]))
@@ -123,7 +128,7 @@ class ConfirmTracker:
 # --- confirm modes: when a queue releases a publisher's confirm (ARCHITECTURE §6) ----------
 
 QUEUE_GONE = "queue_gone"  # channel mailbox: (QUEUE_GONE, queue) nack its ack-lite refs
-Owe = Callable[[Any, int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
+Owe = Callable[["ChannelFacade", int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
 
 
 class LiteRef(NamedTuple):
@@ -131,9 +136,39 @@ class LiteRef(NamedTuple):
     channel, its msg_seq_no and the queue (the tracker's key), so the consumer's ack releases
     the confirm straight to the publisher (a cast), bypassing the queue (the paper §3.2)."""
 
-    channel: Any
+    channel: ChannelFacade
     seq: int
-    queue: Any
+    queue: Hashable
+
+
+class QueueConfirms(Protocol):
+    """What the queue process calls on its confirm mode (one per queue). The queue calls
+    on_deliver, on_ack, on_discard and on_requeue only when `tracks_deliveries`, and
+    on_consumed only when it does not (the persist mode)."""
+
+    tracks_deliveries: bool
+
+    def on_publish(self, channel: ChannelFacade, message: Message, seq: int,
+                   props: MessageProps) -> None: ...
+
+    def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
+                   channel: ChannelFacade) -> int | LiteRef | None: ...
+
+    def on_ack(self, ack_tags: list[int]) -> None: ...
+
+    def on_discard(self, ack_tags: list[int]) -> None: ...
+
+    def on_requeue(self, ack_tags: list[int]) -> None: ...
+
+    def on_consumed(self, msg_id: bytes) -> None: ...
+
+    def on_drop(self, msg_ids: list[bytes]) -> None: ...
+
+    def on_purge(self) -> None: ...
+
+    def on_delete(self) -> None: ...
+
+    def poll(self) -> None: ...
 
 
 class PersistConfirms:
@@ -145,20 +180,36 @@ class PersistConfirms:
 
     tracks_deliveries = False  # the queue need not call on_deliver/on_ack/on_requeue/...
 
-    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+    def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool) -> None:
         self._bq = bq  # the queue's backing queue (drain_confirmed)
         self._owe = owe  # release (channel, seq) at the end of the queue's batch
         self._persists = persists  # durable queue on a backing queue that confirms on disk
         # msg_id -> [(channel, msg_seq_no)] waiting for the backing queue's fsync
-        self._unconfirmed: dict[bytes, list[tuple[Any, int]]] = {}
+        self._unconfirmed: dict[bytes, list[tuple[ChannelFacade, int]]] = {}
 
-    def on_publish(self, channel: Any, message: Any, seq: int, props: Any) -> None:
+    def on_publish(self, channel: ChannelFacade, message: Message, seq: int,
+                   props: MessageProps) -> None:
         """A publish that owes `channel` a confirm for `seq` was enqueued here."""
         if self._persists and message.persistent:
             props.needs_confirming = True
             self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
         else:
             self._owe(channel, seq)
+
+    # the delivery callbacks: nothing to do in this mode (the queue skips them, as
+    # tracks_deliveries says; they exist so every mode has the QueueConfirms shape)
+    def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
+                   channel: ChannelFacade) -> int | LiteRef | None:
+        return ack_tag
+
+    def on_ack(self, ack_tags: list[int]) -> None:
+        pass
+
+    def on_discard(self, ack_tags: list[int]) -> None:
+        pass
+
+    def on_requeue(self, ack_tags: list[int]) -> None:
+        pass
 
     def poll(self) -> None:
         """After each batch: release what the backing queue made safe."""
@@ -202,18 +253,20 @@ class AckConfirms:
 
     tracks_deliveries = True
 
-    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+    def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool) -> None:
         self._bq = bq
         self._owe = owe
         self._nack = nack
-        self._ready: dict[bytes, tuple[Any, int]] = {}  # msg_id -> (channel, seq), queued
-        self._pending: dict[int, tuple[bytes, Any, int]] = {}  # ack_tag -> (msg_id, ch, seq)
+        self._ready: dict[bytes, tuple[ChannelFacade, int]] = {}  # msg_id -> (channel, seq), queued
+        self._pending: dict[int, tuple[bytes, ChannelFacade, int]] = {}  # ack_tag -> (msg_id, ch, seq)
 
-    def on_publish(self, channel: Any, message: Any, seq: int, props: Any) -> None:
+    def on_publish(self, channel: ChannelFacade, message: Message, seq: int,
+                   props: MessageProps) -> None:
         props.skip_persist = True
         self._ready[message.msg_id] = (channel, seq)
 
-    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None, channel: Any) -> Any:
+    def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
+                   channel: ChannelFacade) -> int | LiteRef | None:
         """A message was handed to the consumer on `channel` under `ack_tag` (None:
         auto-ack). Returns the ack tag the consumer's channel keeps."""
         ref = self._ready.pop(msg_id, None)
@@ -224,13 +277,17 @@ class AckConfirms:
                 self._pending[ack_tag] = (msg_id, *ref)
         return ack_tag
 
-    def _take_pending(self, ack_tags: list[int]) -> list[tuple[bytes, Any, int]]:
+    def _take_pending(self, ack_tags: list[int]) -> list[tuple[bytes, ChannelFacade, int]]:
         """Remove and return the (msg_id, channel, seq) owed for these ack tags."""
         pending = self._pending
         if not pending:
             return []
         taken = (pending.pop(tag, None) for tag in ack_tags)
         return [entry for entry in taken if entry is not None]
+
+    def on_consumed(self, msg_id: bytes) -> None:
+        """Only the persist mode needs this (the queue calls it there alone): here the
+        delivery itself released the confirm (on_deliver with no ack tag)."""
 
     def on_ack(self, ack_tags: list[int]) -> None:
         for _msg_id, channel, seq in self._take_pending(ack_tags):
@@ -275,14 +332,15 @@ class AckLiteConfirms(AckConfirms):
     consumer's reject/nack without requeue or its channel's loss nacks the publisher, and
     requeue=true is refused with 540 NOT_IMPLEMENTED (ARCHITECTURE §6)."""
 
-    def __init__(self, bq: Any, owe: Owe, nack: Owe, persists: bool) -> None:
+    def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool) -> None:
         super().__init__(bq, owe, nack, persists)
         # consumer channels that hold LiteRefs of this queue (per channel, not per delivery):
         # told when the queue is deleted so they nack them (CONSUMER_QUEUE_GONE)
-        self._lite_channels: set[Any] = set()
-        self._queue: Any = None  # the queue process (the LiteRefs' key), set at delivery
+        self._lite_channels: set[ChannelFacade] = set()
+        self._queue: Hashable | None = None  # the queue process (the LiteRefs' key), set at delivery
 
-    def on_deliver(self, queue: Any, msg_id: bytes, ack_tag: int | None, channel: Any) -> Any:
+    def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
+                   channel: ChannelFacade) -> int | LiteRef | None:
         ref = self._ready.pop(msg_id, None)
         if ref is None:
             return ack_tag
@@ -308,7 +366,7 @@ QUEUE_MODES: dict[str, type[PersistConfirms] | type[AckConfirms]] = {
 }
 
 
-def queue_confirms(mode: str, bq: Any, owe: Owe, nack: Owe,
-                   persists: bool) -> PersistConfirms | AckConfirms:
+def queue_confirms(mode: str, bq: BackingQueue, owe: Owe, nack: Owe,
+                   persists: bool) -> QueueConfirms:
     """The queue-side strategy for confirm mode `mode` (one of CONFIRM_MODES)."""
     return QUEUE_MODES[mode](bq, owe, nack, persists)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
+    from broker.facades import ChannelFacade
 
 
 class Consumer:
@@ -25,7 +29,7 @@ class Consumer:
     __slots__ = ("tag", "channel", "no_ack", "exclusive", "priority", "prefetch", "unacked",
                  "arguments")
 
-    def __init__(self, tag: str, channel: Any, no_ack: bool, exclusive: bool = False,
+    def __init__(self, tag: str, channel: ChannelProcess, no_ack: bool, exclusive: bool = False,
                  priority: int = 0, prefetch: int = 0, arguments: dict | None = None) -> None:
         self.tag = tag  # consumer_tag, unique per channel
         self.channel = channel  # ChannelProcess that owns the consumer
@@ -72,10 +76,10 @@ class ConsumerSet:
         self._by_key[(id(consumer.channel), consumer.tag)] = consumer
         self._only = consumer if len(self._by_key) == 1 else None
 
-    def get(self, channel: Any, tag: str) -> Consumer | None:
+    def get(self, channel: ChannelFacade, tag: str) -> Consumer | None:
         return self._by_key.get((id(channel), tag))
 
-    def remove(self, channel: Any, tag: str) -> Consumer | None:
+    def remove(self, channel: ChannelFacade, tag: str) -> Consumer | None:
         consumer = self._by_key.pop((id(channel), tag), None)
         if consumer is not None:
             group = self._groups[consumer.priority]
@@ -87,7 +91,7 @@ class ConsumerSet:
             self._only = next(iter(by_key.values())) if len(by_key) == 1 else None
         return consumer
 
-    def remove_channel(self, channel: Any) -> list[Consumer]:
+    def remove_channel(self, channel: ChannelFacade) -> list[Consumer]:
         gone = [c for c in self._by_key.values() if c.channel is channel]
         for c in gone:
             self.remove(channel, c.tag)

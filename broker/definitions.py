@@ -27,7 +27,7 @@ import datetime
 import decimal
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +139,7 @@ def _to_json(value: Any) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in an AMQP table")
 
 
-_TAGS = {
+_TAGS: dict[str, Callable[[Any], Any]] = {
     "$bytes": lambda v: base64.b64decode(v),
     "$bytearray": lambda v: bytearray(base64.b64decode(v)),
     "$decimal": decimal.Decimal,

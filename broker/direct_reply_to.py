@@ -13,7 +13,10 @@ never touches sockets.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
@@ -23,9 +26,9 @@ class ReplyRegistry:
     """token -> channel for the channels that have a reply consumer (one per broker)."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, Any] = {}
+        self._channels: dict[str, ChannelProcess] = {}
 
-    def register(self, channel: Any) -> str:
+    def register(self, channel: ChannelProcess) -> str:
         """A new reply consumer on `channel`; returns the full reply-to name for it."""
         token = secrets.token_urlsafe(18)
         self._channels[token] = channel
@@ -34,7 +37,7 @@ class ReplyRegistry:
     def unregister(self, name: str) -> None:
         self._channels.pop(name[len(PREFIX):], None)
 
-    def channel_for(self, routing_key: str) -> Any:
+    def channel_for(self, routing_key: str) -> ChannelProcess | None:
         """The channel a reply with this routing key goes to, or None (gone or unknown)."""
         if not routing_key.startswith(PREFIX):
             return None

@@ -66,6 +66,7 @@ class EmbeddedBroker:
         from broker.config import BrokerConfig
         from broker.server import Broker
 
+        loop: asyncio.AbstractEventLoop
         try:
             import uvloop
 

@@ -55,7 +55,7 @@ class Message:
         self.msg_id = msg_id if msg_id is not None else new_msg_id()
         self.exchange = exchange
         self.routing_key = routing_key
-        self._properties = properties
+        self._properties: Properties | None = properties  # None: decode raw_properties
         self.body = body
         self.persistent = properties.delivery_mode == 2
         self.priority = properties.priority
@@ -84,8 +84,10 @@ class Message:
     def properties(self) -> Properties:
         """The pamqp Basic.Properties (decoded from the wire bytes once, on first use)."""
         props = self._properties
-        if props is None:
-            props = self._properties = decode_properties(self.raw_properties)
+        if props is None:  # a message from the wire: its bytes are kept
+            raw = self.raw_properties
+            assert raw is not None  # one of the two is always set
+            props = self._properties = decode_properties(raw)
         return props
 
     @property
@@ -121,8 +123,10 @@ class Message:
         """The encoded properties (flags + list): the bytes received, or encoded once and kept
         so every later delivery, return or write reuses them."""
         raw = self.raw_properties
-        if raw is None:
-            raw = self.raw_properties = encode_properties(self._properties)
+        if raw is None:  # a message built from decoded properties
+            props = self._properties
+            assert props is not None  # one of the two is always set
+            raw = self.raw_properties = encode_properties(props)
         return raw
 
     @property

@@ -17,10 +17,10 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker import errors
-from broker.backing_queue.base import BackingQueue, MessageProps
+from broker.backing_queue.base import BackingQueue, Fetched, MessageProps
 from broker.confirms import queue_confirms
 from broker.consumers import Consumer, ConsumerSet
 from broker.credit_flow import CreditFlow
@@ -37,6 +37,9 @@ from broker.ttl import expiry_ms, parse_expiration
 
 if TYPE_CHECKING:
     from broker.alarms import ResourceMonitor
+    from broker.confirms import LiteRef
+    from broker.facades import ChannelFacade, QueueVHost
+    from broker.reader import Reader
 
 log = logging.getLogger("broker.queue")
 
@@ -65,12 +68,12 @@ class QueueProcess(Process):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        vhost: Any,
+        vhost: QueueVHost,
         name: str,
         *,
         durable: bool,
         auto_delete: bool,
-        exclusive_owner: Any,
+        exclusive_owner: Reader | None,
         arguments: dict,
         bq_factory: Callable[..., BackingQueue],
         credit_initial: int = 400,
@@ -100,8 +103,8 @@ class QueueProcess(Process):
         # consumer_state_changed); None unless the queue is federated
         self.federation_watch: Callable[[QueueProcess], None] | None = None
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side, per channel
-        self._confirm_out: dict[Any, list[int]] = {}  # channel -> seq nos released this batch
-        self._nack_out: dict[Any, list[int]] = {}  # channel -> seq nos rejected this batch
+        self._confirm_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos released this batch
+        self._nack_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos rejected this batch
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
         # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6)
         self.confirm_mode = effective.get("x-confirm-on") or confirm_on
@@ -123,7 +126,7 @@ class QueueProcess(Process):
         self.deleted = False  # set once deleted; later casts are ignored
         self.message_stats = MessageStats()  # publish/deliver/get/ack counts (management)
         # credit owed to channels, held back while the backing queue is out of store credit
-        self._deferred: dict[Any, int] = {}
+        self._deferred: dict[ChannelFacade, int] = {}
         # our RAM duration to the memory monitor, its targets to us (None: no monitor)
         self.ram: RamReports | None = (
             RamReports(self, memory_monitor, (RAM_DURATION,), (RAM_REPORT,), RAM_TARGET)
@@ -319,16 +322,16 @@ class QueueProcess(Process):
         """Called by the backing queue, possibly from its fsync worker thread."""
         self._loop.call_soon_threadsafe(self.cast, (BQ_CONFIRMED,))
 
-    def _owe_nack(self, channel: Any, seq: int) -> None:
+    def _owe_nack(self, channel: ChannelFacade, seq: int) -> None:
         """Nack `seq` to `channel` at the end of this batch (confirm modes ack, ack-lite)."""
         _add_seq(self._nack_out, channel, seq)
 
-    def _owe_confirm(self, channel: Any, seq: int) -> None:
+    def _owe_confirm(self, channel: ChannelFacade, seq: int) -> None:
         """Release `seq` to `channel` at the end of this batch (one cast per channel)."""
         _add_seq(self._confirm_out, channel, seq)
 
     # -- publishing -------------------------------------------------------------------------
-    def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
+    def _publish(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
         # the MessageProps are made only when needed: not for a message without TTL or
         # confirm that a no-ack consumer takes at once (s1's path)
         expiration = message.expiration
@@ -348,7 +351,8 @@ class QueueProcess(Process):
             # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:
-                self._owe_nack(channel, seq)
+                # a seq no comes with its channel: only dead-lettered copies have neither
+                self._owe_nack(channel, seq)  # type: ignore[arg-type]
             if self.settings.overflow == "reject-publish-dlx":
                 self._dead_letter([(message, props)], "maxlen")
             self._credit_back(channel)
@@ -357,10 +361,12 @@ class QueueProcess(Process):
         if seq is not None:
             if props is None:
                 props = MessageProps(enqueued_at=_wall())
-            self.confirms.on_publish(channel, message, seq, props)
+            # a seq no comes with its channel: only dead-lettered copies have neither
+            self.confirms.on_publish(channel, message, seq, props)  # type: ignore[arg-type]
         if bq.is_empty() and len(self.consumers):
             consumer = self.consumers.next_ready(_channel_ok)
             if consumer is not None:
+                tag: int | LiteRef | None  # a LiteRef once an ack-lite mode hands it out
                 if consumer.no_ack:
                     tag = None
                     self.message_stats.deliver_no_ack += 1
@@ -423,7 +429,7 @@ class QueueProcess(Process):
                     continue  # rabbit_dead_letter detect_cycles: dropped
                 queue.cast((PUBLISH, None, dead, None))
 
-    def _credit_back(self, channel: Any) -> None:
+    def _credit_back(self, channel: ChannelFacade | None) -> None:
         """One publish of `channel` handled: grant credit every more_after, or hold it back
         while the store's credit is exhausted (credit_flow grant/defer: a slow disk ends by
         pausing the publisher's socket)."""
@@ -465,6 +471,7 @@ class QueueProcess(Process):
             fetched = bq.fetch(not consumer.no_ack)
             if fetched is None:  # pragma: no cover - is_empty said otherwise
                 return
+            tag: int | LiteRef | None  # a LiteRef once an ack-lite mode hands it out
             tag = fetched.ack_tag
             stats = self.message_stats
             if not consumer.no_ack:
@@ -479,7 +486,7 @@ class QueueProcess(Process):
                                                consumer.channel)
             consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered, tag)
 
-    def _settle(self, channel: Any, entries: list[tuple[int, str | None]]) -> list[int]:
+    def _settle(self, channel: ChannelFacade, entries: list[tuple[int, str | None]]) -> list[int]:
         """Ack tags of `entries` [(ack_tag, consumer_tag or None for basic.get)], giving each
         consumer back the prefetch capacity its deliveries used."""
         tags = []
@@ -505,7 +512,7 @@ class QueueProcess(Process):
         self.lease.touch()
         self.cast((RUN,))
 
-    def remove_consumer(self, channel: Any, tag: str) -> bool:
+    def remove_consumer(self, channel: ChannelFacade, tag: str) -> bool:
         """basic.cancel; may auto-delete the queue. Returns whether the consumer existed."""
         consumer = self.consumers.remove(channel, tag)
         self.lease.touch()
@@ -514,7 +521,7 @@ class QueueProcess(Process):
             self.federation_watch(self)
         return consumer is not None
 
-    def channel_down(self, channel: Any, unacked: list[int]) -> None:
+    def channel_down(self, channel: ChannelFacade, unacked: list[int]) -> None:
         """The channel closed: requeue what it held unacked (in seq order) and drop its
         consumers (AMQP 0-9-1 §1.8.3.x: unacked messages are requeued on channel close)."""
         self._drain_all()
@@ -533,7 +540,7 @@ class QueueProcess(Process):
         if not self._maybe_auto_delete():
             self.cast((RUN,))
 
-    def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
+    def basic_get(self, channel: ChannelFacade, no_ack: bool) -> tuple[Fetched, int] | None:
         """basic.get from `channel`: (Fetched, messages left) or None when empty. Expired
         messages at the head are dropped first (never returned)."""
         self.lease.touch()
@@ -550,8 +557,10 @@ class QueueProcess(Process):
         if fetched.redelivered:
             stats.redeliver += 1
         if self._tracks:
-            fetched.ack_tag = self.confirms.on_deliver(self, fetched.message.msg_id,
-                                                       fetched.ack_tag, channel)
+            # ack-lite: the channel takes the LiteRef in place of the backing queue's tag
+            # (this Fetched is basic_get's answer; the backing queue never sees it again)
+            fetched.ack_tag = self.confirms.on_deliver(  # type: ignore[assignment]
+                self, fetched.message.msg_id, fetched.ack_tag, channel)
             self._flush_confirms()  # auto-ack: released now, not at the next batch
         return fetched, self.bq.len()
 
@@ -623,7 +632,7 @@ class QueueProcess(Process):
         return {**self.bq.stats(), "consumers": len(self.consumers)}
 
 
-def _add_seq(out: dict[Any, list[int]], channel: Any, seq: int) -> None:
+def _add_seq(out: dict[ChannelFacade, list[int]], channel: ChannelFacade, seq: int) -> None:
     """out[channel].append(seq), without setdefault's list per call (runs per confirm)."""
     seqs = out.get(channel)
     if seqs is None:

@@ -106,7 +106,8 @@ class Reader(asyncio.Protocol):
         self.recv_cnt = 0  # socket reads (management)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    # asyncio hands a stream protocol a Transport (narrower than the base class's BaseTransport)
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
         self.tls = transport.get_extra_info("ssl_object") is not None
@@ -197,6 +198,7 @@ class Reader(asyncio.Protocol):
             ok = check_protocol_header(buf)
         except BadProtocolHeader:
             log.info("bad protocol header from %s: %r", self.peer, buf[:8])
+            assert self.transport is not None  # bytes come only after connection_made
             self.transport.write(PROTOCOL_HEADER)
             self._drop()
             return b""
@@ -284,7 +286,9 @@ class Reader(asyncio.Protocol):
             if ch is not None and ch.state == OPEN:
                 assembler = self._assemblers[channel]
                 max_size = assembler.max_message_size
-                if assembler.idle and cmd.header.body_size <= max_size:
+                # the decoder's whole publishes always carry their header (Command.header
+                # is None only for methods without content)
+                if assembler.idle and cmd.header.body_size <= max_size:  # type: ignore[union-attr]
                     if self.throttle.check:  # an alarm may stop reading after this one
                         ch.cast((CMD, cmd))
                         self._published(ch)
@@ -299,7 +303,8 @@ class Reader(asyncio.Protocol):
                         more = take(channel)
                         if more is None:
                             break
-                        if more.header.body_size > max_size:
+                        # next_publish answers whole publishes only: the header is set
+                        if more.header.body_size > max_size:  # type: ignore[union-attr]
                             oversized = more  # refused through the assembler, after the run
                             break
                         run.append(more)
@@ -312,7 +317,7 @@ class Reader(asyncio.Protocol):
         if self.state == CLOSED:
             return
         self._frame(channel, cmd.header)
-        if cmd.header.body_size and self.state != CLOSED:
+        if cmd.header.body_size and self.state != CLOSED:  # type: ignore[union-attr]  # as above
             self._frame(channel, cmd.body)
 
     def _pause(self) -> None:
@@ -390,9 +395,11 @@ class Reader(asyncio.Protocol):
         if frame is HEARTBEAT:
             return
         if self.state == HANDSHAKE:
-            for method in self.handshake.receive(frame):
+            hs = self.handshake
+            assert hs is not None  # set when the protocol header was accepted
+            for method in hs.receive(frame):
                 self._send0(method)
-            if self.handshake.is_open:
+            if hs.is_open:
                 self._opened()
             return
         if isinstance(frame, C.Close):
@@ -414,6 +421,7 @@ class Reader(asyncio.Protocol):
 
     def _opened(self) -> None:
         hs = self.handshake
+        assert hs is not None  # connection.open-ok was just sent through it
         self.state = RUNNING
         self.vhost = self.broker.vhosts[hs.vhost]
         self.username = hs.username
@@ -453,6 +461,7 @@ class Reader(asyncio.Protocol):
         if (self._paused and not self._blocked_on and not self._write_blocked
                 and not self.throttle.blocked and self.state == RUNNING):
             self._paused = False
+            assert self.transport is not None  # reading was paused on it
             self.transport.resume_reading()
 
     def channel_closed(self, ch: ChannelProcess) -> None:
@@ -519,7 +528,7 @@ class Reader(asyncio.Protocol):
         self.connection_error(errors.amqp_error(
             errors.InternalError, "unexpected error in the broker (see its log)"))
 
-    def connection_error(self, exc: Exception) -> None:
+    def connection_error(self, exc: errors.AMQPError) -> None:
         """Hard error: connection.close with the error, then wait for close-ok."""
         code, text, class_id, method_id = errors.close_args(exc)
         log.warning("closing connection %s: %s", self.peer, text)
@@ -544,14 +553,17 @@ class Reader(asyncio.Protocol):
         self._shutdown_channels()
         if self._paused:
             self._paused = False
+            assert self.transport is not None  # reading was paused on it
             self.transport.resume_reading()
         self._close_timer = self.loop.call_later(CLOSE_OK_TIMEOUT, self._drop)
 
     # -- output -----------------------------------------------------------------------------
     def _send0(self, method: Any) -> None:
+        assert self.writer is not None  # set by connection_made, before any frame
         self.writer.send(encode_method(0, method))
 
     def _send(self, channel: int, method: Any) -> None:
+        assert self.writer is not None  # set by connection_made, before any frame
         self.writer.send(encode_method(channel, method))
 
     def abort(self) -> None:
@@ -577,6 +589,7 @@ class Reader(asyncio.Protocol):
     def _heartbeat_tick(self) -> None:
         """Every heartbeat/2 s: send a heartbeat if we sent nothing since the last tick;
         drop the peer after 2 intervals of silence (AMQP 0-9-1 §4.2.7)."""
+        assert self.writer is not None  # the timer starts after connection_made
         self._timer = None
         if self.state != RUNNING:
             return

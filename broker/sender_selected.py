@@ -44,7 +44,7 @@ def _amqp_type(value: Any) -> str:
 
 def names_keys(headers: dict | None) -> bool:
     """The headers table holds a CC or BCC key."""
-    return bool(headers) and ("CC" in headers or "BCC" in headers)
+    return headers is not None and ("CC" in headers or "BCC" in headers)
 
 
 def selected(message: Message) -> bool:

@@ -197,17 +197,20 @@ class Broker:
     def set_global_parameter(self, name: str, value: Any) -> None:
         """Store a global runtime parameter durably (PUT /api/global-parameters/{name};
         `cluster_name` renames the cluster)."""
+        assert self.definitions is not None  # opened by start(); the API runs after it
         self.definitions.set_global_parameter(name, value)
         self.global_parameters[name] = value
 
     def clear_global_parameter(self, name: str) -> bool:
         """Delete a global parameter; False when there was none."""
         self.global_parameters.pop(name, None)
+        assert self.definitions is not None  # opened by start(); the API runs after it
         return self.definitions.clear_global_parameter(name)
 
     def _load_global_parameters(self) -> None:
         """Read them; on first boot make `internal_cluster_id` as RabbitMQ does
         ("rabbitmq-cluster-id-" + 16 random bytes in unpadded base64url)."""
+        assert self.definitions is not None  # start() opened it just before
         self.global_parameters = self.definitions.list_global_parameters()
         if "internal_cluster_id" not in self.global_parameters:
             rand = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()

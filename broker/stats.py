@@ -20,6 +20,17 @@ class MessageStats:
     """Monotonic message counts of one channel, queue or vhost (messages, not bytes)."""
 
     __slots__ = FIELDS
+    # the slots, declared for type checkers (set to 0 by __init__; no class attributes)
+    publish: int
+    confirm: int
+    deliver: int
+    deliver_no_ack: int
+    get: int
+    get_no_ack: int
+    ack: int
+    redeliver: int
+    return_unroutable: int
+    drop_unroutable: int
 
     def __init__(self) -> None:
         for name in FIELDS:
@@ -43,6 +54,14 @@ class Churn:
 
     __slots__ = ("connections_opened", "connections_closed", "channels_opened",
                  "channels_closed", "queues_declared", "queues_created", "queues_deleted")
+    # the slots, declared for type checkers (set to 0 by __init__; no class attributes)
+    connections_opened: int
+    connections_closed: int
+    channels_opened: int
+    channels_closed: int
+    queues_declared: int
+    queues_created: int
+    queues_deleted: int
 
     def __init__(self) -> None:
         for name in self.__slots__:

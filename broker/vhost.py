@@ -50,7 +50,7 @@ EQUIVALENCE_ARGS = (
 )
 
 
-def _bool(v: bool) -> str:
+def _bool(v: object) -> str:
     return "true" if v else "false"
 
 
@@ -311,7 +311,8 @@ class VHost:
             existing.touch()
             return existing
         max_queues = self.limits.get("max-queues")
-        if not recovering and limits.over(max_queues, len(self.queues)):
+        if not recovering and max_queues is not None and limits.over(max_queues,
+                                                                     len(self.queues)):
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 limits.vhost_queues_text(name, self.name, max_queues), method)
@@ -320,7 +321,7 @@ class VHost:
                                            arguments, method)
             from broker.stream.queue import StreamQueue  # streams only when declared
 
-            queue: QueueProcess = StreamQueue(
+            queue = StreamQueue(
                 self._loop, self, name, arguments=arguments,
                 data_dir=self._config.data_dir, fsync=self._config.fsync,
                 credit_initial=self._config.credit_flow_initial,
@@ -504,10 +505,10 @@ class VHost:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
         self._property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
         node = self._config.resolved_node_name() if self._config is not None else ""
-        for x in list(self.exchanges.values()):  # shards of a new node name (boot step)
-            spn_key = sharding.settings(x.policy)
+        for ex in list(self.exchanges.values()):  # shards of a new node name (boot step)
+            spn_key = sharding.settings(ex.policy)
             if spn_key is not None:
-                sharding.ensure(self, x, spn_key, node)
+                sharding.ensure(self, ex, spn_key, node)
         self._topology_changed()
         return len(queues)
 

@@ -324,6 +324,11 @@ class VariableQueue(VqDisk):
         b2 = self.q2[0].seq_id if self.q2 else inf
         bd = self.delta.start_seq_id if self.delta.count else inf
         b3 = self.q3[0].seq_id if self.q3 else inf
+        to1: list[MsgStatus]
+        to2: list[MsgStatus]
+        to_delta: list[MsgStatus]
+        to3: list[MsgStatus]
+        to4: list[MsgStatus]
         to1, to2, to_delta, to3, to4 = [], [], [], [], []
         for ms in back:
             ms.is_delivered = True
@@ -379,7 +384,7 @@ class VariableQueue(VqDisk):
         self, pred: Callable[[MessageProps], bool]
     ) -> list[tuple[Message, MessageProps]]:
         """Remove ready messages from the head while pred(props) holds (TTL expiry)."""
-        out = []
+        out: list[tuple[Message, MessageProps]] = []
         while True:
             ms = self._next_ready(True)
             if ms is None or not pred(ms.props):

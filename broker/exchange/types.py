@@ -12,7 +12,7 @@ rabbit_exchange.erl (`check_type`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.errors import CommandInvalid, amqp_error
 from broker.exchange.base import Routing
@@ -24,6 +24,9 @@ from broker.exchange.federation_upstream import FederationUpstreamRouting
 from broker.exchange.headers import HeadersRouting
 from broker.exchange.modulus_hash import ModulusHashRouting
 from broker.exchange.topic import TopicRouting
+
+if TYPE_CHECKING:
+    from broker.definitions import PolicyDef
 
 EXCHANGE_TYPES: dict[str, type] = {
     "direct": DirectRouting,
@@ -74,11 +77,13 @@ class Exchange:
     auto_delete: bool = False  # deleted when its last binding as source goes
     internal: bool = False  # basic.publish to it is refused (403); only e2e reaches it
     arguments: dict[str, Any] = field(default_factory=dict)  # declare arguments, as sent
-    routing: Routing | None = None  # the bindings; built from `type` when not given
-    policy: Any = None  # the PolicyDef that applies (its alternate-exchange), or None
+    # the bindings; built from `type` by __post_init__ when not given, so never None after
+    # construction (a dataclass cannot say "optional argument, always-set attribute")
+    routing: Routing = None  # type: ignore[assignment]
+    policy: PolicyDef | None = None  # the policy that applies (its alternate-exchange)
 
     def __post_init__(self) -> None:
-        if self.routing is None:
+        if self.routing is None:  # not given
             self.routing = new_routing(self.type, self.arguments)
 
     @property

@@ -176,7 +176,7 @@ class ExchangeLink(Link):
 
     # -- bindings ----------------------------------------------------------------------------
     async def _serve(self, up: Client, down: Client) -> None:
-        closed = [up.closed, down.closed]
+        closed: list[asyncio.Future[Any]] = [up.closed, down.closed]
         while True:
             changed = asyncio.ensure_future(self._changed.wait())
             try:

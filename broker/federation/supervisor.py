@@ -98,8 +98,8 @@ class Federation:
 
     def clear_vhost(self, vhost: str) -> None:
         """The vhost is being deleted: stop its links (its parameters go with it)."""
-        for key in [k for k in self._params if k[0] == vhost]:
-            del self._params[key]
+        for param in [k for k in self._params if k[0] == vhost]:
+            del self._params[param]
         for key in [k for k in self.links if k[0] == vhost]:
             self._stop_soon(key, cleanup=False)
 
@@ -145,7 +145,8 @@ class Federation:
                     continue
                 if fu.INTERNAL_PURPOSE_ARG in (obj.arguments or {}):
                     continue
-                if kind == "queue" and obj.exclusive_owner is not None:
+                # kind == "queue": obj is a QueueProcess (mypy cannot tie kind to the table)
+                if kind == "queue" and obj.exclusive_owner is not None:  # type: ignore[union-attr]
                     continue
                 for up in fu.for_policy(policy.definition, name, lookup, names):
                     out[(vhost.name, kind, name, up.name)] = (up, policy.name)
@@ -153,6 +154,7 @@ class Federation:
 
     def _reconcile_vhost(self, vhost: VHost) -> None:
         wanted = self._wanted(vhost)
+        link: Link | None
         for key in [k for k in self.links if k[0] == vhost.name]:
             link = self.links[key]
             want = wanted.get(key)

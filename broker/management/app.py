@@ -115,7 +115,8 @@ class ManagementServer:
         await site.start()
         self._runners.append(runner)
         server = site._server  # the asyncio server: the bound port when asked for 0
-        return server.sockets[0].getsockname()[1] if server is not None else port
+        # aiohttp types its private _server as AbstractServer; it is an asyncio.Server
+        return server.sockets[0].getsockname()[1] if server is not None else port  # type: ignore[attr-defined]
 
     async def start(self) -> None:
         """Bind the sites the configuration turns on and start sampling rates."""

@@ -65,6 +65,7 @@ def authenticate(broker: Any, header: str | None) -> ApiUser:
         attempts.record("http", ok)
     if not ok:
         raise not_authorised("Login failed", challenge=True)
+    assert creds is not None  # ok implies it
     user = broker.users.user(creds[0])
     tags = tuple(user.tags)
     if not MANAGEMENT_TAGS.intersection(tags):

@@ -99,7 +99,7 @@ def _inet_reason(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, socket.gaierror):
         return "nxdomain"
-    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+    if isinstance(exc, OSError) and exc.errno is not None and exc.errno in errno.errorcode:
         return errno.errorcode[exc.errno].lower()
     return type(exc).__name__
 
@@ -161,7 +161,7 @@ class Client(asyncio.Protocol):
         self._write(PROTOCOL_HEADER)
         start = await self._expect(commands.Connection.Start)
         self.server_properties = dict(start.server_properties or {})
-        props = {"product": self.product, "version": __version__,
+        props: dict[str, Any] = {"product": self.product, "version": __version__,
                  "connection_name": name,
                  "capabilities": {"publisher_confirms": True, "consumer_cancel_notify": True}}
         self.send(0, commands.Connection.StartOk(

@@ -27,7 +27,7 @@ from typing import Any
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 DEFAULT_RECONNECT_DELAY = 5.0  # s (rabbit_shovel.hrl ?DEFAULT_RECONNECT_DELAY)
 DEFAULT_PREFETCH = 1000
-_PROPERTY_KEYS = {"content_type": str, "content_encoding": str, "delivery_mode": (int, float),
+_PROPERTY_KEYS: dict[str, type | tuple[type, ...]] = {"content_type": str, "content_encoding": str, "delivery_mode": (int, float),
                   "priority": (int, float), "correlation_id": str, "reply_to": str,
                   "expiration": str, "message_id": str, "timestamp": (int, float),
                   "type": str, "user_id": str, "app_id": str, "cluster_id": str}

@@ -176,7 +176,7 @@ class ShovelLink:
         self._set_state("running")
         log.info("shovel '%s' in vhost '%s' running: %s -> %s", d.name, d.vhost,
                  redact(self.src_uri), redact(self.dest_uri))
-        waiters = [self._done, src.closed, dest.closed]
+        waiters: list[asyncio.Future[Any]] = [self._done, src.closed, dest.closed]
         finished, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if self._done in finished:
             return True
@@ -246,7 +246,7 @@ class ShovelLink:
         for key, value in d.publish_properties.items():
             setattr(p, "message_type" if key == "type" else key, value)
         if d.add_forward_headers or d.add_timestamp_header:
-            headers = dict(p.headers or {})
+            headers: dict[str, Any] = dict(p.headers or {})
             if d.add_forward_headers:
                 table: dict[str, Any] = {
                     "shovelled-by": self._cluster_name,

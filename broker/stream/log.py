@@ -126,8 +126,8 @@ class StreamLog:
                         self.directory, os.path.basename(seg.path), pos, data_end)
             os.truncate(seg.path, pos)
         records += good
-        with open(seg.index, "wb") as f:  # rewritten: consistent with the segment
-            f.write(b"".join(_INDEX.pack(*r) for r in records))
+        with open(seg.index, "wb") as out:  # rewritten: consistent with the segment
+            out.write(b"".join(_INDEX.pack(*r) for r in records))
         self.next_offset = offset
         if records:
             self._last_chunk, self._last_ts = records[-1][0], records[-1][1]
@@ -223,6 +223,7 @@ class StreamLog:
             return self._last_chunk if self._last_chunk >= 0 else self.next_offset
         if isinstance(spec, int):
             return min(max(spec, self.first_offset), self.next_offset)
+        assert not isinstance(spec, str)  # FIRST, NEXT and LAST are the only strings
         _kind, ms = spec
         # binary search over the segments by the timestamp of their first chunk, then over
         # the chosen segment's index records (timestamps never decrease): O(log n) reads

@@ -41,6 +41,10 @@ from broker.stream.log import Chunk, StreamLog
 if TYPE_CHECKING:
     import asyncio
 
+    from broker.backing_queue.base import Fetched
+    from broker.definitions import PolicyDef
+    from broker.facades import ChannelFacade, QueueVHost
+
 log = logging.getLogger("broker.queue")
 DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
 SYNCED = 100  # (SYNCED,) the worker's fsync ended: release the confirms it covered
@@ -116,7 +120,7 @@ _HOT = (None, None, None, None, None)  # delivery needs none of the hot fields
 class StreamQueue(QueueProcess):
     """A durable stream queue `name` of `vhost`; `data_dir` is the broker's."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: Any, name: str, *,
+    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: QueueVHost, name: str, *,
                  arguments: dict, data_dir: str,
                  fsync: bool = True, **kw: Any) -> None:
         super().__init__(loop, vhost, name, durable=True, auto_delete=False,
@@ -129,14 +133,15 @@ class StreamQueue(QueueProcess):
         self.directory = stream_dir(data_dir, vhost.name, name)
         self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync)
         self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
-        self._pending_confirms: list[tuple[Any, int]] = []  # (channel, seq) in this batch
-        self._unsynced: list[tuple[Any, int]] = []  # appended, confirmed after the fsync
-        self._in_sync: list[tuple[Any, int]] | None = None  # what the running fsync covers
+        self._pending_confirms: list[tuple[ChannelFacade, int]] = []  # (channel, seq) in this batch
+        self._unsynced: list[tuple[ChannelFacade, int]] = []  # appended, confirmed after the fsync
+        self._in_sync: list[tuple[ChannelFacade, int]] | None = None  # what the running fsync covers
         self._offsets: dict[tuple[int, str], int] = {}  # consumer key -> next offset
         self._chunk: Chunk | None = None  # the chunk read last (consumers share it)
         self._max_bytes, self._max_age = self._retention(arguments)
 
-    def apply_policy(self, policy: Any, operator_policy: Any = None) -> None:
+    def apply_policy(self, policy: PolicyDef | None,
+                     operator_policy: PolicyDef | None = None) -> None:
         """A policy came or went: the retention limits and the segment size follow
         (policy keys max-length-bytes, max-age, stream-max-segment-size-bytes; a declare
         argument wins)."""
@@ -154,11 +159,12 @@ class StreamQueue(QueueProcess):
         return (int(mb) if isinstance(mb, int) else None), age
 
     # -- publishing --------------------------------------------------------------------------
-    def _publish(self, channel: Any, message: Message, seq: int | None) -> None:
+    def _publish(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
         self.message_stats.publish += 1
         self._pending.append(entry_bytes(message))
         if seq is not None:
-            self._pending_confirms.append((channel, seq))
+            # a seq no comes with its channel: only dead-lettered copies have neither
+            self._pending_confirms.append((channel, seq))  # type: ignore[arg-type]
         self._credit_back(channel)
 
     def handle(self, msg: tuple) -> None:
@@ -218,11 +224,11 @@ class StreamQueue(QueueProcess):
         self._offsets[(id(consumer.channel), consumer.tag)] = self.log.locate(spec)
         super().add_consumer(consumer)
 
-    def remove_consumer(self, channel: Any, tag: str) -> bool:
+    def remove_consumer(self, channel: ChannelFacade, tag: str) -> bool:
         self._offsets.pop((id(channel), tag), None)
         return super().remove_consumer(channel, tag)
 
-    def channel_down(self, channel: Any, unacked: list[int]) -> None:
+    def channel_down(self, channel: ChannelFacade, unacked: list[int]) -> None:
         """The channel closed: its consumers go (nothing is requeued: nothing left)."""
         self._drain_all()
         for consumer in self.consumers.remove_channel(channel):
@@ -261,7 +267,7 @@ class StreamQueue(QueueProcess):
             if offset is not None:
                 self._offsets[key] = offset
 
-    def basic_get(self, channel: Any, no_ack: bool) -> tuple[Any, int] | None:
+    def basic_get(self, channel: ChannelFacade, no_ack: bool) -> tuple[Fetched, int] | None:
         raise errors.amqp_error(
             errors.NotImplemented_, "basic.get not supported by stream queues queue "
             f"'{self.name}' in vhost '{self.vhost.name}'")

@@ -1,0 +1,73 @@
+"""What one process looks like to another: the façades between the broker's processes,
+as `typing.Protocol`s (STYLE §10, ARCHITECTURE §1).
+
+Owns: the contracts only. A queue process holds publishing channels as `ChannelFacade`s
+(confirms, credit, cancel notifications, deliveries) and its vhost as a `QueueVHost`; a
+channel gets a basic.publish from the reader as a `ContentCommand`. The
+concrete classes (`ChannelProcess`, `VHost`) satisfy them structurally and never import
+this module at runtime; neither does anything here import them at runtime (no import
+circles, STYLE §9). Must never: hold code; every name here is for type checkers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from broker.confirms import LiteRef
+    from broker.consumers import Consumer
+    from broker.message import Message
+    from broker.protocol.framing import ContentHeader
+    from broker.queue_process import QueueProcess
+
+
+class ChannelFacade(Hashable, Protocol):
+    """A channel as queue processes and confirm strategies see it (broker/channel.py's
+    "façade for queue processes"). Hashable: queues key per-channel credit and owed
+    confirms by it."""
+
+    def cast(self, msg: Any) -> None:
+        """Put `msg` in the channel's mailbox: ("confirm" | "reject", queue, [msg_seq_no]),
+        or (QUEUE_GONE, queue) from an ack-lite queue being deleted."""
+
+    def can_deliver(self, no_ack: bool) -> bool:
+        """May a queue send one more delivery now (limiter, state, socket backpressure)?"""
+
+    def deliver(self, queue: QueueProcess, consumer: Consumer, message: Message,
+                redelivered: bool, ack_tag: int | LiteRef | None) -> None:
+        """basic.deliver `message` to `consumer`; `ack_tag` None for a no-ack consumer."""
+
+    def grant_credit(self, queue: QueueProcess, n: int) -> None:
+        """`queue` handled `n` more of this channel's publishes (credit flow)."""
+
+    def consumer_cancelled(self, queue: QueueProcess, tag: str) -> None:
+        """`queue` went away under consumer `tag` (basic.cancel if the client asked)."""
+
+
+class QueueVHost(Protocol):
+    """The vhost as its queue processes see it: its name (for log lines and errors),
+    routing dead-lettered copies, and deleting a queue (auto-delete, x-expires)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def route_keys(self, exchange_name: str, keys: list[str], headers: dict[str, Any] | None,
+                   message: Message | None = None) -> list[QueueProcess]: ...
+
+    def delete_queue_now(self, queue: QueueProcess) -> int: ...
+
+
+class ContentCommand(Protocol):
+    """A content method (basic.publish) as the reader hands it to its channel: the
+    assembler's (or the decoder's) `Command`, whose header is always set for a content
+    method (`Command.header` is None only for the others)."""
+
+    @property
+    def method(self) -> Any: ...  # the pamqp method (commands.Basic.Publish)
+
+    @property
+    def header(self) -> ContentHeader: ...
+
+    @property
+    def body(self) -> bytes | None: ...
