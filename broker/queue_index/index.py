@@ -19,7 +19,8 @@ Guarantees by call:
                          when it is acked). Journal replay folds each seq_id's entries into
                          flags, so the order of entries in the file does not matter.
     flush()              buffers written to journal.jif (write(2)).
-    sync()               flush, then fsync of journal.jif on a shared worker thread; then
+    sync()               buffered entries written to journal.jif and fsynced, both on a
+                         shared worker thread (write(2) of gathered pieces, then fsync); then
                          `on_sync(msg_ids)` gets every msg_id published with confirm=True
                          before the call and not dropped by an ack (from that worker thread).
     fold()               journal entries appended to segments, segments fsynced, fully acked
@@ -43,6 +44,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from broker.dir_names import base36
 from broker.durable_io import fsync_dir, write_atomically
@@ -146,7 +148,8 @@ class QueueIndex:
         # confirm-owed publishes since the last sync(): seq_id -> msg_id (an ack dropping the
         # unwritten publish removes it; a dict keeps that O(1))
         self._unconfirmed: dict[int, bytes] = {}
-        self._sync_queue: list[list[bytes]] = []  # batches waiting for the running fsync
+        # (journal pieces to write, msg_ids to confirm after the fsync) for the worker
+        self._sync_queue: list[tuple[list[Any], list[bytes]]] = []
         self._syncing = False  # an fsync job is running
         self._dirty = False  # journal bytes written since the last fsync was started
         self._idle = threading.Condition(self._lock)
@@ -359,11 +362,11 @@ class QueueIndex:
         ]
 
     # -- durability ------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write buffered journal entries to journal.jif (no fsync)."""
+    def _take_parts(self) -> list[Any]:
+        """The buffered entries as writev pieces (publishes encoded now), buffers emptied."""
+        parts: list[Any] = []
         if self._pending:
             delivered = self._pending_delivered
-            parts: list[bytes] = []
             add = parts.extend
             publish_parts = jf.publish_parts
             encode_deliver = jf.encode_deliver
@@ -375,14 +378,16 @@ class QueueIndex:
             # may fold (and so flush) in the middle of their loop
             self._pending.clear()
             self._pending_delivered.clear()
-            if self._buf:
-                parts.append(bytes(self._buf))
-                self._buf = bytearray()
-            _write_all(self._fd, parts)
-            self._dirty = True
-        elif self._buf:
-            os.write(self._fd, self._buf)
+        if self._buf:
+            parts.append(self._buf)
             self._buf = bytearray()
+        return parts
+
+    def flush(self) -> None:
+        """Write buffered journal entries to journal.jif (no fsync)."""
+        parts = self._take_parts()
+        if parts:
+            _write_all(self._fd, parts)
             self._dirty = True
 
     def needs_sync(self) -> bool:
@@ -390,46 +395,52 @@ class QueueIndex:
         return bool(self._unconfirmed)
 
     def sync(self) -> None:
-        """Flush, then fsync the journal on a worker thread and report to on_sync. Without
-        owed confirms it still fsyncs what was written since the last fsync (the queue
-        process's 200 ms idle sync); with nothing written it does nothing."""
-        self.flush()
-        if not self._unconfirmed and not self._dirty:
+        """Write what is buffered and fsync the journal, both on a worker thread (the write
+        is a copy into the page cache that the queue process need not wait for), then report
+        to on_sync. Without owed confirms it still fsyncs what was written since the last
+        fsync (the queue process's 200 ms idle sync); with nothing written it does nothing.
+        Without fsync the write happens here and on_sync is called at once."""
+        if not self.fsync:
+            self.flush()
+            self._dirty = False
+            ready, self._unconfirmed = list(self._unconfirmed.values()), {}
+            if self.on_sync is not None and ready:
+                self.on_sync(ready)
+            return
+        parts = self._take_parts()
+        if not parts and not self._unconfirmed and not self._dirty:
             return
         self._dirty = False
         batch, self._unconfirmed = list(self._unconfirmed.values()), {}
-        if not self.fsync:
-            ready = batch
-        else:
-            with self._lock:
-                self._sync_queue.append(batch)
-                if not self._syncing:
-                    self._syncing = True
-                    _pool().submit(self._sync_worker)
-                return
-        if self.on_sync is not None and ready:
-            self.on_sync(ready)
+        with self._lock:
+            self._sync_queue.append((parts, batch))
+            if not self._syncing:
+                self._syncing = True
+                _pool().submit(self._sync_worker)
 
     def _sync_worker(self) -> None:
-        path = os.path.join(self.directory, JOURNAL)
+        """Worker thread: write the queued pieces, one fsync for all of them, then report
+        their batches. The journal descriptor stays open meanwhile: fold, terminate and
+        delete wait for this job first (wait_for_sync)."""
         while True:
             with self._lock:
                 if not self._sync_queue:
                     self._syncing = False
                     self._idle.notify_all()
                     return
-                batches, self._sync_queue = self._sync_queue, []
+                jobs, self._sync_queue = self._sync_queue, []
             try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                fd = -1  # queue deleted meanwhile: nothing left to confirm durably
-            if fd >= 0:
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            if self.on_sync is not None and fd >= 0:
-                for batch in batches:
+                for parts, _batch in jobs:
+                    if parts:
+                        _write_all(self._fd, parts)
+                os.fsync(self._fd)
+            except OSError:
+                # the queue is left without those confirms, as a queue whose disk fails is
+                # in RabbitMQ; its publishers see no confirm rather than a false one
+                log.exception("queue index %s: journal write or fsync failed", self.directory)
+                continue
+            if self.on_sync is not None:
+                for _parts, batch in jobs:
                     if batch:
                         self.on_sync(batch)
 
@@ -440,7 +451,10 @@ class QueueIndex:
 
     def fold(self) -> None:
         """Append the journal to the segments, delete fully acked segments, empty the journal
-        (see the module docstring for the ordering that keeps this crash-safe)."""
+        (see the module docstring for the ordering that keeps this crash-safe). Waits for a
+        running journal write + fsync first: the journal is truncated here."""
+        if self._syncing:
+            self.wait_for_sync()
         self.flush()
         by_seg: dict[int, list[tuple[int, SegEntry]]] = {}
         for seq in sorted(self._journal):
