@@ -10,8 +10,9 @@
 """Fairness under a flood (issue 26 item 4): while a producer floods `--flood` × 1 KB
 messages to a queue whose consumer reads slowly, and a consumer without acks drains a
 second queue holding `--backlog` messages, a bystander measures publish → consume round
-trips (one at a time, every 5 ms). Prints its p50 / p99 / max in ms per broker; with
-several URIs they run one after the other.
+trips (one at a time, every 5 ms). Prints its p50 / p99 / max in ms per broker, and the
+broker's longest wait for a CPU meanwhile (RunQueueWatch: the OS scheduler's share of the
+maximum); with several URIs they run one after the other.
 
     python -m bench.fairness amqp://guest:guest@127.0.0.1:5672/%2F amqp://…:5691/%2F
 """
@@ -24,13 +25,70 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlparse
 
 import pika
 
+from bench.brokerproc import find_listener
+
 BODY = b"x" * 1024
+
+
+class RunQueueWatch:
+    """The broker's longest wait for a CPU while runnable (ms), from the kernel's schedstat
+    (/proc/<pid>/task/<tid>/schedstat, 2nd field: ns spent on a run queue). Sampled every
+    2 ms for each thread; the kernel adds a wait when the thread gets the CPU back, so the
+    largest step between two samples is the longest single wait, near enough. A bystander
+    maximum close to it is the OS scheduler's doing (more runnable processes than cores),
+    not the broker's loop. Reports None when the broker is not a local process."""
+
+    def __init__(self, uri: str) -> None:
+        url = urlparse(uri)
+        self.pid = find_listener(url.hostname or "127.0.0.1", url.port or 5672)
+        self.max_ms: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RunQueueWatch:
+        if self.pid is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _waits(self) -> dict[str, int]:
+        out = {}
+        base = f"/proc/{self.pid}/task"
+        for tid in os.listdir(base):
+            try:
+                with open(f"{base}/{tid}/schedstat") as f:
+                    out[tid] = int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        return out
+
+    def _run(self) -> None:
+        try:
+            last = self._waits()
+        except OSError:
+            return
+        worst = 0
+        while not self._stop.wait(0.002):
+            try:
+                now = self._waits()
+            except OSError:
+                break
+            for tid, ns in now.items():
+                worst = max(worst, ns - last.get(tid, ns))
+            last = now
+        self.max_ms = round(worst / 1e6, 1)
 
 
 def _flood(uri: str, queue: str, n: int, seconds: float) -> None:
@@ -92,15 +150,16 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     time.sleep(1.0)  # let the flood and the drain get going
     rtts = []
     deadline = time.monotonic() + seconds - 2
-    while time.monotonic() < deadline:
-        t0 = time.monotonic()
-        got.clear()
-        bch.basic_publish("", c, b"ping")
-        while not got and time.monotonic() - t0 < 5:
-            by.process_data_events(0.001)
-        if got:
-            rtts.append((got[0] - t0) * 1000)
-        time.sleep(0.005)
+    with RunQueueWatch(uri) as watch:
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            got.clear()
+            bch.basic_publish("", c, b"ping")
+            while not got and time.monotonic() - t0 < 5:
+                by.process_data_events(0.001)
+            if got:
+                rtts.append((got[0] - t0) * 1000)
+            time.sleep(0.005)
     for p in procs:
         p.join(seconds + 30)
         if p.is_alive():
@@ -112,7 +171,8 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     rtts.sort()
     return {"p50": round(statistics.median(rtts), 2),
             "p99": round(rtts[int(len(rtts) * 0.99) - 1], 2), "max": round(rtts[-1], 2),
-            "count": len(rtts), "load": os.getloadavg()[0]}
+            "count": len(rtts), "load": os.getloadavg()[0],
+            "broker_runqueue_wait_max_ms": watch.max_ms}
 
 
 def main(argv: list[str]) -> int:
@@ -127,7 +187,8 @@ def main(argv: list[str]) -> int:
         res = run(uri, ns.flood, ns.backlog, ns.seconds)
         shown = uri.split("@")[-1]
         print(f"{shown}: bystander round trip p50 {res['p50']} ms, p99 {res['p99']} ms, "
-              f"max {res['max']} ms over {res['count']} (load {res['load']:.2f})", flush=True)
+              f"max {res['max']} ms over {res['count']} (load {res['load']:.2f}); the broker's "
+              f"longest wait for a CPU {res['broker_runqueue_wait_max_ms']} ms", flush=True)
     return 0
 
 

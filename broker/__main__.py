@@ -11,6 +11,7 @@ import signal
 import sys
 
 from broker.config import load_config
+from broker.gc_pacing import GcPacer
 from broker.server import Broker
 
 
@@ -20,8 +21,13 @@ async def _serve(broker: Broker) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
+    pacer = GcPacer() if broker.config.gc_pacing else None
+    if pacer is not None:
+        pacer.start(loop)
     await stop.wait()
     logging.getLogger("broker.server").info("shutting down")
+    if pacer is not None:
+        pacer.stop()
     await broker.stop()
 
 

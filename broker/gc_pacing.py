@@ -1,0 +1,109 @@
+# broker/gc_pacing.py — keep CPython's cyclic collector from pausing the event loop for long.
+#
+# Owns: the process's cyclic-GC schedule while a standalone broker runs (`python -m broker`):
+# a freeze of the old generation every PACE_S seconds and full collections when cheap or due.
+# Talks to: the `gc` module only; started and stopped by broker/__main__.py.
+# Must never: run in an embedded broker (tests, applications: the process is not ours to
+# freeze), or leave cyclic garbage uncollected for longer than FULL_EVERY_S.
+"""Cyclic-GC pacing for the standalone broker (issue 26 item 4: fairness on one loop).
+
+CPython 3.11's collector scans a whole generation in one go. Its oldest generation is
+scanned each time the long-lived objects have grown by a quarter, and a queue holding
+60 000 messages keeps about 190 000 tracked objects alive (one `Message`, `MsgStatus` and
+`MessageProps` each). Measured with `gc.callbacks` during `python -m bench.fairness`
+(a flood of 1 KB messages into a queue whose consumer reads slowly): oldest-generation
+passes of 21, 49, 104 and 137 ms, each collecting nothing, and the bystander's worst round
+trips (124-156 ms) at those passes. Messages are acyclic and are freed by reference
+counting; scanning them finds no garbage. RabbitMQ has no such pause: each Erlang process
+collects its own small heap.
+
+What the pacer does, every PACE_S seconds on the event loop:
+
+- collect the two young generations (short: they hold what was allocated since the last
+  pass), then `gc.freeze()` everything still tracked: it moves to the permanent generation,
+  which no pass scans, so the oldest generation's automatic passes only ever see what
+  survived since the last tick. Frozen objects are still freed by reference counting.
+- a full collection (`gc.unfreeze()` then `gc.collect()`) when it is cheap, i.e. fewer than
+  FULL_WHEN_BELOW objects are frozen (the queues have drained; at most every
+  FULL_CHEAP_EVERY_S seconds), and at the latest every
+  FULL_EVERY_S seconds whatever it costs: a reference cycle that became garbage after it was
+  frozen (a closed connection's objects) is freed within that time.
+
+Python's documentation describes `gc.freeze` for servers that keep large, long-lived object
+graphs (docs.python.org/3.11/library/gc.html#gc.freeze).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+log = logging.getLogger("broker.gc")
+
+PACE_S = 1.0  # seconds between freezes
+FULL_WHEN_BELOW = 60_000  # frozen objects under which a full collection is cheap (~10 ms)
+FULL_EVERY_S = 300.0  # the longest a cyclic garbage may wait for a full collection
+FULL_CHEAP_EVERY_S = 10.0  # cheap full collections at most this often
+
+
+class GcPacer:
+    """Runs the schedule above on `loop` from `start()` until `stop()`.
+
+    Shapes: `full_passes` and `freezes` count what it did; `last_full_ms` is the duration of
+    the last full collection in ms. Raises nothing; a collection's own errors propagate as
+    they would from an automatic one.
+    """
+
+    def __init__(self, pace_s: float = PACE_S, full_when_below: int = FULL_WHEN_BELOW,
+                 full_every_s: float = FULL_EVERY_S,
+                 full_cheap_every_s: float = FULL_CHEAP_EVERY_S) -> None:
+        self.pace_s = pace_s
+        self.full_when_below = full_when_below
+        self.full_every_s = full_every_s
+        self.full_cheap_every_s = full_cheap_every_s
+        self.freezes = 0
+        self.full_passes = 0
+        self.last_full_ms = 0.0
+        self._last_full = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Begin pacing (first tick after `pace_s`)."""
+        self._loop = loop
+        self._timer = loop.call_later(self.pace_s, self._tick)
+
+    def stop(self) -> None:
+        """Stop pacing and give everything back to the collector's own schedule."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        gc.unfreeze()
+
+    def tick(self) -> None:
+        """One step of the schedule (the timer calls it; tests may call it directly)."""
+        now = time.monotonic()
+        since = now - self._last_full
+        if (since >= self.full_every_s or (since >= self.full_cheap_every_s
+                                           and gc.get_freeze_count() < self.full_when_below)):
+            t0 = time.perf_counter()
+            gc.unfreeze()
+            gc.collect()
+            self.last_full_ms = (time.perf_counter() - t0) * 1000
+            self.full_passes += 1
+            self._last_full = now
+            if self.last_full_ms > 50:
+                log.info("full cyclic collection took %.0f ms", self.last_full_ms)
+        else:
+            gc.collect(1)
+        gc.freeze()
+        self.freezes += 1
+
+    def _tick(self) -> None:
+        try:
+            self.tick()
+        finally:
+            if self._loop is not None and self._timer is not None:
+                self._timer = self._loop.call_later(self.pace_s, self._tick)
