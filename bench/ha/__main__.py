@@ -1,0 +1,274 @@
+# bench/ha/__main__.py — `python -m bench.ha`: the HA prototype's one command.
+#
+# Owns: the run plan (engines × batch sizes × commits in flight, then the kill -9 run), the
+# latency and rate arithmetic, the quorum-queue estimate, the RabbitMQ run beside it, and the
+# JSON document.
+# Talks to: bench.ha.engines (members and clients); `python -m bench` as a subprocess for
+# RabbitMQ's quorum queue (the project's own PerfTest-style harness, unchanged).
+# Must never: count a commit the engine did not confirm, or call a run good when an entry it
+# confirmed cannot be read back.
+"""Commits/s and commit latency of three local members of an existing Raft engine.
+
+A *commit* is one replicated write of a batch of ``--size``-byte entries (etcd: one txn of
+puts; PySyncObj: one replicated call). A quorum queue built on the engine needs one commit per
+publish batch and one per settle batch, so its estimated msg/s is ``entries/s ÷ 2`` at the same
+batch size. The kill run SIGKILLs the leader a third of the way in, then reads every key back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.ha import engines
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def _value(key: bytes, size: int) -> bytes:
+    """A value that can be checked on read-back without keeping it: the key, repeated."""
+    return (key * (size // len(key) + 1))[:size]
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
+                  seconds: float, size: int) -> dict:
+    """``inflight`` writers, each committing ``batch`` entries at a time, for ``seconds``."""
+    lat: list[float] = []
+    failures = 0
+    entries = 0
+    stop = time.monotonic() + seconds
+
+    async def writer(w: int) -> None:
+        nonlocal failures, entries
+        c = cluster.client()
+        c.cur = w % len(cluster.members)  # writers spread over members, as channels would be
+        seq = 0
+        try:
+            while time.monotonic() < stop:
+                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                t0 = time.perf_counter()
+                try:
+                    await c.commit([(k, _value(k, size)) for k in keys])
+                except engines.CommitFailed:
+                    failures += 1
+                    continue
+                lat.append(time.perf_counter() - t0)
+                seq += batch
+                entries += batch
+        finally:
+            await c.close()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(writer(w) for w in range(inflight)))
+    dt = time.monotonic() - t0
+    return {
+        "batch": batch, "inflight": inflight, "seconds": round(dt, 2),
+        "commits": len(lat), "entries": entries, "failures": failures,
+        "commits_per_s": round(len(lat) / dt, 1),
+        "entries_per_s": round(entries / dt, 1),
+        "mb_per_s": round(entries * size / dt / 1e6, 2),
+        "p50_ms": round(_pct(lat, 50) * 1000, 2), "p99_ms": round(_pct(lat, 99) * 1000, 2),
+        # one commit per publish batch + one per settle batch (a settle is a few bytes, so
+        # this is the conservative side)
+        "quorum_queue_msg_per_s_est": round(entries / dt / 2, 1),
+        "load_avg": _load(),
+    }
+
+
+async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
+                   seconds: float, size: int) -> dict:
+    """Writers run for ``seconds``; a third of the way in the leader is SIGKILLed. Recovery is
+    the time from the kill to the first confirmation of a commit sent after it; then every confirmed key is
+    read back from a survivor."""
+    acked: list[bytes] = []
+    confirmed_at: list[tuple[float, float]] = []  # (sent, confirmed) per commit
+    failures = 0
+    stop = time.monotonic() + seconds
+    leader = await cluster.leader_async()
+    killed = {"t": None, "member": None}
+
+    async def writer(w: int) -> None:
+        nonlocal failures
+        c = cluster.client()
+        c.cur = leader  # the client sits with the leader, as a channel on the leader's node
+        seq = 0
+        try:
+            while time.monotonic() < stop:
+                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                t_sent = time.monotonic()
+                try:
+                    await c.commit([(k, _value(k, size)) for k in keys])
+                except engines.CommitFailed:
+                    failures += 1
+                    await asyncio.sleep(0.01)
+                    continue  # resend the same keys (at-least-once; a put is idempotent)
+                confirmed_at.append((t_sent, time.monotonic()))
+                acked.extend(keys)
+                seq += batch
+        finally:
+            await c.close()
+
+    async def killer() -> None:
+        await asyncio.sleep(seconds / 3)
+        i = await cluster.leader_async()
+        killed["member"] = cluster.members[i].name
+        killed["t"] = time.monotonic()
+        cluster.kill(i)
+
+    await asyncio.gather(killer(), *(writer(w) for w in range(inflight)))
+    t_kill = killed["t"]
+    # a commit confirmed just after the kill may have been committed before it (its reply was
+    # on the wire): recovery counts from the kill to the first commit *sent* after the kill
+    after = sorted(done for sent, done in confirmed_at if sent > t_kill)
+    recovery = (after[0] - t_kill) if after else None
+    before = sorted(done for _, done in confirmed_at if done <= t_kill)
+    done_all = sorted(done for _, done in confirmed_at)
+    gap = max((b - a for a, b in zip(done_all, done_all[1:], strict=False)), default=None)
+    new_leader = await cluster.leader_async()
+    c = cluster.client()
+    c.cur = new_leader
+    try:
+        stored = await c.read_all(prefix)
+    finally:
+        await c.close()
+    lost = [k for k in acked if stored.get(k) != _value(k, size)]
+    return {
+        "batch": batch, "inflight": inflight, "seconds": seconds,
+        "killed": killed["member"], "new_leader": cluster.members[new_leader].name,
+        "recovery_s": None if recovery is None else round(recovery, 3),
+        "last_commit_before_kill_s": round(t_kill - before[-1], 3) if before else None,
+        "longest_gap_between_confirms_s": None if gap is None else round(gap, 3),
+        "commit_failures": failures, "entries_confirmed": len(acked),
+        "entries_read_back": len(stored), "entries_lost": len(lost),
+        "lost_sample": [k.decode() for k in lost[:5]],
+        "load_avg": _load(),
+    }
+
+
+def run_engine(engine: str, ns: argparse.Namespace, base_dir: str, base_port: int) -> dict:
+    cluster = engines.make(engine, os.path.join(base_dir, engine), base_port)
+    doc: dict = {"engine": engine, "members": 3, "entry_size": ns.size}
+    try:
+        cluster.start(3)
+        doc.update(version=cluster.version, fsync=cluster.fsync, runs=[])
+        for inflight in ns.inflight:
+            for b in ns.batches:
+                prefix = b"bench/%s/b%d/i%d" % (engine.encode(), b, inflight)
+                r = asyncio.run(measure(cluster, prefix, b, inflight, ns.seconds, ns.size))
+                doc["runs"].append(r)
+                if not ns.quiet:
+                    print(f"{engine} batch={b:<4} inflight={inflight:<3} "
+                          f"{r['commits_per_s']:>8} commits/s {r['entries_per_s']:>9} entries/s "
+                          f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms load {r['load_avg'][0]}",
+                          file=sys.stderr)
+        if ns.kill:
+            r = asyncio.run(kill_run(cluster, b"bench/%s/kill" % engine.encode(), ns.kill_batch,
+                                     ns.kill_inflight, ns.kill_seconds, ns.size))
+            doc["kill"] = r
+            if not ns.quiet:
+                print(f"{engine} kill -9 {r['killed']}: commits resumed after "
+                      f"{r['recovery_s']} s, {r['entries_confirmed']} confirmed, "
+                      f"{r['entries_lost']} lost", file=sys.stderr)
+    finally:
+        cluster.stop()
+    return doc
+
+
+def run_rabbitmq(ns: argparse.Namespace, out_dir: str) -> dict:
+    """RabbitMQ's quorum queue in the paper's shape, through the project's own harness."""
+    path = os.path.join(out_dir, "rabbitmq-quorum.json")
+    cmd = [sys.executable, "-m", "bench", "--scenario", "paper", "--uri", ns.rabbitmq_uri,
+           "--queue-args", "x-queue-type=quorum", "-s", str(ns.size), "-z",
+           str(ns.rabbitmq_seconds), "--json", path, "--quiet"]
+    load0 = _load()
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+    with open(path) as f:
+        full = json.load(f)
+    return {"command": " ".join(cmd[1:]), "load_avg_before": load0, "load_avg_after": _load(),
+            "rates": full.get("rates"), "latency_ms": full.get("latency_ms"),
+            "confirm_latency_ms": full.get("confirm_latency_ms"), "totals": full.get("totals"),
+            "broker": full.get("broker"), "ok": full.get("ok")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.ha",
+        description="Three local members of an existing Raft engine (fsync as the engine "
+                    "allows): commits/s and latency for 1 KB entries one at a time and batched, "
+                    "kill -9 of the leader with read-back, and RabbitMQ's quorum queue beside.")
+    p.add_argument("--engine", action="append", choices=engines.ENGINES,
+                   help="engine to run (repeatable; default etcd)")
+    p.add_argument("--batches", default="1,10,50,200",
+                   help="entries per commit, comma-separated (default 1,10,50,200)")
+    p.add_argument("--inflight", default="1,8",
+                   help="commits in flight (writers), comma-separated (default 1,8)")
+    p.add_argument("-s", "--size", type=int, default=1024, help="entry size in bytes")
+    p.add_argument("-z", "--seconds", type=float, default=5.0, help="seconds per point")
+    p.add_argument("--no-kill", dest="kill", action="store_false",
+                   help="skip the kill -9 run")
+    p.add_argument("--kill-batch", type=int, default=10, help="batch size in the kill run")
+    p.add_argument("--kill-inflight", type=int, default=4, help="writers in the kill run")
+    p.add_argument("--kill-seconds", type=float, default=15.0, help="length of the kill run")
+    p.add_argument("--rabbitmq-uri", default=None,
+                   help="also run RabbitMQ's quorum queue (paper shape) on this URI")
+    p.add_argument("--rabbitmq-seconds", type=int, default=20)
+    p.add_argument("--base-port", type=int, default=23790, help="first of 6 local ports")
+    p.add_argument("--dir", default=None, help="data dirs (default: a temp dir, removed)")
+    p.add_argument("--json", default=None, help="write the result document here")
+    p.add_argument("--quiet", action="store_true")
+    ns = p.parse_args(argv)
+    ns.engine = ns.engine or ["etcd"]
+    ns.batches = [int(x) for x in ns.batches.split(",")]
+    ns.inflight = [int(x) for x in ns.inflight.split(",")]
+
+    doc: dict = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "os": platform.platform()},
+        "load_avg_start": _load(), "engines": [],
+    }
+    tmp = None
+    base = ns.dir
+    if base is None:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-ha-", dir="/var/tmp")
+        base = tmp.name
+    try:
+        for k, engine in enumerate(ns.engine):
+            doc["engines"].append(run_engine(engine, ns, base, ns.base_port + 10 * k))
+        if ns.rabbitmq_uri:
+            doc["rabbitmq_quorum"] = run_rabbitmq(ns, base)
+            if not ns.quiet:
+                r = doc["rabbitmq_quorum"]["rates"]
+                print(f"rabbitmq quorum queue (paper shape): {r}", file=sys.stderr)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    doc["load_avg_end"] = _load()
+    text = json.dumps(doc, indent=1)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    bad = [e["engine"] for e in doc["engines"] if e.get("kill", {}).get("entries_lost")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
