@@ -12,7 +12,10 @@
 A *commit* is one replicated write of a batch of ``--size``-byte entries (etcd: one txn of
 puts; PySyncObj: one replicated call). A quorum queue built on the engine needs one commit per
 publish batch and one per settle batch, so its estimated msg/s is ``entries/s ÷ 2`` at the same
-batch size. The kill run SIGKILLs the leader a third of the way in, then reads every key back.
+batch size; the publish+settle runs measure that directly (a publish commit of ``batch`` entries,
+then a settle commit deleting them). The kill run SIGKILLs the leader a third of the way in, reads
+every confirmed key back from the new leader, restarts the killed member on its own data dir and
+reads every key back from it too.
 """
 
 from __future__ import annotations
@@ -91,6 +94,73 @@ async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight:
     }
 
 
+async def measure_qq(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
+                     seconds: float, size: int) -> dict:
+    """A quorum queue's two commits per message, measured: each writer commits a publish batch
+    (``batch`` entries of ``size`` bytes), then a settle batch removing the same keys."""
+    pub: list[float] = []
+    settle: list[float] = []
+    msgs = 0
+    failures = 0
+    stop = time.monotonic() + seconds
+
+    async def writer(w: int) -> None:
+        nonlocal msgs, failures
+        c = cluster.client()
+        c.cur = w % len(cluster.members)
+        seq = 0
+        try:
+            while time.monotonic() < stop:
+                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                try:
+                    t0 = time.perf_counter()
+                    await c.commit([(k, _value(k, size)) for k in keys])
+                    t1 = time.perf_counter()
+                    await c.settle(keys)
+                    t2 = time.perf_counter()
+                except engines.CommitFailed:
+                    failures += 1
+                    continue
+                pub.append(t1 - t0)
+                settle.append(t2 - t1)
+                seq += batch
+                msgs += batch
+        finally:
+            await c.close()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(writer(w) for w in range(inflight)))
+    dt = time.monotonic() - t0
+    return {
+        "batch": batch, "inflight": inflight, "seconds": round(dt, 2), "failures": failures,
+        "msg_per_s": round(msgs / dt, 1), "commits_per_s": round(2 * len(pub) / dt, 1),
+        "publish_p50_ms": round(_pct(pub, 50) * 1000, 2),
+        "publish_p99_ms": round(_pct(pub, 99) * 1000, 2),
+        "settle_p50_ms": round(_pct(settle, 50) * 1000, 2),
+        "settle_p99_ms": round(_pct(settle, 99) * 1000, 2),
+        "load_avg": _load(),
+    }
+
+
+async def _read_back(cluster: engines.Cluster, i: int, prefix: bytes, want: int,
+                     limit_s: float = 30.0) -> dict[bytes, bytes]:
+    """Every entry under ``prefix`` as member ``i`` sees it, once it has caught up."""
+    deadline = time.monotonic() + limit_s
+    stored: dict[bytes, bytes] = {}
+    while True:
+        c = cluster.client()
+        c.cur = i
+        try:
+            stored = await c.read_all(prefix)
+        except Exception:  # noqa: BLE001 - a member still starting; bounded by the deadline
+            stored = {}
+        finally:
+            await c.close()
+        if len(stored) >= want or time.monotonic() > deadline:
+            return stored
+        await asyncio.sleep(0.5)
+
+
 async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
                    seconds: float, size: int) -> dict:
     """Writers run for ``seconds``; a third of the way in the leader is SIGKILLed. Recovery is
@@ -101,7 +171,7 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
     failures = 0
     stop = time.monotonic() + seconds
     leader = await cluster.leader_async()
-    killed = {"t": None, "member": None}
+    killed: dict = {"t": None, "member": None, "elected_s": None}
 
     async def writer(w: int) -> None:
         nonlocal failures
@@ -130,6 +200,14 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
         killed["member"] = cluster.members[i].name
         killed["t"] = time.monotonic()
         cluster.kill(i)
+        while time.monotonic() < stop:  # how long the survivors take to elect a leader
+            try:
+                await cluster.leader_async()
+            except Exception:  # noqa: BLE001 - no leader yet (or a member not answering)
+                await asyncio.sleep(0.05)
+                continue
+            killed["elected_s"] = time.monotonic() - killed["t"]
+            break
 
     await asyncio.gather(killer(), *(writer(w) for w in range(inflight)))
     t_kill = killed["t"]
@@ -141,22 +219,28 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
     done_all = sorted(done for _, done in confirmed_at)
     gap = max((b - a for a, b in zip(done_all, done_all[1:], strict=False)), default=None)
     new_leader = await cluster.leader_async()
-    c = cluster.client()
-    c.cur = new_leader
-    try:
-        stored = await c.read_all(prefix)
-    finally:
-        await c.close()
+    stored = await _read_back(cluster, new_leader, prefix, len(set(acked)), limit_s=5)
     lost = [k for k in acked if stored.get(k) != _value(k, size)]
+    # the killed member restarts from its own data dir and must catch up to the same entries
+    i_killed = next(i for i, m in enumerate(cluster.members) if m.name == killed["member"])
+    t_restart = time.monotonic()
+    cluster.restart(i_killed)
+    again = await _read_back(cluster, i_killed, prefix, len(set(acked)))
+    caught_up_s = time.monotonic() - t_restart
+    lost_restarted = [k for k in acked if again.get(k) != _value(k, size)]
     return {
         "batch": batch, "inflight": inflight, "seconds": seconds,
         "killed": killed["member"], "new_leader": cluster.members[new_leader].name,
         "recovery_s": None if recovery is None else round(recovery, 3),
+        "leader_elected_s": None if killed["elected_s"] is None else round(killed["elected_s"], 3),
         "last_commit_before_kill_s": round(t_kill - before[-1], 3) if before else None,
         "longest_gap_between_confirms_s": None if gap is None else round(gap, 3),
         "commit_failures": failures, "entries_confirmed": len(acked),
         "entries_read_back": len(stored), "entries_lost": len(lost),
         "lost_sample": [k.decode() for k in lost[:5]],
+        "restarted_member_read_back": len(again),
+        "restarted_member_entries_lost": len(lost_restarted),
+        "restarted_member_caught_up_s": round(caught_up_s, 2),
         "load_avg": _load(),
     }
 
@@ -177,6 +261,17 @@ def run_engine(engine: str, ns: argparse.Namespace, base_dir: str, base_port: in
                           f"{r['commits_per_s']:>8} commits/s {r['entries_per_s']:>9} entries/s "
                           f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms load {r['load_avg'][0]}",
                           file=sys.stderr)
+        if ns.qq:
+            doc["quorum_queue"] = []
+            for b in ns.batches:
+                r = asyncio.run(measure_qq(cluster, b"bench/%s/qq%d" % (engine.encode(), b), b,
+                                           ns.qq_inflight, ns.seconds, ns.size))
+                doc["quorum_queue"].append(r)
+                if not ns.quiet:
+                    print(f"{engine} quorum queue batch={b:<4} inflight={ns.qq_inflight} "
+                          f"{r['msg_per_s']:>8} msg/s publish p50 {r['publish_p50_ms']} ms "
+                          f"settle p50 {r['settle_p50_ms']} ms load {r['load_avg'][0]}",
+                          file=sys.stderr)
         if ns.kill:
             r = asyncio.run(kill_run(cluster, b"bench/%s/kill" % engine.encode(), ns.kill_batch,
                                      ns.kill_inflight, ns.kill_seconds, ns.size))
@@ -184,7 +279,9 @@ def run_engine(engine: str, ns: argparse.Namespace, base_dir: str, base_port: in
             if not ns.quiet:
                 print(f"{engine} kill -9 {r['killed']}: commits resumed after "
                       f"{r['recovery_s']} s, {r['entries_confirmed']} confirmed, "
-                      f"{r['entries_lost']} lost", file=sys.stderr)
+                      f"{r['entries_lost']} lost; restarted member caught up in "
+                      f"{r['restarted_member_caught_up_s']} s, "
+                      f"{r['restarted_member_entries_lost']} lost there", file=sys.stderr)
     finally:
         cluster.stop()
     return doc
@@ -220,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="commits in flight (writers), comma-separated (default 1,8)")
     p.add_argument("-s", "--size", type=int, default=1024, help="entry size in bytes")
     p.add_argument("-z", "--seconds", type=float, default=5.0, help="seconds per point")
+    p.add_argument("--no-qq", dest="qq", action="store_false",
+                   help="skip the publish+settle (quorum queue) runs")
+    p.add_argument("--qq-inflight", type=int, default=8,
+                   help="writers in the publish+settle runs (default 8)")
     p.add_argument("--no-kill", dest="kill", action="store_false",
                    help="skip the kill -9 run")
     p.add_argument("--kill-batch", type=int, default=10, help="batch size in the kill run")
@@ -266,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     else:
         print(text)
-    bad = [e["engine"] for e in doc["engines"] if e.get("kill", {}).get("entries_lost")]
+    bad = [e["engine"] for e in doc["engines"]
+           if e.get("kill", {}).get("entries_lost")
+           or e.get("kill", {}).get("restarted_member_entries_lost")]
     return 1 if bad else 0
 
 

@@ -62,6 +62,10 @@ class Cluster:
         m.proc.wait()
         m.alive = False
 
+    def restart(self, i: int) -> None:
+        """Start a killed member again on its own data dir (it recovers from its log)."""
+        self._spawn(self.members[i])
+
     def stop(self) -> None:
         for m in self.members:
             if m.proc is not None and m.proc.poll() is None:
@@ -90,25 +94,28 @@ class EtcdCluster(Cluster):
         self.fsync = "WAL fdatasync before every append is acknowledged (always on)"
         self.members = [Member(f"etcd{i}", self.base_port + 2 * i, self.base_port + 2 * i + 1,
                                os.path.join(self.base_dir, f"etcd{i}")) for i in range(n)]
-        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in self.members)
         for m in self.members:
             shutil.rmtree(m.data_dir, ignore_errors=True)
-            m.proc = subprocess.Popen(
-                ["etcd", "--name", m.name, "--data-dir", m.data_dir,
-                 "--listen-client-urls", f"http://127.0.0.1:{m.client_port}",
-                 "--advertise-client-urls", f"http://127.0.0.1:{m.client_port}",
-                 "--listen-peer-urls", f"http://127.0.0.1:{m.peer_port}",
-                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{m.peer_port}",
-                 "--initial-cluster", initial, "--initial-cluster-state", "new",
-                 "--initial-cluster-token", "bench-ha",
-                 # a batch of 200 entries is one txn of 200 puts (default limit 128)
-                 "--max-txn-ops", "1024", "--quota-backend-bytes", str(8 << 30),
-                 # keep every revision: compaction is not what is measured
-                 "--auto-compaction-retention", "0",
-                 "--logger", "zap", "--log-level", os.environ.get("BENCH_HA_ETCD_LOG", "warn")],
-                stdout=self._log(m), stderr=subprocess.STDOUT)
-            m.alive = True
+            self._spawn(m, "new")
         asyncio.run(self._wait_ready())
+
+    def _spawn(self, m: Member, state: str = "existing") -> None:
+        initial = ",".join(f"{o.name}=http://127.0.0.1:{o.peer_port}" for o in self.members)
+        m.proc = subprocess.Popen(
+            ["etcd", "--name", m.name, "--data-dir", m.data_dir,
+             "--listen-client-urls", f"http://127.0.0.1:{m.client_port}",
+             "--advertise-client-urls", f"http://127.0.0.1:{m.client_port}",
+             "--listen-peer-urls", f"http://127.0.0.1:{m.peer_port}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{m.peer_port}",
+             "--initial-cluster", initial, "--initial-cluster-state", state,
+             "--initial-cluster-token", "bench-ha",
+             # a batch of 200 entries is one txn of 200 puts (default limit 128)
+             "--max-txn-ops", "1024", "--quota-backend-bytes", str(8 << 30),
+             # keep every revision: compaction is not what is measured
+             "--auto-compaction-retention", "0",
+             "--logger", "zap", "--log-level", os.environ.get("BENCH_HA_ETCD_LOG", "warn")],
+            stdout=self._log(m), stderr=subprocess.STDOUT)
+        m.alive = True
 
     async def _wait_ready(self, limit_s: float = 30.0) -> None:
         deadline = time.monotonic() + limit_s
@@ -167,6 +174,16 @@ class EtcdClient:
         try:
             c = await self._connect(self.cur)
             ops = [c.transactions.put(k, v) for k, v in batch]
+            await c.transaction(compare=[], success=ops, failure=[])
+        except Exception as exc:  # noqa: BLE001 - any client error = commit not confirmed
+            self.failover()
+            raise CommitFailed(repr(exc)) from exc
+
+    async def settle(self, keys: list[bytes]) -> None:
+        """One commit that removes ``keys`` (a quorum queue's settle of acked messages)."""
+        try:
+            c = await self._connect(self.cur)
+            ops = [c.transactions.delete(k) for k in keys]
             await c.transaction(compare=[], success=ops, failure=[])
         except Exception as exc:  # noqa: BLE001 - any client error = commit not confirmed
             self.failover()
@@ -288,6 +305,13 @@ class SyncObjClient:
     async def commit(self, batch: list[tuple[bytes, bytes]]) -> None:
         try:
             await self._call(self.cur, "append", batch)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, CommitFailed) as exc:
+            self.failover()
+            raise CommitFailed(repr(exc)) from exc
+
+    async def settle(self, keys: list[bytes]) -> None:
+        try:
+            await self._call(self.cur, "settle", keys)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, CommitFailed) as exc:
             self.failover()
             raise CommitFailed(repr(exc)) from exc

@@ -9,7 +9,8 @@
 
 Requests (pickled tuples, each framed by a 4-byte big-endian length):
 ``("append", [(key, value), ...])`` -> ``("ok", None)`` once the batch is committed and applied
-here (PySyncObj forwards it to the leader when this member follows); ``("status", None)`` ->
+here (PySyncObj forwards it to the leader when this member follows); ``("settle", [key, ...])``
+removes keys in one commit; ``("status", None)`` ->
 ``("ok", {"leader": "host:port" | None, "self": "host:port"})``; ``("read", None)`` ->
 ``("ok", {key: value})`` after one committed no-op, so it reflects every earlier commit.
 """
@@ -36,6 +37,12 @@ class Log(SyncObj):
         for k, v in batch:
             self.entries[k] = v
         return len(batch)
+
+    @replicated
+    def settle(self, keys: list[bytes]) -> int:
+        for k in keys:
+            self.entries.pop(k, None)
+        return len(keys)
 
     @replicated
     def noop(self) -> int:
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     if op == "append":
                         res = log.append(arg, sync=True, timeout=ns.timeout)
+                    elif op == "settle":
+                        res = log.settle(arg, sync=True, timeout=ns.timeout)
                     elif op == "status":
                         leader = log._getLeader()
                         res = {"leader": None if leader is None else str(leader.address
