@@ -45,12 +45,23 @@ def _value(key: bytes, size: int) -> bytes:
     return (key * (size // len(key) + 1))[:size]
 
 
+def _entries(prefix: bytes, w: int, seq: int, batch: int, size: int,
+             pack: bool) -> list[tuple[bytes, bytes]]:
+    """One commit's ``(key, value)`` pairs: ``batch`` keys of ``size`` bytes, or with ``pack``
+    one key holding the ``batch`` entries end to end (a log record per publish batch, as a
+    queue would write its own log into the engine instead of one key per message)."""
+    keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+    if pack:
+        return [(keys[0], b"".join(_value(k, size) for k in keys))]
+    return [(k, _value(k, size)) for k in keys]
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
 async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
-                  seconds: float, size: int) -> dict:
+                  seconds: float, size: int, pack: bool = False) -> dict:
     """``inflight`` writers, each committing ``batch`` entries at a time, for ``seconds``."""
     lat: list[float] = []
     failures = 0
@@ -64,10 +75,10 @@ async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight:
         seq = 0
         try:
             while time.monotonic() < stop:
-                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                ents = _entries(prefix, w, seq, batch, size, pack)
                 t0 = time.perf_counter()
                 try:
-                    await c.commit([(k, _value(k, size)) for k in keys])
+                    await c.commit(ents)
                 except engines.CommitFailed:
                     failures += 1
                     continue
@@ -81,7 +92,7 @@ async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight:
     await asyncio.gather(*(writer(w) for w in range(inflight)))
     dt = time.monotonic() - t0
     return {
-        "batch": batch, "inflight": inflight, "seconds": round(dt, 2),
+        "batch": batch, "inflight": inflight, "pack": pack, "seconds": round(dt, 2),
         "commits": len(lat), "entries": entries, "failures": failures,
         "commits_per_s": round(len(lat) / dt, 1),
         "entries_per_s": round(entries / dt, 1),
@@ -95,7 +106,7 @@ async def measure(cluster: engines.Cluster, prefix: bytes, batch: int, inflight:
 
 
 async def measure_qq(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
-                     seconds: float, size: int) -> dict:
+                     seconds: float, size: int, pack: bool = False) -> dict:
     """A quorum queue's two commits per message, measured: each writer commits a publish batch
     (``batch`` entries of ``size`` bytes), then a settle batch removing the same keys."""
     pub: list[float] = []
@@ -111,12 +122,12 @@ async def measure_qq(cluster: engines.Cluster, prefix: bytes, batch: int, inflig
         seq = 0
         try:
             while time.monotonic() < stop:
-                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                ents = _entries(prefix, w, seq, batch, size, pack)
                 try:
                     t0 = time.perf_counter()
-                    await c.commit([(k, _value(k, size)) for k in keys])
+                    await c.commit(ents)
                     t1 = time.perf_counter()
-                    await c.settle(keys)
+                    await c.settle([k for k, _ in ents])
                     t2 = time.perf_counter()
                 except engines.CommitFailed:
                     failures += 1
@@ -132,8 +143,8 @@ async def measure_qq(cluster: engines.Cluster, prefix: bytes, batch: int, inflig
     await asyncio.gather(*(writer(w) for w in range(inflight)))
     dt = time.monotonic() - t0
     return {
-        "batch": batch, "inflight": inflight, "seconds": round(dt, 2), "failures": failures,
-        "msg_per_s": round(msgs / dt, 1), "commits_per_s": round(2 * len(pub) / dt, 1),
+        "batch": batch, "inflight": inflight, "pack": pack, "seconds": round(dt, 2),
+        "failures": failures, "msg_per_s": round(msgs / dt, 1), "commits_per_s": round(2 * len(pub) / dt, 1),
         "publish_p50_ms": round(_pct(pub, 50) * 1000, 2),
         "publish_p99_ms": round(_pct(pub, 99) * 1000, 2),
         "settle_p50_ms": round(_pct(settle, 50) * 1000, 2),
@@ -162,11 +173,11 @@ async def _read_back(cluster: engines.Cluster, i: int, prefix: bytes, want: int,
 
 
 async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
-                   seconds: float, size: int) -> dict:
+                   seconds: float, size: int, pack: bool = False) -> dict:
     """Writers run for ``seconds``; a third of the way in the leader is SIGKILLed. Recovery is
     the time from the kill to the first confirmation of a commit sent after it; then every confirmed key is
     read back from a survivor."""
-    acked: list[bytes] = []
+    acked: list[tuple[bytes, bytes]] = []  # every (key, value) a confirmed commit wrote
     confirmed_at: list[tuple[float, float]] = []  # (sent, confirmed) per commit
     failures = 0
     stop = time.monotonic() + seconds
@@ -180,16 +191,16 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
         seq = 0
         try:
             while time.monotonic() < stop:
-                keys = [b"%s/%d/%010d" % (prefix, w, seq + i) for i in range(batch)]
+                ents = _entries(prefix, w, seq, batch, size, pack)
                 t_sent = time.monotonic()
                 try:
-                    await c.commit([(k, _value(k, size)) for k in keys])
+                    await c.commit(ents)
                 except engines.CommitFailed:
                     failures += 1
                     await asyncio.sleep(0.01)
                     continue  # resend the same keys (at-least-once; a put is idempotent)
                 confirmed_at.append((t_sent, time.monotonic()))
-                acked.extend(keys)
+                acked.extend(ents)
                 seq += batch
         finally:
             await c.close()
@@ -219,27 +230,28 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
     done_all = sorted(done for _, done in confirmed_at)
     gap = max((b - a for a, b in zip(done_all, done_all[1:], strict=False)), default=None)
     new_leader = await cluster.leader_async()
-    stored = await _read_back(cluster, new_leader, prefix, len(set(acked)), limit_s=5)
-    lost = [k for k in acked if stored.get(k) != _value(k, size)]
+    stored = await _read_back(cluster, new_leader, prefix, len(acked), limit_s=5)
+    lost = [k for k, v in acked if stored.get(k) != v]
     # the killed member restarts from its own data dir and must catch up to the same entries
     i_killed = next(i for i, m in enumerate(cluster.members) if m.name == killed["member"])
     t_restart = time.monotonic()
     cluster.restart(i_killed)
-    again = await _read_back(cluster, i_killed, prefix, len(set(acked)))
+    again = await _read_back(cluster, i_killed, prefix, len(acked))
     caught_up_s = time.monotonic() - t_restart
-    lost_restarted = [k for k in acked if again.get(k) != _value(k, size)]
+    lost_restarted = [k for k, v in acked if again.get(k) != v]
     return {
-        "batch": batch, "inflight": inflight, "seconds": seconds,
+        "batch": batch, "inflight": inflight, "pack": pack, "seconds": seconds,
         "killed": killed["member"], "new_leader": cluster.members[new_leader].name,
         "recovery_s": None if recovery is None else round(recovery, 3),
         "leader_elected_s": None if killed["elected_s"] is None else round(killed["elected_s"], 3),
         "last_commit_before_kill_s": round(t_kill - before[-1], 3) if before else None,
         "longest_gap_between_confirms_s": None if gap is None else round(gap, 3),
-        "commit_failures": failures, "entries_confirmed": len(acked),
-        "entries_read_back": len(stored), "entries_lost": len(lost),
+        "commit_failures": failures, "entries_confirmed": len(acked) * (batch if pack else 1),
+        "keys_confirmed": len(acked),
+        "keys_read_back": len(stored), "entries_lost": len(lost) * (batch if pack else 1),
         "lost_sample": [k.decode() for k in lost[:5]],
-        "restarted_member_read_back": len(again),
-        "restarted_member_entries_lost": len(lost_restarted),
+        "restarted_member_keys_read_back": len(again),
+        "restarted_member_entries_lost": len(lost_restarted) * (batch if pack else 1),
         "restarted_member_caught_up_s": round(caught_up_s, 2),
         "load_avg": _load(),
     }
@@ -251,30 +263,41 @@ def run_engine(engine: str, ns: argparse.Namespace, base_dir: str, base_port: in
     try:
         cluster.start(3)
         doc.update(version=cluster.version, fsync=cluster.fsync, runs=[])
-        for inflight in ns.inflight:
-            for b in ns.batches:
-                prefix = b"bench/%s/b%d/i%d" % (engine.encode(), b, inflight)
-                r = asyncio.run(measure(cluster, prefix, b, inflight, ns.seconds, ns.size))
-                doc["runs"].append(r)
-                if not ns.quiet:
-                    print(f"{engine} batch={b:<4} inflight={inflight:<3} "
-                          f"{r['commits_per_s']:>8} commits/s {r['entries_per_s']:>9} entries/s "
-                          f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms load {r['load_avg'][0]}",
-                          file=sys.stderr)
+        for pack in ns.layouts:
+            for inflight in ns.inflight:
+                for b in ns.batches:
+                    if pack and b == 1:
+                        continue  # one entry packed is the same commit as one entry
+                    prefix = b"bench/%s/b%d/i%d/p%d" % (engine.encode(), b, inflight, pack)
+                    r = asyncio.run(measure(cluster, prefix, b, inflight, ns.seconds, ns.size,
+                                            pack))
+                    doc["runs"].append(r)
+                    if not ns.quiet:
+                        print(f"{engine} {'packed' if pack else 'per-key'} batch={b:<4} "
+                              f"inflight={inflight:<3} "
+                              f"{r['commits_per_s']:>8} commits/s {r['entries_per_s']:>9} "
+                              f"entries/s p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms "
+                              f"load {r['load_avg'][0]}", file=sys.stderr)
         if ns.qq:
             doc["quorum_queue"] = []
-            for b in ns.batches:
-                r = asyncio.run(measure_qq(cluster, b"bench/%s/qq%d" % (engine.encode(), b), b,
-                                           ns.qq_inflight, ns.seconds, ns.size))
-                doc["quorum_queue"].append(r)
-                if not ns.quiet:
-                    print(f"{engine} quorum queue batch={b:<4} inflight={ns.qq_inflight} "
-                          f"{r['msg_per_s']:>8} msg/s publish p50 {r['publish_p50_ms']} ms "
-                          f"settle p50 {r['settle_p50_ms']} ms load {r['load_avg'][0]}",
-                          file=sys.stderr)
+            for pack in ns.layouts:
+                for b in ns.batches:
+                    if pack and b == 1:
+                        continue
+                    r = asyncio.run(measure_qq(
+                        cluster, b"bench/%s/qq%d/p%d" % (engine.encode(), b, pack), b,
+                        ns.qq_inflight, ns.seconds, ns.size, pack))
+                    doc["quorum_queue"].append(r)
+                    if not ns.quiet:
+                        print(f"{engine} quorum queue {'packed' if pack else 'per-key'} "
+                              f"batch={b:<4} inflight={ns.qq_inflight} "
+                              f"{r['msg_per_s']:>8} msg/s publish p50 {r['publish_p50_ms']} "
+                              f"ms settle p50 {r['settle_p50_ms']} ms load {r['load_avg'][0]}",
+                              file=sys.stderr)
         if ns.kill:
             r = asyncio.run(kill_run(cluster, b"bench/%s/kill" % engine.encode(), ns.kill_batch,
-                                     ns.kill_inflight, ns.kill_seconds, ns.size))
+                                     ns.kill_inflight, ns.kill_seconds, ns.size,
+                                     ns.layouts[-1]))
             doc["kill"] = r
             if not ns.quiet:
                 print(f"{engine} kill -9 {r['killed']}: commits resumed after "
@@ -315,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="entries per commit, comma-separated (default 1,10,50,200)")
     p.add_argument("--inflight", default="1,8",
                    help="commits in flight (writers), comma-separated (default 1,8)")
+    p.add_argument("--layout", default="per-key,packed",
+                   help="per-key (one key per entry) and/or packed (one key per batch: the "
+                        "queue's own log records); comma-separated, default both; the kill "
+                        "run uses the last")
     p.add_argument("-s", "--size", type=int, default=1024, help="entry size in bytes")
     p.add_argument("-z", "--seconds", type=float, default=5.0, help="seconds per point")
     p.add_argument("--no-qq", dest="qq", action="store_false",
@@ -337,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     ns.engine = ns.engine or ["etcd"]
     ns.batches = [int(x) for x in ns.batches.split(",")]
     ns.inflight = [int(x) for x in ns.inflight.split(",")]
+    layouts = {"per-key": False, "packed": True}
+    try:
+        ns.layouts = [layouts[x] for x in ns.layout.split(",")]
+    except KeyError as exc:
+        p.error(f"--layout: unknown {exc}; per-key or packed")
 
     doc: dict = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

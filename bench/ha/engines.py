@@ -165,7 +165,9 @@ class EtcdClient:
 
         if i not in self._clients:
             c = aetcd.Client("127.0.0.1", self.cluster.members[i].client_port,
-                             timeout=self.timeout)
+                             timeout=self.timeout,
+                             # read-back pages of packed batches pass gRPC's 4 MiB default
+                             options={"grpc.max_receive_message_length": 256 << 20})
             await c.connect()
             self._clients[i] = c
         return self._clients[i]
@@ -200,8 +202,8 @@ class EtcdClient:
         out: dict[bytes, bytes] = {}
         start = prefix
         end = utils.prefix_range_end(prefix)
-        while True:  # linearizable range reads, 1000 keys a page (gRPC caps a reply at 4 MiB)
-            req = rpc.RangeRequest(key=start, range_end=end, limit=1000)
+        while True:  # linearizable range reads, 500 keys a page
+            req = rpc.RangeRequest(key=start, range_end=end, limit=500)
             resp = await c.kvstub.Range(req, timeout=30)
             for kv in resp.kvs:
                 out[kv.key] = kv.value

@@ -41,3 +41,11 @@ def test_help_runs_without_the_engines_installed() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.ha", "--help"], capture_output=True,
                          text=True, timeout=60, check=True)
     assert "--engine" in out.stdout and "--rabbitmq-uri" in out.stdout
+
+
+def test_packed_batch_is_one_key_holding_every_entry() -> None:
+    per_key = ha._entries(b"p", 3, 10, 4, 64, pack=False)
+    packed = ha._entries(b"p", 3, 10, 4, 64, pack=True)
+    assert [k for k, _ in per_key] == [b"p/3/0000000010", b"p/3/0000000011",
+                                       b"p/3/0000000012", b"p/3/0000000013"]
+    assert packed == [(b"p/3/0000000010", b"".join(v for _, v in per_key))]
