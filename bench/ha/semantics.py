@@ -68,6 +68,9 @@ def probes(uri: str) -> list[dict]:
                      ("x-message-ttl", 1000), ("x-dead-letter-strategy", "at-least-once")]:
         out.append(declare(f"{arg}={val}", extra={arg: val}))
 
+    out.append(_probe(params, "server-named (queue '')",
+                      lambda ch: ch.queue_declare("", durable=True, arguments=qq)))
+
     # consume with global qos, queue.delete if-unused / if-empty
     q = f"ha-probe-ops-{uuid.uuid4().hex[:6]}"
     c = pika.BlockingConnection(params)
