@@ -154,26 +154,31 @@ async def measure_qq(cluster: engines.Cluster, prefix: bytes, batch: int, inflig
 
 
 async def _read_back(cluster: engines.Cluster, i: int, prefix: bytes, want: int,
-                     limit_s: float = 30.0) -> dict[bytes, bytes]:
-    """Every entry under ``prefix`` as member ``i`` sees it, once it has caught up."""
+                     limit_s: float = 30.0) -> tuple[dict[bytes, bytes], str | None]:
+    """Every entry under ``prefix`` as member ``i`` sees it, once it has caught up; and the
+    last error if it never answered a read (a member still replaying is not a member that
+    lost entries: the report tells them apart)."""
     deadline = time.monotonic() + limit_s
     stored: dict[bytes, bytes] = {}
+    error = None
     while True:
         c = cluster.client()
         c.cur = i
         try:
             stored = await c.read_all(prefix)
-        except Exception:  # noqa: BLE001 - a member still starting; bounded by the deadline
-            stored = {}
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a member still starting; bounded by deadline
+            stored, error = {}, repr(exc)[:300]
         finally:
             await c.close()
         if len(stored) >= want or time.monotonic() > deadline:
-            return stored
+            return stored, error
         await asyncio.sleep(0.5)
 
 
 async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight: int,
-                   seconds: float, size: int, pack: bool = False) -> dict:
+                   seconds: float, size: int, pack: bool = False,
+                   catch_up_s: float = 120.0) -> dict:
     """Writers run for ``seconds``; a third of the way in the leader is SIGKILLed. Recovery is
     the time from the kill to the first confirmation of a commit sent after it; then every confirmed key is
     read back from a survivor."""
@@ -230,13 +235,13 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
     done_all = sorted(done for _, done in confirmed_at)
     gap = max((b - a for a, b in zip(done_all, done_all[1:], strict=False)), default=None)
     new_leader = await cluster.leader_async()
-    stored = await _read_back(cluster, new_leader, prefix, len(acked), limit_s=5)
+    stored, _ = await _read_back(cluster, new_leader, prefix, len(acked), limit_s=5)
     lost = [k for k, v in acked if stored.get(k) != v]
     # the killed member restarts from its own data dir and must catch up to the same entries
     i_killed = next(i for i, m in enumerate(cluster.members) if m.name == killed["member"])
     t_restart = time.monotonic()
     cluster.restart(i_killed)
-    again = await _read_back(cluster, i_killed, prefix, len(acked))
+    again, again_error = await _read_back(cluster, i_killed, prefix, len(acked), catch_up_s)
     caught_up_s = time.monotonic() - t_restart
     lost_restarted = [k for k, v in acked if again.get(k) != v]
     return {
@@ -253,6 +258,8 @@ async def kill_run(cluster: engines.Cluster, prefix: bytes, batch: int, inflight
         "restarted_member_keys_read_back": len(again),
         "restarted_member_entries_lost": len(lost_restarted) * (batch if pack else 1),
         "restarted_member_caught_up_s": round(caught_up_s, 2),
+        "restarted_member_caught_up": len(lost_restarted) == 0,
+        "restarted_member_last_error": again_error,
         "load_avg": _load(),
     }
 
@@ -297,14 +304,15 @@ def run_engine(engine: str, ns: argparse.Namespace, base_dir: str, base_port: in
         if ns.kill:
             r = asyncio.run(kill_run(cluster, b"bench/%s/kill" % engine.encode(), ns.kill_batch,
                                      ns.kill_inflight, ns.kill_seconds, ns.size,
-                                     ns.layouts[-1]))
+                                     ns.layouts[-1], ns.catch_up_timeout))
             doc["kill"] = r
             if not ns.quiet:
                 print(f"{engine} kill -9 {r['killed']}: commits resumed after "
                       f"{r['recovery_s']} s, {r['entries_confirmed']} confirmed, "
                       f"{r['entries_lost']} lost; restarted member caught up in "
                       f"{r['restarted_member_caught_up_s']} s, "
-                      f"{r['restarted_member_entries_lost']} lost there", file=sys.stderr)
+                      f"{r['restarted_member_entries_lost']} missing there "
+                      f"(last error: {r['restarted_member_last_error']})", file=sys.stderr)
     finally:
         cluster.stop()
     return doc
@@ -353,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-batch", type=int, default=10, help="batch size in the kill run")
     p.add_argument("--kill-inflight", type=int, default=4, help="writers in the kill run")
     p.add_argument("--kill-seconds", type=float, default=15.0, help="length of the kill run")
+    p.add_argument("--catch-up-timeout", type=float, default=120.0,
+                   help="seconds the restarted member may take to serve every entry")
     p.add_argument("--rabbitmq-uri", default=None,
                    help="also run RabbitMQ's quorum queue (paper shape) on this URI")
     p.add_argument("--rabbitmq-seconds", type=int, default=20)
