@@ -27,6 +27,7 @@ from broker.management import (
     global_parameters,
     health,
     limits,
+    login,
     metrics,
     node_memory,
     operations,
@@ -49,8 +50,9 @@ UI_DIR = Path(__file__).resolve().parent / "ui"
 
 @web.middleware
 async def api_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Basic auth for /api/*, and JSON for every error (RabbitMQ's shapes)."""
-    if request.path.startswith("/api/"):
+    """Basic auth for /api/* (but /api/login, which checks its form), and JSON for every
+    error (RabbitMQ's shapes)."""
+    if request.path.startswith("/api/") and request.path.rstrip("/") != login.PATH:
         request[API_USER] = authenticate(request.app[BROKER],
                                            request.headers.get("Authorization"))
     try:
@@ -84,7 +86,7 @@ def make_app(broker: Any, sampler: RateSampler) -> web.Application:
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
                    definitions, parameters, federation, health, global_parameters, limits,
-                   feature_flags, operator_policies, operations, node_memory):
+                   feature_flags, operator_policies, operations, node_memory, login):
         app.router.add_routes(module.routes)
         app.router.add_routes(with_trailing_slash(module.routes))
     if UI_DIR.is_dir():

@@ -18,7 +18,12 @@ rabbit_mgmt_wm_node_memory), with this broker's equivalents:
 RabbitMQ's three figures (`rss` the resident set from /proc, `allocated` the same, `erlang`
 the parts counted above). /relative gives each key as a whole percentage of the resident
 set, with `total` 100. 404 for another node's name; monitoring or administrator users only.
-The ETS sub-resources (`/memory/ets...`) are not served: there are no ETS tables here.
+
+GET /api/nodes/{node}/memory/ets[/{filter}][/relative] (rabbit_mgmt_wm_node_memory_ets):
+RabbitMQ lists the memory of the node's ETS tables, or `"ets_tables_memory": "no_tables"`
+when none matches the filter. This broker keeps no ETS tables (its indexes are Python
+dicts, counted in `other_proc` above), so every form answers "no_tables", as RabbitMQ 3.10.8
+does for a filter that matches nothing (checked: `/memory/ets/nosuch` → 200 no_tables).
 """
 
 from __future__ import annotations
@@ -95,3 +100,12 @@ async def memory_relative(request: web.Request) -> web.Response:
     relative: dict[str, Any] = {"total": 100}
     relative.update({k: round(100 * parts[k] / rss) for k in KEYS})
     return reply({"memory": relative})
+
+
+@routes.get("/api/nodes/{node}/memory/ets")
+@routes.get("/api/nodes/{node}/memory/ets/relative")
+@routes.get("/api/nodes/{node}/memory/ets/{filter}")
+@routes.get("/api/nodes/{node}/memory/ets/{filter}/relative")
+async def memory_ets(request: web.Request) -> web.Response:
+    _node(request)
+    return reply({"ets_tables_memory": "no_tables"})

@@ -9,6 +9,7 @@ import uuid
 
 import pika
 import pytest
+import requests
 
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
@@ -142,3 +143,38 @@ def test_memory_breakdown_counts_queued_bytes(api, broker):
     finally:
         ch.queue_delete(name)
         conn.close()
+
+
+def test_memory_ets_forms(api):
+    """GET /api/nodes/{node}/memory/ets[/{filter}][/relative] (rabbit_mgmt_wm_node_memory_ets):
+    200 with `ets_tables_memory` in every form, "no_tables" for a filter matching no table
+    (this broker has no ETS tables, so every form answers that), 404 for another node."""
+    node = api.get("/api/overview").json()["node"]
+    for tail in ("", "/relative", "/management", "/management/relative"):
+        r = api.get(f"/api/nodes/{node}/memory/ets{tail}")
+        assert r.status_code == 200 and "ets_tables_memory" in r.json(), tail
+    assert api.get(f"/api/nodes/{node}/memory/ets/no_such_table").json() == {
+        "ets_tables_memory": "no_tables"}
+    assert api.get("/api/nodes/rabbit@no-such-node/memory/ets").status_code == 404
+
+
+def test_form_login(api):
+    """POST /api/login (rabbit_mgmt_wm_login): the UI's form login. Right credentials of a
+    management user: 200, "ok" and the cookie auth = base64(user:password); wrong ones: 401
+    "Login failed"; a user without a management tag: 401; GET: 405."""
+    url = api.base + "/api/login"
+    ok = requests.post(url, data={"username": "guest", "password": "guest"}, timeout=10)
+    assert ok.status_code == 200 and ok.json() == "ok"
+    assert ok.cookies.get("auth") == "Z3Vlc3Q6Z3Vlc3Q="
+    bad = requests.post(url, data={"username": "guest", "password": "nope"}, timeout=10)
+    assert bad.status_code == 401
+    assert bad.json() == {"error": "not_authorized", "reason": "Login failed"}
+    name = uniq("plain")
+    assert api.put(f"/api/users/{name}", json={"password": "pw", "tags": ""}).status_code in (
+        201, 204)
+    try:
+        plain = requests.post(url, data={"username": name, "password": "pw"}, timeout=10)
+        assert plain.status_code == 401
+    finally:
+        api.delete(f"/api/users/{name}")
+    assert requests.get(url, timeout=10).status_code == 405
