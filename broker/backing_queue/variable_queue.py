@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable
 
 from broker import storage_codec
 from broker.backing_queue.base import AckTag, Fetched, MessageProps
+from broker.backing_queue.vq_confirms import ConfirmBook
 from broker.backing_queue.vq_disk import VqDisk
 from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus, Rates
 from broker.credit_flow import CreditFlow
@@ -134,16 +135,8 @@ class VariableQueue(VqDisk):
         self._ram_msgs = 0  # ready messages whose Message is in RAM
         self.target_ram_count: int | None = 0 if mode == "lazy" else None  # None = infinity
         self._rates = Rates()  # for ram_duration / set_ram_duration_target
-        # the confirm sets below belong to the queue process's thread alone: the fsync
-        # workers' callbacks only append (is_store, msg_ids) to _synced (deque.append is
-        # atomic) and wake us; drain_confirmed applies them. No lock on the publish path.
-        self._synced: deque[tuple[bool, list[bytes]]] = deque()
+        self._confirms = ConfirmBook()  # owed confirms (queue-process thread; workers post)
         self._credit_lock = threading.Lock()  # _credit_back (store credit callbacks)
-        self._unconfirmed: set[bytes] = set()  # msg_ids owed a confirm
-        self._needs_store: set[bytes] = set()  # ...of which the body goes to the store
-        self._store_done: set[bytes] = set()  # store fsynced, index not yet
-        self._qi_done: set[bytes] = set()  # index fsynced, store not yet
-        self._confirmed: list[bytes] = []  # ready for drain_confirmed
         self.page_pass_limit = page_pass_limit  # messages one paging pass may move
         self._budget = page_pass_limit  # alphas/acks the current pass may still page
         self._b2d_budget = page_pass_limit  # betas the current pass may still push to delta
@@ -186,11 +179,9 @@ class VariableQueue(VqDisk):
         )
         if props.needs_confirming:
             if is_persistent:
-                self._unconfirmed.add(ms.msg_id)
-                if persist_to == MSG_STORE:
-                    self._needs_store.add(ms.msg_id)
+                self._confirms.owe(ms.msg_id, persist_to == MSG_STORE)
             else:  # nothing to persist: confirmed on enqueue
-                self._confirmed.append(ms.msg_id)
+                self._confirms.ready_now(ms.msg_id)
         self._bytes += ms.size
         return ms
 
@@ -448,10 +439,7 @@ class VariableQueue(VqDisk):
     # -- confirms and durability -----------------------------------------------------------
     def drain_confirmed(self) -> list[bytes]:
         """msg_ids now safely on disk (or gone before they had to be); each once."""
-        if self._synced:
-            self._apply_synced()
-        out, self._confirmed = self._confirmed, []
-        return out
+        return self._confirms.drain()
 
     def needs_sync(self) -> bool:
         """True while confirms wait for an fsync that `sync` would start."""

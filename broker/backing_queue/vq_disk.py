@@ -1,11 +1,13 @@
-"""Disk side of the variable queue: writing messages to the store and the index, reading them
-back (also for browsing: `peek`), forgetting them, confirm bookkeeping, and paging between
-alpha, beta and delta.
+"""Disk side of the variable queue: everything that moves a message between RAM and disk.
+Writing messages to the store and the index, reading them back (also for browsing:
+`peek`), forgetting them, and paging between alpha, beta and delta. The queue discipline
+(the order of q1..q4 and delta, fetch, ack, requeue, purge, the counters) is
+`variable_queue.py`'s; which confirms are owed is `vq_confirms.ConfirmBook`'s.
 
-Owns nothing of its own: `VqDisk` is a mixin of `variable_queue.VariableQueue` and works on
-its fields (q1..q4, delta, pending-ack maps, counters). Split out to keep files short; the
-names follow rabbit_variable_queue.erl (`maybe_write_to_disk`, `push_alphas_to_betas`,
-`push_betas_to_deltas`, `maybe_deltas_to_betas`, `limit_ram_acks`, `record_confirms`).
+`VqDisk` is a mixin of `variable_queue.VariableQueue` and works on its fields (q1..q4,
+delta, pending-ack maps, counters): the two halves share one message structure, as in
+rabbit_variable_queue.erl, whose names these follow (`maybe_write_to_disk`,
+`push_alphas_to_betas`, `push_betas_to_deltas`, `maybe_deltas_to_betas`, `limit_ram_acks`).
 Paging cost is proportional to what is paged: a pass moves at most `_budget` messages and
 never walks a whole queue or pending-ack map.
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker import storage_codec
 from broker.backing_queue.base import MessageProps
+from broker.backing_queue.vq_confirms import ConfirmBook
 from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgStatus
 from broker.credit_flow import CreditFlow
 from broker.message import Message
@@ -59,13 +62,8 @@ class VqDisk:
     io_batch_size: int
     _q3_segment: int | None
     _notify: Callable[[], None]
-    _synced: deque[tuple[bool, list[bytes]]]
+    _confirms: ConfirmBook
     _credit_lock: threading.Lock
-    _unconfirmed: set[bytes]
-    _needs_store: set[bytes]
-    _store_done: set[bytes]
-    _qi_done: set[bytes]
-    _confirmed: list[bytes]
     _budget: int
     _b2d_budget: int
     _b2d_chunk: int
@@ -82,7 +80,7 @@ class VqDisk:
             store, client = self._stores.persistent, self._pclient
         else:
             store, client = self._stores.transient, self._tclient
-        wants = ms.msg_id in self._needs_store
+        wants = self._confirms.needs_store(ms.msg_id)
         credit = self._store_credit
         if credit is None:
             store.write(ms.msg_id, storage_codec.encode(msg), client if wants else None)
@@ -102,7 +100,7 @@ class VqDisk:
         else:
             embedded = b""
         expiry = ms.props.expiry
-        confirm = ms.msg_id in self._unconfirmed
+        confirm = ms.msg_id in self._confirms.unconfirmed
         self._qi.publish(
             ms.seq_id,
             PubRecord(ms.msg_id, ms.is_persistent, expiry * 1000 if expiry else 0, ms.size, embedded),
@@ -151,56 +149,20 @@ class VqDisk:
             self._stores.transient.remove(transient)
         for ms in mss:
             self._bytes -= ms.size
-        if self._unconfirmed:
-            self._confirm_now([ms.msg_id for ms in mss if ms.msg_id in self._unconfirmed])
+        owed = self._confirms.unconfirmed
+        if owed:
+            self._confirms.confirm([ms.msg_id for ms in mss if ms.msg_id in owed])
 
-    # -- confirms (the sets are the queue process's; fsync workers only post to _synced) -----
-    def _confirm_now(self, msg_ids: list[bytes]) -> None:
-        for msg_id in msg_ids:
-            self._unconfirmed.discard(msg_id)
-            self._needs_store.discard(msg_id)
-            self._store_done.discard(msg_id)
-            self._qi_done.discard(msg_id)
-            self._confirmed.append(msg_id)
-
+    # -- confirms (fsync worker threads: a post to the ConfirmBook, and a wake-up) ---------
     def _on_store_disk(self, msg_ids: list[bytes]) -> None:
-        """Persistent store fsynced these bodies (fsync thread): post them, wake the queue."""
-        self._synced.append((True, msg_ids))
+        """Persistent store fsynced these bodies (fsync thread)."""
+        self._confirms.store_synced(msg_ids)
         self._notify()
 
     def _on_index_sync(self, msg_ids: list[bytes]) -> None:
-        """The queue index made these publishes durable (fsync thread, or a fold): post them,
-        wake the queue."""
-        self._synced.append((False, msg_ids))
+        """The queue index made these publishes durable (fsync thread, or a fold)."""
+        self._confirms.index_synced(msg_ids)
         self._notify()
-
-    def _apply_synced(self) -> None:
-        """Queue-process thread: a message owed a confirm is confirmed once its index entry
-        is fsynced and, if its body went to the store, the store has fsynced it too (or
-        once it is acked, `_forget`). Each msg_id is confirmed once."""
-        synced = self._synced
-        unconfirmed = self._unconfirmed
-        while synced:
-            from_store, msg_ids = synced.popleft()
-            ready = []
-            if from_store:
-                for msg_id in msg_ids:
-                    if msg_id not in unconfirmed:
-                        continue
-                    if msg_id in self._qi_done:
-                        ready.append(msg_id)
-                    else:
-                        self._store_done.add(msg_id)
-            else:
-                for msg_id in msg_ids:
-                    if msg_id not in unconfirmed:
-                        continue
-                    if msg_id in self._needs_store and msg_id not in self._store_done:
-                        self._qi_done.add(msg_id)
-                    else:
-                        ready.append(msg_id)
-            if ready:
-                self._confirm_now(ready)
 
     # -- store credit (callbacks may run on worker threads) ----------------------------------
     def _on_store_credit_persistent(self, n: int) -> None:
@@ -380,7 +342,7 @@ class VqDisk:
         pub = e.pub
         embedded = bool(pub.embedded)
         msg = storage_codec.decode(pub.msg_id, pub.embedded) if embedded else None
-        owed = pub.msg_id in self._unconfirmed
+        owed = pub.msg_id in self._confirms.unconfirmed
         props = MessageProps(pub.expiry_us // 1000 if pub.expiry_us else None, owed)
         return MsgStatus(e.seq_id, pub.msg_id, msg, pub.is_persistent, e.delivered,
                          QUEUE_INDEX if embedded else MSG_STORE, pub.size, props,
