@@ -14,7 +14,7 @@ import asyncio
 import logging
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 from pamqp.base import Frame
@@ -38,6 +38,9 @@ from broker.protocol.framing import (
 from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake
 from broker.throttle import BLOCKED, UNBLOCKED, Throttle
 from broker.writer import Writer
+
+if TYPE_CHECKING:
+    from broker.facades import ServingBroker
 
 log = logging.getLogger("broker.connection")
 
@@ -65,7 +68,7 @@ class Reader(asyncio.Protocol):
     are read once credit comes back, up to the end-of-file.
     """
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServingBroker) -> None:
         self.broker = broker  # the Broker: config, vhosts, users, connection registry
         self.config = broker.config  # BrokerConfig
         self.loop: asyncio.AbstractEventLoop = broker.loop  # the broker's event loop

@@ -20,7 +20,7 @@ import os
 import platform
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from broker import __version__, tls
 from broker.alarms import Alarms, ResourceMonitor
@@ -35,6 +35,10 @@ from broker.shovel.supervisor import Shovels
 from broker.stats import AuthAttempts, Churn
 from broker.users import Users
 from broker.vhost import VHost
+
+if TYPE_CHECKING:
+    from broker.facades import ServingBroker, StartedBroker
+    from broker.management.app import ManagementServer
 
 log = logging.getLogger("broker.server")
 
@@ -56,7 +60,7 @@ class Broker:
         self.connections: set[Reader] = set()  # live connections
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
-        self.management: Any = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
+        self.management: ManagementServer | None = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
@@ -261,17 +265,18 @@ class Broker:
             self.add_vhost(vhost_def.name)
         log.info("recovery took %.2f s", time.monotonic() - t0)
         cfg = self.config
+        serving = self.serving()  # what every connection's reader holds
         where = []
         if cfg.listeners_tcp.strip().lower() != "none":
             server = await self.loop.create_server(
-                lambda: Reader(self), cfg.host, cfg.port, reuse_address=True)
+                lambda: Reader(serving), cfg.host, cfg.port, reuse_address=True)
             self._servers.append(server)
             self.port = server.sockets[0].getsockname()[1]
             where.append(f"{cfg.host}:{self.port}")
         if cfg.listeners_ssl_default:
             host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
             server = await self.loop.create_server(
-                lambda: Reader(self), host, port, reuse_address=True,
+                lambda: Reader(serving), host, port, reuse_address=True,
                 ssl=tls.server_context(cfg), ssl_handshake_timeout=cfg.handshake_timeout)
             self._servers.append(server)
             self.ssl_port = server.sockets[0].getsockname()[1]
@@ -280,14 +285,14 @@ class Broker:
             raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
         if cfg.load_definitions:
             self._load_definitions(cfg.load_definitions)
-        self.shovels = Shovels(self)
+        self.shovels = Shovels(serving)
         self.shovels.start_all()
-        self.federation = Federation(self)
+        self.federation = Federation(serving)
         self.federation.start_all()
         if cfg.management_tcp_port or cfg.prometheus_tcp_port:
             from broker.management.app import ManagementServer  # aiohttp only when used
 
-            self.management = ManagementServer(self)
+            self.management = ManagementServer(self.started())
             await self.management.start()
         self.ready.set()
         log.info("ready to accept connections on %s", ", ".join(where))
@@ -325,6 +330,23 @@ class Broker:
         restart."""
         assert self.resources is not None
         return self.resources.set_disk_free_limit(limit, mem_relative=mem_relative)
+
+    def serving(self) -> ServingBroker:
+        """This broker as the reader and admission see it (broker/facades.py): its loop,
+        definitions and users set. start() takes this view once, before binding a
+        listener; AssertionError before that."""
+        assert self.loop is not None and self.definitions is not None
+        assert self.users is not None
+        return cast("_ServingBroker", self)  # mypy checks _ServingBroker against the protocol
+
+    def started(self) -> StartedBroker:
+        """This broker as the management API sees it (broker/facades.py): also its
+        shovels and federation set. start() takes this view once, when it builds the
+        management server; AssertionError before that."""
+        assert self.loop is not None and self.definitions is not None
+        assert self.users is not None and self.shovels is not None
+        assert self.federation is not None
+        return cast("_StartedBroker", self)  # mypy checks _StartedBroker against the protocol
 
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""
@@ -387,3 +409,20 @@ class Broker:
             await server.wait_closed()
         self._servers = []
         log.info("stopped")
+
+
+if TYPE_CHECKING:
+    class _ServingBroker(Broker):
+        """`Broker` with the attributes start() sets before binding a listener narrowed
+        (for type checkers only: `serving()` returns it as a `ServingBroker`, so mypy
+        checks every other member of `Broker` against that protocol)."""
+
+        loop: asyncio.AbstractEventLoop
+        definitions: Definitions
+        users: Users
+
+    class _StartedBroker(_ServingBroker):
+        """Also the attributes start() sets after the listeners (see `started()`)."""
+
+        shovels: Shovels
+        federation: Federation

@@ -216,7 +216,7 @@ async def unacked(request: web.Request) -> web.Response:
     channel and age in ms (oldest first)."""
     q = find_queue(request)
     now = time.monotonic()
-    out = []
+    out: list[dict[str, Any]] = []
     for conn in broker(request).connections:
         for ch in conn.channels.values():
             for tag, (queue, _ack, ctag) in ch.unacked.items():

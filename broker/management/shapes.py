@@ -13,17 +13,20 @@ from __future__ import annotations
 import datetime
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
 from broker.stats import MessageStats
 
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
+
 PROTOCOL = "AMQP 0-9-1"
 
 
-def node_name(broker: Any) -> str:
+def node_name(broker: StartedBroker) -> str:
     """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
     return broker.node_name()
 
@@ -50,7 +53,7 @@ def queue_lengths(queue: Any) -> dict[str, int]:
             "messages_unacknowledged": unacked}
 
 
-def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None) -> dict:
+def queue(broker: StartedBroker, sampler: RateSampler, q: Any, policy: dict | None = None) -> dict:
     """A queue as GET /api/queues/{vhost}/{name} returns it."""
     vhost = q.vhost.name
     key = queue_key(vhost, q.name)
@@ -200,7 +203,7 @@ def connection_details(conn: Any) -> dict:
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(broker: Any, sampler: RateSampler, conn: Any) -> dict:
+def connection(broker: StartedBroker, sampler: RateSampler, conn: Any) -> dict:
     """A connection as GET /api/connections/{name} returns it."""
     hs = conn.handshake
     props = hs.client_properties if hs is not None else {}
@@ -240,7 +243,7 @@ def channel_name(ch: Any) -> str:
     return f"{connection_name(ch.conn)} ({ch.number})"
 
 
-def channel(broker: Any, sampler: RateSampler, ch: Any) -> dict:
+def channel(broker: StartedBroker, sampler: RateSampler, ch: Any) -> dict:
     """A channel as GET /api/channels/{name} returns it."""
     conn = ch.conn
     lim = ch.limiter
@@ -266,7 +269,7 @@ def channel(broker: Any, sampler: RateSampler, ch: Any) -> dict:
     }
 
 
-def consumer(broker: Any, q: Any, c: Any) -> dict:
+def consumer(broker: StartedBroker, q: Any, c: Any) -> dict:
     """A consumer as GET /api/consumers returns it."""
     ch = c.channel
     active = q.consumers.active() if q.consumers.single_active else c
@@ -289,7 +292,7 @@ def consumer(broker: Any, q: Any, c: Any) -> dict:
     }
 
 
-def vhost(broker: Any, sampler: RateSampler, v: Any, description: str = "",
+def vhost(broker: StartedBroker, sampler: RateSampler, v: Any, description: str = "",
           tags: tuple = ()) -> dict:
     """A vhost as GET /api/vhosts/{name} returns it (message totals over its queues)."""
     totals = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
@@ -310,7 +313,7 @@ def vhost(broker: Any, sampler: RateSampler, v: Any, description: str = "",
     }
 
 
-def vhost_stats(broker: Any, v: Any) -> MessageStats:
+def vhost_stats(broker: StartedBroker, v: Any) -> MessageStats:
     """Message counts of a vhost: its closed channels' totals plus its open channels."""
     out = MessageStats()
     out.add(v.closed_stats)
