@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
-    from broker.alarms import Alarms
+    from broker.alarms import Alarms, ResourceMonitor
     from broker.config import BrokerConfig
     from broker.confirms import LiteRef
     from broker.consumers import Consumer
@@ -87,8 +87,8 @@ class ContentCommand(Protocol):
 class ServingBroker(Protocol):
     """The broker (broker.server.Broker) as the code that runs once its listeners accept
     connections sees it: the reader, admission, the shovel and federation supervisors.
-    `Broker.start()` sets its loop, opens the definitions database and builds `users` before
-    it binds a listener, so here they are not None (`Broker` types them Optional because they
+    `Broker.start()` sets its loop, opens the definitions database and builds `users` and
+    `resources` before it binds a listener, so here they are not None (`Broker` types them Optional because they
     are None until then); `Broker.serving()` hands out this view. `stop()` closes the
     definitions database last and sets it back to None: code that can run after that (a
     shovel's delete-after callback) still checks."""
@@ -113,6 +113,9 @@ class ServingBroker(Protocol):
 
     @property
     def users(self) -> Users: ...
+
+    @property
+    def resources(self) -> ResourceMonitor: ...  # memory/disk checks
 
     @property
     def churn(self) -> Churn: ...

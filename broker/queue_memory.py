@@ -14,7 +14,10 @@ queue's ram_duration) and the ResourceMonitor (register / report / deregister).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.backing_queue.base import BackingQueue
 
 RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
@@ -46,7 +49,7 @@ class RamReports:
         self._timer = self._queue._loop.call_later(RAM_DURATION_INTERVAL, self._queue.cast,
                                                    self._tick_msg)
 
-    def report(self, bq: Any) -> None:
+    def report(self, bq: BackingQueue) -> None:
         """Report the backing queue's RAM duration (s, None = infinite) and apply the
         desired duration the monitor answers."""
         bq.set_ram_duration_target(self._monitor.report(self._queue, bq.ram_duration()))
@@ -57,7 +60,7 @@ class RamReports:
         return (stats.publish + stats.deliver + stats.deliver_no_ack + stats.get
                 + stats.get_no_ack + stats.ack + stats.redeliver)
 
-    def tick(self, bq: Any) -> None:
+    def tick(self, bq: BackingQueue) -> None:
         """The timer fired: report, and tick again only if the queue's activity moved since
         the last tick."""
         self._timer = None

@@ -41,6 +41,7 @@ from broker.writer import Writer
 
 if TYPE_CHECKING:
     from broker.facades import ServingBroker
+    from broker.vhost import VHost
 
 log = logging.getLogger("broker.connection")
 
@@ -81,7 +82,7 @@ class Reader(asyncio.Protocol):
         self._header_buf = b""  # bytes of the protocol header received so far
         self.decoder = FrameDecoder(self.config.frame_max)  # bytes → frames
         self.handshake: ConnectionHandshake | None = None  # connection.start … open-ok
-        self.vhost: Any = None  # VHost after connection.open
+        self.vhost: VHost | None = None  # VHost after connection.open
         self.frame_max = self.config.frame_max  # negotiated frame_max
         self.channel_max = self.config.channel_max  # negotiated channel_max
         self.capabilities: dict = {}  # client capabilities (consumer_cancel_notify, …)
@@ -390,6 +391,7 @@ class Reader(asyncio.Protocol):
         self._discarding.discard(channel)
         if ch is not None:
             self._blocked_on.discard(ch)
+            assert self.vhost is not None  # channels open only after connection.open
             self.vhost.closed_stats.add(ch.message_stats)  # kept in the vhost's totals
             self.broker.churn.channels_closed += 1
             self._maybe_resume_reading()

@@ -23,7 +23,7 @@ The ETS sub-resources (`/memory/ets...`) are not served: there are no ETS tables
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -32,6 +32,9 @@ from broker.management.context import broker
 from broker.management.http import reply
 from broker.management.operations import this_node
 from broker.management.overview import rss_bytes
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 routes = web.RouteTableDef()
 
@@ -53,7 +56,7 @@ def _queue_ram_bytes(queue: Any) -> int:
     return int(stats.get("bytes", 0) * share)
 
 
-def breakdown(b: Any) -> dict[str, Any]:
+def breakdown(b: StartedBroker) -> dict[str, Any]:
     """The memory breakdown as the module docstring describes it (bytes)."""
     readers = writers = 0
     for conn in b.connections:

@@ -21,7 +21,12 @@ from broker.passwords import encode_hash
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
+    from broker.consumers import Consumer
     from broker.facades import StartedBroker
+    from broker.queue_process import QueueProcess
+    from broker.reader import Reader
+    from broker.vhost import VHost
 
 PROTOCOL = "AMQP 0-9-1"
 
@@ -40,7 +45,7 @@ def queue_key(vhost: str, name: str) -> tuple:
     return ("queue", vhost, name)
 
 
-def queue_lengths(queue: Any) -> dict[str, int]:
+def queue_lengths(queue: QueueProcess) -> dict[str, int]:
     """messages, messages_ready, messages_unacknowledged of a queue process (a stream
     counts what its log holds: broker/stream/queue.py lengths)."""
     own = getattr(queue, "lengths", None)
@@ -53,7 +58,7 @@ def queue_lengths(queue: Any) -> dict[str, int]:
             "messages_unacknowledged": unacked}
 
 
-def queue(broker: StartedBroker, sampler: RateSampler, q: Any, policy: dict | None = None) -> dict:
+def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: dict | None = None) -> dict:
     """A queue as GET /api/queues/{vhost}/{name} returns it."""
     vhost = q.vhost.name
     key = queue_key(vhost, q.name)
@@ -119,7 +124,7 @@ def _memory_estimate(stats: dict, messages: int) -> int:
     return int(stats.get("bytes", 0) * min(1.0, ram / messages)) + ram * MSG_OVERHEAD
 
 
-def head_message_age(q: Any) -> float | None:
+def head_message_age(q: QueueProcess) -> float | None:
     """Seconds the next message to deliver of queue process `q` has waited (consumer lag):
     from when the queue took it, or from its `timestamp` property when it was read back
     from disk (the index does not keep the enqueue time); None when the queue is empty or
@@ -172,7 +177,7 @@ def binding(vhost: str, source: str, destination: str, kind: str, routing_key: s
             "properties_key": properties_key(routing_key, arguments)}
 
 
-def bindings_of_vhost(vhost: Any) -> list[dict]:
+def bindings_of_vhost(vhost: VHost) -> list[dict]:
     """Every binding of a vhost, the default exchange's implicit ones first (one per queue,
     routing key = queue name), as RabbitMQ lists them."""
     name = vhost.name
@@ -190,7 +195,7 @@ def bindings_of_vhost(vhost: Any) -> list[dict]:
     return out
 
 
-def connection_name(conn: Any) -> str:
+def connection_name(conn: Reader) -> str:
     """"client_host:client_port -> server_host:server_port", RabbitMQ's connection name."""
     peer = conn.peer or ("?", 0)
     sock = conn.transport.get_extra_info("sockname") if conn.transport else None
@@ -198,12 +203,12 @@ def connection_name(conn: Any) -> str:
     return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
 
-def connection_details(conn: Any) -> dict:
+def connection_details(conn: Reader) -> dict:
     peer = conn.peer or ("", 0)
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(broker: StartedBroker, sampler: RateSampler, conn: Any) -> dict:
+def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dict:
     """A connection as GET /api/connections/{name} returns it."""
     hs = conn.handshake
     props = hs.client_properties if hs is not None else {}
@@ -239,11 +244,11 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Any) -> dict:
     }
 
 
-def channel_name(ch: Any) -> str:
+def channel_name(ch: ChannelProcess) -> str:
     return f"{connection_name(ch.conn)} ({ch.number})"
 
 
-def channel(broker: StartedBroker, sampler: RateSampler, ch: Any) -> dict:
+def channel(broker: StartedBroker, sampler: RateSampler, ch: ChannelProcess) -> dict:
     """A channel as GET /api/channels/{name} returns it."""
     conn = ch.conn
     lim = ch.limiter
@@ -269,7 +274,7 @@ def channel(broker: StartedBroker, sampler: RateSampler, ch: Any) -> dict:
     }
 
 
-def consumer(broker: StartedBroker, q: Any, c: Any) -> dict:
+def consumer(broker: StartedBroker, q: QueueProcess, c: Consumer) -> dict:
     """A consumer as GET /api/consumers returns it."""
     ch = c.channel
     active = q.consumers.active() if q.consumers.single_active else c
@@ -292,7 +297,7 @@ def consumer(broker: StartedBroker, q: Any, c: Any) -> dict:
     }
 
 
-def vhost(broker: StartedBroker, sampler: RateSampler, v: Any, description: str = "",
+def vhost(broker: StartedBroker, sampler: RateSampler, v: VHost, description: str = "",
           tags: tuple = ()) -> dict:
     """A vhost as GET /api/vhosts/{name} returns it (message totals over its queues)."""
     totals = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
@@ -313,7 +318,7 @@ def vhost(broker: StartedBroker, sampler: RateSampler, v: Any, description: str 
     }
 
 
-def vhost_stats(broker: StartedBroker, v: Any) -> MessageStats:
+def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
     """Message counts of a vhost: its closed channels' totals plus its open channels."""
     out = MessageStats()
     out.add(v.closed_stats)
