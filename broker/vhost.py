@@ -1,8 +1,9 @@
 """A virtual host: its exchanges, queues and bindings (RabbitMQ `rabbit_vhost`,
 `rabbit_exchange`, `rabbit_amqqueue`, `rabbit_binding`).
 
-Owns: the name → Exchange and name → QueueProcess tables of one vhost, the declare/bind/delete
-checks with RabbitMQ's reply codes and texts, and routing a publish to queue processes.
+Owns: the name → Exchange and name → QueueProcess tables of one vhost and the declare/bind/delete
+checks with RabbitMQ's reply codes and texts. Routing a publish to queue processes (and the
+route cache) is `broker/vhost_routing.py`'s, which the VHost tells of every topology change.
 Channels call it synchronously (it is metadata, like RabbitMQ's Mnesia tables); it never
 touches sockets or a queue's messages (it asks the queue process).
 """
@@ -27,18 +28,16 @@ from broker.definitions import (
     QueueDef,
 )
 from broker.exchange import Exchange, new_routing
-from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
 from broker.ttl import MAX_EXPIRY
+from broker.vhost_routing import Routes
 
 if TYPE_CHECKING:
     from broker.reader import Reader
 
 log = logging.getLogger("broker.vhost")
-
-ROUTE_CACHE_SIZE = 10000  # cached (exchange, routing key) routes per vhost
 
 PREDECLARED = (
     ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
@@ -82,13 +81,10 @@ class VHost:
         # told after every change of exchanges, queues, bindings or policies (federation
         # follows policies and propagates bindings); None when nothing listens
         self.topology_observer: Callable[[VHost], None] | None = None
-        # (exchange, routing key) -> queues, for publishes without headers; emptied on every
-        # topology change; unused while an exchange routes by a message property
-        self._route_cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
-        self._property_routed = 0  # exchanges whose routing reads message properties
-        # (topology_version, whether an exchange with bindings reads headers) of route_message
-        self._headers_routed: tuple[int, bool] = (-1, False)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
+        # where publishes go, with the route cache (broker/vhost_routing.py); reads the two
+        # tables above, told of every topology change
+        self.routes = Routes(self.exchanges, self.queues)
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
         # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
         self.policies: dict[str, PolicyDef] = {
@@ -155,7 +151,7 @@ class VHost:
                             policy=self.policy_for("exchanges", name))
         self.exchanges[name] = exchange
         if not routing.key_only:
-            self._property_routed += 1
+            self.routes.property_routed += 1
         self._topology_changed()
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
@@ -183,7 +179,7 @@ class VHost:
         exchange = self.exchanges.pop(name, None)
         self._topology_changed()
         if exchange is not None and not exchange.routing.key_only:
-            self._property_routed -= 1
+            self.routes.property_routed -= 1
         if exchange is not None and exchange.durable and self.definitions is not None:
             self.definitions.remove_exchange(self.name, name)
         dest = ("exchange", name)
@@ -409,79 +405,36 @@ class VHost:
             if queue.exclusive_owner is owner:
                 self.delete_queue_now(queue)
 
-    # -- routing ----------------------------------------------------------------------------
+    # -- routing (broker/vhost_routing.py) -------------------------------------------------
     def route_message(self, exchange_name: str, routing_key: str,
                       message: Any) -> Sequence[QueueProcess]:
-        """`route` for a broker.message.Message: its headers table is passed (and so
-        decoded) only while some exchange of this vhost that routes by headers has bindings;
-        otherwise headers cannot change the result and stay encoded (issue 26)."""
-        headers = None
-        if message.has_headers and self._reads_headers():
-            headers = message.headers
-        return self.route(exchange_name, routing_key, headers, message)
-
-    def _reads_headers(self) -> bool:
-        """Some exchange of this vhost with bindings routes by headers (recomputed once
-        per topology change)."""
-        version, reads = self._headers_routed
-        if version != self.topology_version:
-            reads = any(x.routing.reads_headers and len(x.routing)
-                        for x in self.exchanges.values())
-            self._headers_routed = (self.topology_version, reads)
-        return reads
+        """Queue processes a broker.message.Message published to `exchange_name` reaches
+        (`Routes.route_message`: its headers are decoded only when they can matter)."""
+        return self.routes.route_message(exchange_name, routing_key, message)
 
     def routes_by_key_only(self) -> bool:
-        """Where a publish goes depends on its exchange and routing key alone: no exchange
-        here routes by a message property, none with bindings by headers. Publishes that
-        differ only in their properties then share one route."""
-        return not self._property_routed and not self._reads_headers()
+        """Where a publish goes depends on its exchange and routing key alone
+        (`Routes.routes_by_key_only`)."""
+        return self.routes.routes_by_key_only()
 
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
               message: Any = None) -> Sequence[QueueProcess]:
-        """Queue processes a publish to `exchange_name` reaches (may be empty; do not mutate
-        it); `message` (the Message) matters only to x-consistent-hash's `hash-property`.
-        Without headers the result is cached per (exchange, routing key) until the next
-        topology change (issue 15: routing a run of alike publishes costs one dict lookup)."""
-        queues = self.queues
-        if exchange_name == "":
-            q = queues.get(routing_key)
-            return (q,) if q is not None else ()
-        cacheable = headers is None and not self._property_routed
-        if cacheable:
-            hit = self._route_cache.get((exchange_name, routing_key))
-            if hit is not None:
-                return hit
-        names = route_exchanges(self.exchanges, exchange_name, routing_key, headers,
-                                message=message)
-        found = tuple(queues[n] for n in names if n in queues)
-        if cacheable:
-            cache = self._route_cache
-            if len(cache) >= ROUTE_CACHE_SIZE:  # many distinct keys: start afresh
-                cache.clear()
-            cache[(exchange_name, routing_key)] = found
-        return found
-
-    def _topology_changed(self) -> None:
-        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
-        self.topology_version += 1
-        if self._route_cache:
-            self._route_cache.clear()
-        if self.topology_observer is not None:
-            self.topology_observer(self)
+        """Queue processes a publish to `exchange_name` reaches; cached per (exchange,
+        routing key) when there are no headers (`Routes.route`). Do not mutate the result."""
+        return self.routes.route(exchange_name, routing_key, headers, message)
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
                    message: Any = None) -> list[QueueProcess]:
         """Queue processes a message sent to `exchange_name` with several routing keys
-        reaches (dead-lettering: the published key and its CC keys); each queue once. A
-        missing exchange reaches nothing (a missing DLX drops silently, rabbitmq.com/dlx.html)."""
-        queues = self.queues
-        if exchange_name == "":
-            return [queues[k] for k in dict.fromkeys(keys) if k in queues]
-        if exchange_name not in self.exchanges:
-            return []
-        names = route_exchanges(self.exchanges, exchange_name, keys[0], headers,
-                                extra_keys=keys[1:], message=message)
-        return [queues[n] for n in names if n in queues]
+        reaches, each once (dead-lettering; `Routes.route_keys`)."""
+        return self.routes.route_keys(exchange_name, keys, headers, message)
+
+    def _topology_changed(self) -> None:
+        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
+        self.topology_version += 1
+        self.routes.topology_changed()
+        if self.topology_observer is not None:
+            self.topology_observer(self)
 
     def recover(self) -> int:
         """Boot: recreate durable exchanges, queues (their backing queues recover their
@@ -506,7 +459,7 @@ class VHost:
                 "exchange", b.destination)
             if exchange is not None:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
-        self._property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
+        self.routes.property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
         node = self._config.resolved_node_name() if self._config is not None else ""
         for ex in list(self.exchanges.values()):  # shards of a new node name (boot step)
             spn_key = sharding.settings(ex.policy)
