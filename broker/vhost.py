@@ -3,7 +3,8 @@
 
 Owns: the name → Exchange and name → QueueProcess tables of one vhost and the declare/bind/delete
 checks with RabbitMQ's reply codes and texts. Routing a publish to queue processes (and the
-route cache) is `broker/vhost_routing.py`'s, which the VHost tells of every topology change.
+route cache) is `broker/vhost_routing.py`'s, which the VHost tells of every topology change;
+storing, matching and applying policies is `broker/vhost_policies.py`'s.
 Channels call it synchronously (it is metadata, like RabbitMQ's Mnesia tables); it never
 touches sockets or a queue's messages (it asks the queue process).
 """
@@ -16,14 +17,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker import errors, limits, policies, sharding
+from broker import errors, limits, sharding
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import (
     BindingDef,
     Definitions,
     ExchangeDef,
-    ParameterDef,
     PolicyDef,
     QueueDef,
 )
@@ -32,6 +32,7 @@ from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
 from broker.ttl import MAX_EXPIRY
+from broker.vhost_policies import VHostPolicies
 from broker.vhost_routing import Routes
 
 if TYPE_CHECKING:
@@ -86,15 +87,12 @@ class VHost:
         # tables above, told of every topology change
         self.routes = Routes(self.exchanges, self.queues)
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
-        # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
-        self.policies: dict[str, PolicyDef] = {
-            p.name: p for p in (definitions.list_policies(name) if definitions else [])}
-        # operator policies by name, stored as RabbitMQ stores them: runtime parameters of
-        # the `operator_policy` component (value: pattern, definition, priority, apply-to)
-        self.operator_policies: dict[str, PolicyDef] = {
-            p.name: _operator_policy(name, p.name, p.value)
-            for p in (definitions.list_parameters(name) if definitions else [])
-            if p.component == policies.OPERATOR_COMPONENT}
+        # policies and operator policies, stored and matched (broker/vhost_policies.py)
+        self._policies = VHostPolicies(name, definitions)
+        # name -> policy / operator policy: the same dicts as self._policies' (read by the
+        # HTTP API and definitions export)
+        self.policies: dict[str, PolicyDef] = self._policies.policies
+        self.operator_policies: dict[str, PolicyDef] = self._policies.operator_policies
         self.declare_exchange("", "direct", durable=True)
         for ex_name, ex_type in PREDECLARED:
             self.declare_exchange(ex_name, ex_type, durable=True)
@@ -468,81 +466,58 @@ class VHost:
         self._topology_changed()
         return len(queues)
 
-    # -- policies ---------------------------------------------------------------------------
+    # -- policies (broker/vhost_policies.py) -----------------------------------------------
     def policy_for(self, kind: str, name: str) -> PolicyDef | None:
         """The policy that applies to queue or exchange `name` (`kind` "queues" or
         "exchanges"), see broker/policies.py."""
-        if not self.policies:
-            return None
-        return policies.match(self.policies.values(), self.name, name, kind)
+        return self._policies.policy_for(kind, name)
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
                    apply_to: str = "all") -> PolicyDef:
         """Create or replace policy `name` (durable) and apply it to every matching queue
         and exchange at once (rabbitmqctl set_policy). Raises ValueError for an invalid
         policy (HTTP 400)."""
-        policies.validate(pattern, definition, priority, apply_to)
-        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
-        if self.definitions is not None:
-            self.definitions.set_policy(p)
-        self.policies[name] = p
+        p = self._policies.set_policy(name, pattern, definition, priority, apply_to)
         self.apply_policies()
         return p
 
     def clear_policy(self, name: str) -> bool:
         """Delete policy `name` and re-apply (another may match now); False if unknown."""
-        if self.policies.pop(name, None) is None:
+        if not self._policies.clear_policy(name):
             return False
-        if self.definitions is not None:
-            self.definitions.clear_policy(self.name, name)
         self.apply_policies()
         return True
 
     def operator_policy_for(self, kind: str, name: str) -> PolicyDef | None:
         """The operator policy that applies to queue or exchange `name` (matched as
         policies are)."""
-        if not self.operator_policies:
-            return None
-        return policies.match(self.operator_policies.values(), self.name, name, kind)
+        return self._policies.operator_policy_for(kind, name)
 
     def set_operator_policy(self, name: str, pattern: str, definition: dict,
                             priority: int = 0, apply_to: str = "all") -> PolicyDef:
         """Create or replace operator policy `name` (durable) and apply it at once
         (rabbitmqctl set_operator_policy). Raises ValueError for an invalid one (HTTP 400):
         only numeric limits (policies.OPERATOR_KEYS)."""
-        policies.validate_operator(pattern, definition, priority, apply_to)
-        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
-        if self.definitions is not None:
-            self.definitions.set_parameter(ParameterDef(
-                self.name, policies.OPERATOR_COMPONENT, name,
-                {"pattern": pattern, "definition": dict(definition), "priority": priority,
-                 "apply-to": apply_to}))
-        self.operator_policies[name] = p
+        p = self._policies.set_operator_policy(name, pattern, definition, priority, apply_to)
         self.apply_policies()
         return p
 
     def clear_operator_policy(self, name: str) -> bool:
         """Delete operator policy `name` and re-apply; False if unknown."""
-        if self.operator_policies.pop(name, None) is None:
+        if not self._policies.clear_operator_policy(name):
             return False
-        if self.definitions is not None:
-            self.definitions.clear_parameter(self.name, policies.OPERATOR_COMPONENT, name)
         self.apply_policies()
         return True
 
     def apply_policies(self) -> None:
         """Give every queue and exchange the policy (and operator policy) that matches it
         now."""
-        for q in list(self.queues.values()):
-            p = self.policy_for("queues", q.name)
-            op = self.operator_policy_for("queues", q.name)
-            if p != q.policy or op != q.operator_policy:
-                q.call(q.apply_policy, p, op)
-        for x in list(self.exchanges.values()):
-            old, x.policy = x.policy, self.policy_for("exchanges", x.name)
-            if old != x.policy and (sharding.settings(old) or sharding.settings(x.policy)):
-                sharding.apply(self, x, old, x.policy, self._config.resolved_node_name())
+        self._policies.apply(self.queues, self.exchanges, self._resharding)
         self._topology_changed()  # a policy's alternate-exchange changes routing
+
+    def _resharding(self, exchange: Exchange, old: PolicyDef | None) -> None:
+        """`exchange`'s sharding policy changed from `old` (rabbitmq_sharding)."""
+        sharding.apply(self, exchange, old, exchange.policy, self._config.resolved_node_name())
 
     def shutdown(self) -> None:
         """Clean stop: terminate every queue without deleting durable state, then close the
@@ -635,9 +610,3 @@ def _describe(value: Any) -> str:
         return "none"
     return f"the value '{value}' of type '{_kind(value)}'"
 
-
-def _operator_policy(vhost: str, name: str, value: Any) -> PolicyDef:
-    """An operator policy from its stored runtime-parameter value."""
-    return PolicyDef(vhost, name, str(value.get("pattern", "")),
-                     dict(value.get("definition") or {}), int(value.get("priority", 0)),
-                     str(value.get("apply-to", "all")))
