@@ -224,7 +224,7 @@ class BrokerCollector:
 def render(broker: StartedBroker, per_object: bool) -> bytes:
     """The text exposition of every metric."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, per_object))  # type: ignore[arg-type]
+    registry.register(BrokerCollector(broker, per_object))
     return generate_latest(registry)
 
 
