@@ -14,10 +14,12 @@ queue's ram_duration) and the ResourceMonitor (register / report / deregister).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from broker.alarms import ResourceMonitor
     from broker.backing_queue.base import BackingQueue
+    from broker.queue_process import QueueProcess
 
 RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
@@ -29,7 +31,7 @@ class RamReports:
 
     __slots__ = ("_queue", "_monitor", "_tick_msg", "_timer", "_seen")
 
-    def __init__(self, queue: Any, monitor: Any, tick_msg: tuple, report_msg: tuple,
+    def __init__(self, queue: QueueProcess, monitor: ResourceMonitor, tick_msg: tuple, report_msg: tuple,
                  target_kind: int) -> None:
         self._queue = queue
         self._monitor = monitor

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from broker import errors
 
 if TYPE_CHECKING:
+    from broker.definitions import PolicyDef
+    from broker.exchange import Exchange
     from broker.vhost import VHost
 
 SHARDING_KEYS = ("shards-per-node", "routing-key")
@@ -59,7 +61,8 @@ def shard_name(exchange: str, node: str, i: int) -> str:
     return f"sharding: {exchange} - {node} - {i}"
 
 
-def apply(vhost: VHost, exchange: Any, old: Any, new: Any, node: str) -> None:
+def apply(vhost: VHost, exchange: Exchange, old: PolicyDef | None, new: PolicyDef | None,
+          node: str) -> None:
     """The policy of `exchange` went from `old` to `new` (PolicyDefs or None): declare and
     bind its shards, unbind them when the key changed or sharding stopped
     (rabbit_sharding_shard maybe_update_shards / stop_sharding)."""
@@ -73,7 +76,7 @@ def apply(vhost: VHost, exchange: Any, old: Any, new: Any, node: str) -> None:
         ensure(vhost, exchange, after, node)
 
 
-def ensure(vhost: VHost, exchange: Any, spn_key: tuple[int, str], node: str) -> None:
+def ensure(vhost: VHost, exchange: Exchange, spn_key: tuple[int, str], node: str) -> None:
     """Declare and bind the shards of `exchange` (idempotent)."""
     spn, key = spn_key
     for i in range(spn):

@@ -47,7 +47,7 @@ async def list_vhost(request: web.Request) -> web.Response:
     return list_reply(request, shapes.bindings_of_vhost(v), name_of=lambda i: i["source"])
 
 
-def _vhost(request: web.Request) -> Any:
+def _vhost(request: web.Request) -> VHost:
     b = broker(request)
     name = param(request, "vhost")
     require_vhost(b, current(request), name)

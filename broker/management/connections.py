@@ -31,7 +31,7 @@ def connections_of(request: web.Request, vhost: str | None = None) -> list[Any]:
             and (vhost is None or c.vhost.name == vhost)]
 
 
-def find_connection(request: web.Request) -> Any:
+def find_connection(request: web.Request) -> Reader:
     name = param(request, "name")
     for conn in connections_of(request):
         if shapes.connection_name(conn) == name:

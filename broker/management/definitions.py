@@ -152,7 +152,7 @@ def import_definitions(b: StartedBroker, data: dict, vhost: str | None = None) -
                     lambda p=p: b.users.set_topic_permissions(
                         p["user"], p["vhost"], p["exchange"], p["write"], p["read"]))
 
-    def target(item: dict) -> Any:
+    def target(item: dict) -> VHost:
         name = vhost if vhost is not None else item.get("vhost", b.config.default_vhost)
         if name not in b.vhosts:
             raise LookupError(f"no vhost '{name}'")

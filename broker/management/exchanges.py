@@ -27,6 +27,7 @@ from broker.management.messages import message_from_json
 from broker.queue_process import PUBLISH
 
 if TYPE_CHECKING:
+    from broker.exchange import Exchange
     from broker.vhost import VHost
 
 routes = web.RouteTableDef()
@@ -50,7 +51,7 @@ def find_exchange(request: web.Request) -> tuple[Any, Any]:
     return v, x
 
 
-def _json(request: web.Request, v: VHost, x: Any) -> dict:
+def _json(request: web.Request, v: VHost, x: Exchange) -> dict:
     return shapes.exchange(x, v.name, current(request).name)
 
 

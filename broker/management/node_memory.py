@@ -35,6 +35,7 @@ from broker.management.overview import rss_bytes
 
 if TYPE_CHECKING:
     from broker.facades import StartedBroker
+    from broker.queue_process import QueueProcess
 
 routes = web.RouteTableDef()
 
@@ -47,7 +48,7 @@ KEYS = ("connection_readers", "connection_writers", "connection_channels", "conn
         "other_system", "allocated_unused", "reserved_unallocated")
 
 
-def _queue_ram_bytes(queue: Any) -> int:
+def _queue_ram_bytes(queue: QueueProcess) -> int:
     stats = queue.bq.stats()
     count = stats.get("len", 0) + stats.get("pending_acks", 0)
     if not count:

@@ -23,6 +23,7 @@ from broker.stats import MessageStats
 if TYPE_CHECKING:
     from broker.channel import ChannelProcess
     from broker.consumers import Consumer
+    from broker.exchange import Exchange
     from broker.facades import StartedBroker
     from broker.queue_process import QueueProcess
     from broker.reader import Reader
@@ -147,7 +148,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def exchange(x: Any, vhost: str, user: str = "") -> dict:
+def exchange(x: Exchange, vhost: str, user: str = "") -> dict:
     """An exchange as GET /api/exchanges/{vhost}/{name} returns it (`policy` only while one
     applies, as RabbitMQ 3.10.8 shows it)."""
     out = {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
