@@ -12,14 +12,18 @@ never to sockets.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import errors, limits
+
+if TYPE_CHECKING:
+    from broker.facades import ServingBroker
+    from broker.reader import Reader
 
 log = logging.getLogger("broker.connection")
 
 
-def authenticate(broker: Any, peer: Any, mechanism: str, username: str, password: str) -> bool:
+def authenticate(broker: ServingBroker, peer: Any, mechanism: str, username: str, password: str) -> bool:
     """PLAIN/AMQPLAIN: the password; EXTERNAL: the certificate's user exists (RabbitMQ
     check_user_login(Username, [])). loopback_users applies to both. A refusal is logged."""
     if mechanism == "EXTERNAL":
@@ -35,7 +39,7 @@ def authenticate(broker: Any, peer: Any, mechanism: str, username: str, password
     return ok
 
 
-def vhost_allowed(broker: Any, conn: Any, username: str, vhost: str) -> bool:
+def vhost_allowed(broker: ServingBroker, conn: Reader, username: str, vhost: str) -> bool:
     """connection.open checks in rabbit_reader's order for connection `conn`: the broker-wide
     `connection_max`, the vhost's and the user's `max-connections` (530 with RabbitMQ's
     texts, raised here), then the user's permission row in the vhost (False → 530 access
@@ -47,7 +51,8 @@ def vhost_allowed(broker: Any, conn: Any, username: str, vhost: str) -> bool:
         opened = [c for c in broker.connections if c.vhost is not None and c is not conn]
         if limits.over(cap, len(opened)):
             raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
-        if limits.over(vhost_limit, sum(1 for c in opened if c.vhost.name == vhost)):
+        if limits.over(vhost_limit, sum(1 for c in opened
+                                          if c.vhost is not None and c.vhost.name == vhost)):
             raise errors.amqp_error(errors.NotAllowed, limits.vhost_connections_text(
                 vhost, username, vhost_limit))  # type: ignore[arg-type]
         if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
@@ -56,7 +61,7 @@ def vhost_allowed(broker: Any, conn: Any, username: str, vhost: str) -> bool:
     return broker.users.control.vhost_allowed(username, vhost)
 
 
-def check_channel_open(broker: Any, conn: Any, frame: Any) -> None:
+def check_channel_open(broker: ServingBroker, conn: Reader, frame: Any) -> None:
     """channel.open on connection `conn`: 530 when its open channels reach the negotiated
     channel_max (RabbitMQ limits the number of open channels, not the channel number) or the
     user's channels on all connections reach their `max-channels`."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from broker.channel import ChannelProcess
     from broker.facades import ContentCommand
     from broker.protocol.framing import Command
+    from broker.queue_process import QueueProcess
 
 B = commands.Basic
 
@@ -42,6 +44,7 @@ def _route_and_send(ch: ChannelProcess, method: Any, message: Message) -> None:
     if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
         _send_reply(ch, method, message)
         return
+    queues: Sequence[QueueProcess]
     if selected(message):  # sender-selected distribution: CC and BCC are routing keys too
         headers = message.headers
         assert headers is not None  # selected() found CC or BCC in them

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.server import Broker
 
 
 class EmbeddedBroker:
@@ -36,7 +39,7 @@ class EmbeddedBroker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self.broker: Any = None
+        self.broker: Broker | None = None
         self.host: str = overrides["host"]
         self.port: int = 0
         self.ssl_port: int | None = None  # the amqps port when listeners_ssl_default is set

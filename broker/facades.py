@@ -15,11 +15,22 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from broker.alarms import Alarms, ResourceMonitor
+    from broker.config import BrokerConfig
     from broker.confirms import LiteRef
     from broker.consumers import Consumer
+    from broker.definitions import Definitions
+    from broker.federation.supervisor import Federation
     from broker.message import Message
     from broker.protocol.framing import ContentHeader
     from broker.queue_process import QueueProcess
+    from broker.reader import Reader
+    from broker.shovel.supervisor import Shovels
+    from broker.stats import AuthAttempts, Churn
+    from broker.users import Users
+    from broker.vhost import VHost
 
 
 class ChannelFacade(Hashable, Protocol):
@@ -71,3 +82,85 @@ class ContentCommand(Protocol):
 
     @property
     def body(self) -> bytes | None: ...
+
+
+class ServingBroker(Protocol):
+    """The broker (broker.server.Broker) as the code that runs once its listeners accept
+    connections sees it: the reader, admission, the shovel and federation supervisors.
+    `Broker.start()` sets its loop, opens the definitions database and builds `users` and
+    `resources` before it binds a listener, so here they are not None (`Broker` types them Optional because they
+    are None until then); `Broker.serving()` hands out this view. `stop()` closes the
+    definitions database last and sets it back to None: code that can run after that (a
+    shovel's delete-after callback) still checks."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def vhosts(self) -> dict[str, VHost]: ...  # name -> vhost
+
+    @property
+    def connections(self) -> set[Reader]: ...  # live connections
+
+    @property
+    def port(self) -> int: ...  # the AMQP port (the bound one once listening)
+
+    @property
+    def definitions(self) -> Definitions: ...
+
+    @property
+    def users(self) -> Users: ...
+
+    @property
+    def resources(self) -> ResourceMonitor: ...  # memory/disk checks
+
+    @property
+    def churn(self) -> Churn: ...
+
+    @property
+    def alarms(self) -> Alarms: ...
+
+    @property
+    def auth_attempts(self) -> AuthAttempts: ...
+
+    def check_user(self, username: str, password: str, peer: Any) -> bool: ...
+
+    def loopback_allowed(self, username: str, peer: Any) -> bool: ...
+
+    def node_name(self) -> str: ...
+
+    def cluster_name(self) -> str: ...
+
+    def server_properties(self) -> dict[str, Any]: ...
+
+    def connection_gone(self, conn: Reader) -> None: ...
+
+
+class StartedBroker(ServingBroker, Protocol):
+    """The broker once `start()` has returned, as the management API, the Prometheus
+    exporter and the runtime parameters see it: its shovels and federation (built after the
+    listeners) are there too, and so are its bound ports and global parameters.
+    `Broker.started()` hands out this view."""
+
+    @property
+    def shovels(self) -> Shovels: ...
+
+    @property
+    def federation(self) -> Federation: ...
+
+    @property
+    def ssl_port(self) -> int | None: ...  # the bound amqps port, if any
+
+    @property
+    def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value
+
+    def set_global_parameter(self, name: str, value: Any) -> None: ...
+
+    def clear_global_parameter(self, name: str) -> bool: ...
+
+    def add_vhost(self, name: str) -> VHost: ...
+
+    async def delete_vhost(self, name: str) -> None: ...

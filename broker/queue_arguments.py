@@ -13,7 +13,10 @@ maxlength.html, dlx.html, lazy-queues.html; rabbit_amqqueue_process `will_overfl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.backing_queue.base import BackingQueue
 
 REJECTING = ("reject-publish", "reject-publish-dlx")
 
@@ -50,14 +53,14 @@ class QueueArguments:
         """Past the limit, publishes are refused (not heads dropped)."""
         return self.overflow in REJECTING
 
-    def would_overflow(self, bq: Any, size: int) -> bool:
+    def would_overflow(self, bq: BackingQueue, size: int) -> bool:
         """reject-publish: would one more message of `size` body bytes pass a limit of
         backing queue `bq`? (rabbit_amqqueue_process `will_overflow`)"""
         return ((self.max_length is not None and bq.len() + 1 > self.max_length)
                 or (self.max_length_bytes is not None
                     and bq.ready_bytes() + size > self.max_length_bytes))
 
-    def over_limit(self, bq: Any) -> bool:
+    def over_limit(self, bq: BackingQueue) -> bool:
         """Ready messages or their body bytes past a limit (`is_over_limit`)."""
         return ((self.max_length is not None and bq.len() > self.max_length)
                 or (self.max_length_bytes is not None

@@ -14,7 +14,12 @@ queue's ram_duration) and the ResourceMonitor (register / report / deregister).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.alarms import ResourceMonitor
+    from broker.backing_queue.base import BackingQueue
+    from broker.queue_process import QueueProcess
 
 RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
@@ -26,7 +31,7 @@ class RamReports:
 
     __slots__ = ("_queue", "_monitor", "_tick_msg", "_timer", "_seen")
 
-    def __init__(self, queue: Any, monitor: Any, tick_msg: tuple, report_msg: tuple,
+    def __init__(self, queue: QueueProcess, monitor: ResourceMonitor, tick_msg: tuple, report_msg: tuple,
                  target_kind: int) -> None:
         self._queue = queue
         self._monitor = monitor
@@ -46,7 +51,7 @@ class RamReports:
         self._timer = self._queue._loop.call_later(RAM_DURATION_INTERVAL, self._queue.cast,
                                                    self._tick_msg)
 
-    def report(self, bq: Any) -> None:
+    def report(self, bq: BackingQueue) -> None:
         """Report the backing queue's RAM duration (s, None = infinite) and apply the
         desired duration the monitor answers."""
         bq.set_ram_duration_target(self._monitor.report(self._queue, bq.ram_duration()))
@@ -57,7 +62,7 @@ class RamReports:
         return (stats.publish + stats.deliver + stats.deliver_no_ack + stats.get
                 + stats.get_no_ack + stats.ack + stats.redeliver)
 
-    def tick(self, bq: Any) -> None:
+    def tick(self, bq: BackingQueue) -> None:
         """The timer fired: report, and tick again only if the queue's activity moved since
         the last tick."""
         self._timer = None

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 from pamqp.base import Frame
@@ -38,6 +38,10 @@ from broker.protocol.framing import (
 from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake
 from broker.throttle import BLOCKED, UNBLOCKED, Throttle
 from broker.writer import Writer
+
+if TYPE_CHECKING:
+    from broker.facades import ServingBroker
+    from broker.vhost import VHost
 
 log = logging.getLogger("broker.connection")
 
@@ -65,7 +69,7 @@ class Reader(asyncio.Protocol):
     are read once credit comes back, up to the end-of-file.
     """
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServingBroker) -> None:
         self.broker = broker  # the Broker: config, vhosts, users, connection registry
         self.config = broker.config  # BrokerConfig
         self.loop: asyncio.AbstractEventLoop = broker.loop  # the broker's event loop
@@ -78,7 +82,7 @@ class Reader(asyncio.Protocol):
         self._header_buf = b""  # bytes of the protocol header received so far
         self.decoder = FrameDecoder(self.config.frame_max)  # bytes → frames
         self.handshake: ConnectionHandshake | None = None  # connection.start … open-ok
-        self.vhost: Any = None  # VHost after connection.open
+        self.vhost: VHost | None = None  # VHost after connection.open
         self.frame_max = self.config.frame_max  # negotiated frame_max
         self.channel_max = self.config.channel_max  # negotiated channel_max
         self.capabilities: dict = {}  # client capabilities (consumer_cancel_notify, …)
@@ -387,6 +391,7 @@ class Reader(asyncio.Protocol):
         self._discarding.discard(channel)
         if ch is not None:
             self._blocked_on.discard(ch)
+            assert self.vhost is not None  # channels open only after connection.open
             self.vhost.closed_stats.add(ch.message_stats)  # kept in the vhost's totals
             self.broker.churn.channels_closed += 1
             self._maybe_resume_reading()

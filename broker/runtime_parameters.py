@@ -10,19 +10,30 @@ Must never: store a parameter its component refuses.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.federation.supervisor import COMPONENTS as FEDERATION
 from broker.policies import OPERATOR_COMPONENT
 from broker.shovel.supervisor import COMPONENT as SHOVEL
 
+if TYPE_CHECKING:
+    from broker.federation.supervisor import Federation
+    from broker.shovel.supervisor import Shovels
+    from broker.vhost import VHost
+
 
 class Owners(Protocol):
     """Where parameters go: the broker's shovels and federation (broker.server.Broker)."""
 
-    shovels: Any  # broker.shovel.supervisor.Shovels
-    federation: Any  # broker.federation.supervisor.Federation
-    vhosts: dict[str, Any]  # name -> broker.vhost.VHost (operator policies)
+    @property
+    def shovels(self) -> Shovels: ...
+
+    @property
+    def federation(self) -> Federation: ...
+
+    @property
+    def vhosts(self) -> dict[str, VHost]: ...  # name -> vhost (operator policies)
+
 
 COMPONENTS = (SHOVEL, *FEDERATION, OPERATOR_COMPONENT)
 
@@ -39,7 +50,7 @@ def set_parameter(broker: Owners, vhost: str, component: str, name: str, value: 
             return ["operator policy value must be an object"]
         try:
             broker.vhosts[vhost].set_operator_policy(
-                name, str(value.get("pattern", "")), value.get("definition"),
+                name, str(value.get("pattern", "")), value.get("definition", {}),  # {} fails validation as None did
                 value.get("priority", 0), value.get("apply-to", "all"))
         except ValueError as exc:
             return [str(exc)]

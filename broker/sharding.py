@@ -18,9 +18,14 @@ an exchange's policy changes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import errors
+
+if TYPE_CHECKING:
+    from broker.definitions import PolicyDef
+    from broker.exchange import Exchange
+    from broker.vhost import VHost
 
 SHARDING_KEYS = ("shards-per-node", "routing-key")
 
@@ -56,7 +61,8 @@ def shard_name(exchange: str, node: str, i: int) -> str:
     return f"sharding: {exchange} - {node} - {i}"
 
 
-def apply(vhost: Any, exchange: Any, old: Any, new: Any, node: str) -> None:
+def apply(vhost: VHost, exchange: Exchange, old: PolicyDef | None, new: PolicyDef | None,
+          node: str) -> None:
     """The policy of `exchange` went from `old` to `new` (PolicyDefs or None): declare and
     bind its shards, unbind them when the key changed or sharding stopped
     (rabbit_sharding_shard maybe_update_shards / stop_sharding)."""
@@ -70,7 +76,7 @@ def apply(vhost: Any, exchange: Any, old: Any, new: Any, node: str) -> None:
         ensure(vhost, exchange, after, node)
 
 
-def ensure(vhost: Any, exchange: Any, spn_key: tuple[int, str], node: str) -> None:
+def ensure(vhost: VHost, exchange: Exchange, spn_key: tuple[int, str], node: str) -> None:
     """Declare and bind the shards of `exchange` (idempotent)."""
     spn, key = spn_key
     for i in range(spn):
@@ -80,7 +86,7 @@ def ensure(vhost: Any, exchange: Any, spn_key: tuple[int, str], node: str) -> No
         vhost.bind("queue", name, exchange.name, key, {})
 
 
-def redirect(vhost: Any, name: str, method_name: str, node: str, method: Any) -> str:
+def redirect(vhost: VHost, name: str, method_name: str, node: str, method: Any) -> str:
     """The queue a client's `method_name` on queue `name` really addresses: `name` itself
     unless it names a sharded exchange. basic.consume / basic.get: the shard with the
     fewest consumers (ties: the lowest number); queue.declare: shard 0; queue.delete /

@@ -1,8 +1,10 @@
 """A virtual host: its exchanges, queues and bindings (RabbitMQ `rabbit_vhost`,
 `rabbit_exchange`, `rabbit_amqqueue`, `rabbit_binding`).
 
-Owns: the name → Exchange and name → QueueProcess tables of one vhost, the declare/bind/delete
-checks with RabbitMQ's reply codes and texts, and routing a publish to queue processes.
+Owns: the name → Exchange and name → QueueProcess tables of one vhost and the declare/bind/delete
+checks with RabbitMQ's reply codes and texts. Routing a publish to queue processes (and the
+route cache) is `broker/vhost_routing.py`'s, which the VHost tells of every topology change;
+storing, matching and applying policies is `broker/vhost_policies.py`'s.
 Channels call it synchronously (it is metadata, like RabbitMQ's Mnesia tables); it never
 touches sockets or a queue's messages (it asks the queue process).
 """
@@ -13,29 +15,30 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker import errors, limits, policies, sharding
+from broker import errors, limits, sharding
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
 from broker.definitions import (
     BindingDef,
     Definitions,
     ExchangeDef,
-    ParameterDef,
     PolicyDef,
     QueueDef,
 )
 from broker.exchange import Exchange, new_routing
-from broker.exchange.router import route as route_exchanges
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
 from broker.ttl import MAX_EXPIRY
+from broker.vhost_policies import VHostPolicies
+from broker.vhost_routing import Routes
+
+if TYPE_CHECKING:
+    from broker.reader import Reader
 
 log = logging.getLogger("broker.vhost")
-
-ROUTE_CACHE_SIZE = 10000  # cached (exchange, routing key) routes per vhost
 
 PREDECLARED = (
     ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
@@ -79,23 +82,17 @@ class VHost:
         # told after every change of exchanges, queues, bindings or policies (federation
         # follows policies and propagates bindings); None when nothing listens
         self.topology_observer: Callable[[VHost], None] | None = None
-        # (exchange, routing key) -> queues, for publishes without headers; emptied on every
-        # topology change; unused while an exchange routes by a message property
-        self._route_cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
-        self._property_routed = 0  # exchanges whose routing reads message properties
-        # (topology_version, whether an exchange with bindings reads headers) of route_message
-        self._headers_routed: tuple[int, bool] = (-1, False)
         self.queues: dict[str, QueueProcess] = {}  # name -> queue process
+        # where publishes go, with the route cache (broker/vhost_routing.py); reads the two
+        # tables above, told of every topology change
+        self.routes = Routes(self.exchanges, self.queues)
         self.limits: dict[str, int] = {}  # max-queues / max-connections (the Users' live dict)
-        # policies of this vhost by name (rabbitmq.com/parameters.html#policies), durable
-        self.policies: dict[str, PolicyDef] = {
-            p.name: p for p in (definitions.list_policies(name) if definitions else [])}
-        # operator policies by name, stored as RabbitMQ stores them: runtime parameters of
-        # the `operator_policy` component (value: pattern, definition, priority, apply-to)
-        self.operator_policies: dict[str, PolicyDef] = {
-            p.name: _operator_policy(name, p.name, p.value)
-            for p in (definitions.list_parameters(name) if definitions else [])
-            if p.component == policies.OPERATOR_COMPONENT}
+        # policies and operator policies, stored and matched (broker/vhost_policies.py)
+        self._policies = VHostPolicies(name, definitions)
+        # name -> policy / operator policy: the same dicts as self._policies' (read by the
+        # HTTP API and definitions export)
+        self.policies: dict[str, PolicyDef] = self._policies.policies
+        self.operator_policies: dict[str, PolicyDef] = self._policies.operator_policies
         self.declare_exchange("", "direct", durable=True)
         for ex_name, ex_type in PREDECLARED:
             self.declare_exchange(ex_name, ex_type, durable=True)
@@ -152,7 +149,7 @@ class VHost:
                             policy=self.policy_for("exchanges", name))
         self.exchanges[name] = exchange
         if not routing.key_only:
-            self._property_routed += 1
+            self.routes.property_routed += 1
         self._topology_changed()
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
@@ -180,7 +177,7 @@ class VHost:
         exchange = self.exchanges.pop(name, None)
         self._topology_changed()
         if exchange is not None and not exchange.routing.key_only:
-            self._property_routed -= 1
+            self.routes.property_routed -= 1
         if exchange is not None and exchange.durable and self.definitions is not None:
             self.definitions.remove_exchange(self.name, name)
         dest = ("exchange", name)
@@ -200,7 +197,7 @@ class VHost:
         return exchange
 
     # -- bindings ---------------------------------------------------------------------------
-    def _destination(self, kind: str, name: str, owner: Any, method: Any) -> Any:
+    def _destination(self, kind: str, name: str, owner: Reader | None, method: Any) -> Any:
         if kind == "queue":
             self.get_queue(name, owner, method)
             return name
@@ -208,7 +205,7 @@ class VHost:
         return ("exchange", name)
 
     def bind(self, kind: str, destination: str, source: str, routing_key: str,
-             arguments: dict | None, owner: Any = None, method: Any = None) -> None:
+             arguments: dict | None, owner: Reader | None = None, method: Any = None) -> None:
         """queue.bind / exchange.bind. Binding to or from the default exchange → 403."""
         arguments = arguments or {}
         if source == "" or (kind == "exchange" and destination == ""):
@@ -234,7 +231,7 @@ class VHost:
         return x is not None and x.durable
 
     def unbind(self, kind: str, destination: str, source: str, routing_key: str,
-               arguments: dict | None, owner: Any = None, method: Any = None) -> None:
+               arguments: dict | None, owner: Reader | None = None, method: Any = None) -> None:
         """queue.unbind / exchange.unbind; a missing binding, queue or exchange is not an
         error (RabbitMQ 3.10)."""
         arguments = arguments or {}
@@ -254,7 +251,7 @@ class VHost:
             self._maybe_auto_delete_exchange(exchange)
 
     # -- queues -----------------------------------------------------------------------------
-    def get_queue(self, name: str, owner: Any = None, method: Any = None) -> QueueProcess:
+    def get_queue(self, name: str, owner: Reader | None = None, method: Any = None) -> QueueProcess:
         """The queue `name`, checking exclusivity: 404 if missing, 405 if another connection
         owns it."""
         queue = self.queues.get(name)
@@ -275,7 +272,7 @@ class VHost:
 
     def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None, owner: Any = None,
+                      arguments: dict | None = None, owner: Reader | None = None,
                       method: Any = None, recovering: bool = False,
                       authorize: Callable[[str, bool], None] | None = None) -> QueueProcess:
         """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue.
@@ -375,7 +372,7 @@ class VHost:
                     errors.PreconditionFailed,
                     f"inequivalent arg '{key}' for {what}: {shown}", method)
 
-    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Any = None,
+    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Reader | None = None,
                      method: Any = None) -> int:
         """queue.delete; returns the ready message count; a missing queue → 0 (RabbitMQ)."""
         if name not in self.queues:
@@ -400,85 +397,42 @@ class VHost:
                     self._maybe_auto_delete_exchange(exchange)
         return queue.terminate(delete=True)
 
-    def connection_closed(self, owner: Any) -> None:
+    def connection_closed(self, owner: Reader | None) -> None:
         """Delete the exclusive queues `owner` declared (AMQP 0-9-1 §1.7.2.1 exclusive)."""
         for queue in list(self.queues.values()):
             if queue.exclusive_owner is owner:
                 self.delete_queue_now(queue)
 
-    # -- routing ----------------------------------------------------------------------------
+    # -- routing (broker/vhost_routing.py) -------------------------------------------------
     def route_message(self, exchange_name: str, routing_key: str,
                       message: Any) -> Sequence[QueueProcess]:
-        """`route` for a broker.message.Message: its headers table is passed (and so
-        decoded) only while some exchange of this vhost that routes by headers has bindings;
-        otherwise headers cannot change the result and stay encoded (issue 26)."""
-        headers = None
-        if message.has_headers and self._reads_headers():
-            headers = message.headers
-        return self.route(exchange_name, routing_key, headers, message)
-
-    def _reads_headers(self) -> bool:
-        """Some exchange of this vhost with bindings routes by headers (recomputed once
-        per topology change)."""
-        version, reads = self._headers_routed
-        if version != self.topology_version:
-            reads = any(x.routing.reads_headers and len(x.routing)
-                        for x in self.exchanges.values())
-            self._headers_routed = (self.topology_version, reads)
-        return reads
+        """Queue processes a broker.message.Message published to `exchange_name` reaches
+        (`Routes.route_message`: its headers are decoded only when they can matter)."""
+        return self.routes.route_message(exchange_name, routing_key, message)
 
     def routes_by_key_only(self) -> bool:
-        """Where a publish goes depends on its exchange and routing key alone: no exchange
-        here routes by a message property, none with bindings by headers. Publishes that
-        differ only in their properties then share one route."""
-        return not self._property_routed and not self._reads_headers()
+        """Where a publish goes depends on its exchange and routing key alone
+        (`Routes.routes_by_key_only`)."""
+        return self.routes.routes_by_key_only()
 
     def route(self, exchange_name: str, routing_key: str, headers: dict | None,
               message: Any = None) -> Sequence[QueueProcess]:
-        """Queue processes a publish to `exchange_name` reaches (may be empty; do not mutate
-        it); `message` (the Message) matters only to x-consistent-hash's `hash-property`.
-        Without headers the result is cached per (exchange, routing key) until the next
-        topology change (issue 15: routing a run of alike publishes costs one dict lookup)."""
-        queues = self.queues
-        if exchange_name == "":
-            q = queues.get(routing_key)
-            return (q,) if q is not None else ()
-        cacheable = headers is None and not self._property_routed
-        if cacheable:
-            hit = self._route_cache.get((exchange_name, routing_key))
-            if hit is not None:
-                return hit
-        names = route_exchanges(self.exchanges, exchange_name, routing_key, headers,
-                                message=message)
-        found = tuple(queues[n] for n in names if n in queues)
-        if cacheable:
-            cache = self._route_cache
-            if len(cache) >= ROUTE_CACHE_SIZE:  # many distinct keys: start afresh
-                cache.clear()
-            cache[(exchange_name, routing_key)] = found
-        return found
-
-    def _topology_changed(self) -> None:
-        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
-        self.topology_version += 1
-        if self._route_cache:
-            self._route_cache.clear()
-        if self.topology_observer is not None:
-            self.topology_observer(self)
+        """Queue processes a publish to `exchange_name` reaches; cached per (exchange,
+        routing key) when there are no headers (`Routes.route`). Do not mutate the result."""
+        return self.routes.route(exchange_name, routing_key, headers, message)
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
                    message: Any = None) -> list[QueueProcess]:
         """Queue processes a message sent to `exchange_name` with several routing keys
-        reaches (dead-lettering: the published key and its CC keys); each queue once. A
-        missing exchange reaches nothing (a missing DLX drops silently, rabbitmq.com/dlx.html)."""
-        queues = self.queues
-        if exchange_name == "":
-            return [queues[k] for k in dict.fromkeys(keys) if k in queues]
-        if exchange_name not in self.exchanges:
-            return []
-        names = route_exchanges(self.exchanges, exchange_name, keys[0], headers,
-                                extra_keys=keys[1:], message=message)
-        return [queues[n] for n in names if n in queues]
+        reaches, each once (dead-lettering; `Routes.route_keys`)."""
+        return self.routes.route_keys(exchange_name, keys, headers, message)
+
+    def _topology_changed(self) -> None:
+        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
+        self.topology_version += 1
+        self.routes.topology_changed()
+        if self.topology_observer is not None:
+            self.topology_observer(self)
 
     def recover(self) -> int:
         """Boot: recreate durable exchanges, queues (their backing queues recover their
@@ -503,7 +457,7 @@ class VHost:
                 "exchange", b.destination)
             if exchange is not None:
                 exchange.routing.add_binding(dest, b.routing_key, b.arguments)
-        self._property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
+        self.routes.property_routed = sum(1 for x in self.exchanges.values() if not x.routing.key_only)
         node = self._config.resolved_node_name() if self._config is not None else ""
         for ex in list(self.exchanges.values()):  # shards of a new node name (boot step)
             spn_key = sharding.settings(ex.policy)
@@ -512,81 +466,58 @@ class VHost:
         self._topology_changed()
         return len(queues)
 
-    # -- policies ---------------------------------------------------------------------------
+    # -- policies (broker/vhost_policies.py) -----------------------------------------------
     def policy_for(self, kind: str, name: str) -> PolicyDef | None:
         """The policy that applies to queue or exchange `name` (`kind` "queues" or
         "exchanges"), see broker/policies.py."""
-        if not self.policies:
-            return None
-        return policies.match(self.policies.values(), self.name, name, kind)
+        return self._policies.policy_for(kind, name)
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
                    apply_to: str = "all") -> PolicyDef:
         """Create or replace policy `name` (durable) and apply it to every matching queue
         and exchange at once (rabbitmqctl set_policy). Raises ValueError for an invalid
         policy (HTTP 400)."""
-        policies.validate(pattern, definition, priority, apply_to)
-        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
-        if self.definitions is not None:
-            self.definitions.set_policy(p)
-        self.policies[name] = p
+        p = self._policies.set_policy(name, pattern, definition, priority, apply_to)
         self.apply_policies()
         return p
 
     def clear_policy(self, name: str) -> bool:
         """Delete policy `name` and re-apply (another may match now); False if unknown."""
-        if self.policies.pop(name, None) is None:
+        if not self._policies.clear_policy(name):
             return False
-        if self.definitions is not None:
-            self.definitions.clear_policy(self.name, name)
         self.apply_policies()
         return True
 
     def operator_policy_for(self, kind: str, name: str) -> PolicyDef | None:
         """The operator policy that applies to queue or exchange `name` (matched as
         policies are)."""
-        if not self.operator_policies:
-            return None
-        return policies.match(self.operator_policies.values(), self.name, name, kind)
+        return self._policies.operator_policy_for(kind, name)
 
     def set_operator_policy(self, name: str, pattern: str, definition: dict,
                             priority: int = 0, apply_to: str = "all") -> PolicyDef:
         """Create or replace operator policy `name` (durable) and apply it at once
         (rabbitmqctl set_operator_policy). Raises ValueError for an invalid one (HTTP 400):
         only numeric limits (policies.OPERATOR_KEYS)."""
-        policies.validate_operator(pattern, definition, priority, apply_to)
-        p = PolicyDef(self.name, name, pattern, dict(definition), priority, apply_to)
-        if self.definitions is not None:
-            self.definitions.set_parameter(ParameterDef(
-                self.name, policies.OPERATOR_COMPONENT, name,
-                {"pattern": pattern, "definition": dict(definition), "priority": priority,
-                 "apply-to": apply_to}))
-        self.operator_policies[name] = p
+        p = self._policies.set_operator_policy(name, pattern, definition, priority, apply_to)
         self.apply_policies()
         return p
 
     def clear_operator_policy(self, name: str) -> bool:
         """Delete operator policy `name` and re-apply; False if unknown."""
-        if self.operator_policies.pop(name, None) is None:
+        if not self._policies.clear_operator_policy(name):
             return False
-        if self.definitions is not None:
-            self.definitions.clear_parameter(self.name, policies.OPERATOR_COMPONENT, name)
         self.apply_policies()
         return True
 
     def apply_policies(self) -> None:
         """Give every queue and exchange the policy (and operator policy) that matches it
         now."""
-        for q in list(self.queues.values()):
-            p = self.policy_for("queues", q.name)
-            op = self.operator_policy_for("queues", q.name)
-            if p != q.policy or op != q.operator_policy:
-                q.call(q.apply_policy, p, op)
-        for x in list(self.exchanges.values()):
-            old, x.policy = x.policy, self.policy_for("exchanges", x.name)
-            if old != x.policy and (sharding.settings(old) or sharding.settings(x.policy)):
-                sharding.apply(self, x, old, x.policy, self._config.resolved_node_name())
+        self._policies.apply(self.queues, self.exchanges, self._resharding)
         self._topology_changed()  # a policy's alternate-exchange changes routing
+
+    def _resharding(self, exchange: Exchange, old: PolicyDef | None) -> None:
+        """`exchange`'s sharding policy changed from `old` (rabbitmq_sharding)."""
+        sharding.apply(self, exchange, old, exchange.policy, self._config.resolved_node_name())
 
     def shutdown(self) -> None:
         """Clean stop: terminate every queue without deleting durable state, then close the
@@ -679,9 +610,3 @@ def _describe(value: Any) -> str:
         return "none"
     return f"the value '{value}' of type '{_kind(value)}'"
 
-
-def _operator_policy(vhost: str, name: str, value: Any) -> PolicyDef:
-    """An operator policy from its stored runtime-parameter value."""
-    return PolicyDef(vhost, name, str(value.get("pattern", "")),
-                     dict(value.get("definition") or {}), int(value.get("priority", 0)),
-                     str(value.get("apply-to", "all")))

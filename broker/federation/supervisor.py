@@ -32,6 +32,8 @@ from broker.federation.link import Link
 from broker.federation.queue_link import QueueLink
 
 if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.definitions import Definitions
     from broker.queue_process import QueueProcess
     from broker.vhost import VHost
 
@@ -40,10 +42,17 @@ class BrokerView(Protocol):
     """What federation reads of the broker (broker.server.Broker, which imports this
     module, so it is described here rather than imported)."""
 
-    vhosts: dict[str, VHost]  # name -> vhost
-    definitions: Any  # broker.definitions.Definitions: parameters are stored there
-    config: Any  # broker.config.BrokerConfig: default_user / default_pass
-    port: int  # the AMQP port links reach this broker on
+    @property
+    def vhosts(self) -> dict[str, VHost]: ...  # name -> vhost
+
+    @property
+    def definitions(self) -> Definitions: ...  # parameters are stored there
+
+    @property
+    def config(self) -> BrokerConfig: ...  # default_user / default_pass
+
+    @property
+    def port(self) -> int: ...  # the AMQP port links reach this broker on
 
     def node_name(self) -> str: ...
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -43,6 +43,9 @@ from broker.management.context import BROKER, SAMPLER
 from broker.management.http import reply
 from broker.management.rates import RateSampler
 from broker.management.sampling import sample
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 log = logging.getLogger("broker.management")
 UI_DIR = Path(__file__).resolve().parent / "ui"
@@ -79,7 +82,7 @@ def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
             and not r.path.endswith("/")]
 
 
-def make_app(broker: Any, sampler: RateSampler) -> web.Application:
+def make_app(broker: StartedBroker, sampler: RateSampler) -> web.Application:
     """The HTTP API + UI application."""
     app = web.Application(middlewares=[api_middleware], client_max_size=64 * 1024 * 1024)
     app[BROKER] = broker
@@ -103,7 +106,7 @@ class ManagementServer:
 
     `port` / `prometheus_port` are the bound ports after `start()` (None when off)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: StartedBroker) -> None:
         self.broker = broker
         self.sampler = RateSampler()
         self.port: int | None = None

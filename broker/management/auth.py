@@ -13,11 +13,14 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from broker.management.http import not_authorised, not_found
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 MANAGEMENT_TAGS = frozenset({"management", "policymaker", "monitoring", "administrator"})
 
@@ -55,18 +58,18 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
-def authenticate(broker: Any, header: str | None) -> ApiUser:
+def authenticate(broker: StartedBroker, header: str | None) -> ApiUser:
     """The user named by the Basic credentials. 401 "Login failed" when they are missing or
     wrong, 401 "Not management user" without a management tag."""
     creds = parse_basic(header)
-    ok = creds is not None and broker.users.authenticate(*creds) is not None
+    user = broker.users.authenticate(*creds) if creds is not None else None
+    ok = user is not None
     attempts = getattr(broker, "auth_attempts", None)
     if attempts is not None:
         attempts.record("http", ok)
     if not ok:
         raise not_authorised("Login failed", challenge=True)
-    assert creds is not None  # ok implies it
-    user = broker.users.user(creds[0])
+    assert user is not None  # ok says so
     tags = tuple(user.tags)
     if not MANAGEMENT_TAGS.intersection(tags):
         raise not_authorised("Not management user", challenge=True)
@@ -85,7 +88,7 @@ def require_monitor(user: ApiUser) -> None:
         raise not_authorised("Not monitor user")
 
 
-def visible_vhosts(broker: Any, user: ApiUser) -> list[str]:
+def visible_vhosts(broker: StartedBroker, user: ApiUser) -> list[str]:
     """Vhosts whose objects the user may see: all for monitoring/administrator, else those
     the user has permissions in."""
     names = sorted(broker.vhosts)
@@ -95,7 +98,7 @@ def visible_vhosts(broker: Any, user: ApiUser) -> list[str]:
     return [n for n in names if n in mine]
 
 
-def require_vhost(broker: Any, user: ApiUser, vhost: str) -> None:
+def require_vhost(broker: StartedBroker, user: ApiUser, vhost: str) -> None:
     """404 for an unknown vhost; 401 "User not authorised to access virtual host" when
     the user has no permissions there (administrators always may)."""
     if vhost not in broker.vhosts:

@@ -6,7 +6,7 @@ rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from aiohttp import web
@@ -26,6 +26,9 @@ from broker.management.http import (
     reply,
 )
 
+if TYPE_CHECKING:
+    from broker.vhost import VHost
+
 routes = web.RouteTableDef()
 KINDS = {"q": "queue", "e": "exchange"}
 
@@ -44,7 +47,7 @@ async def list_vhost(request: web.Request) -> web.Response:
     return list_reply(request, shapes.bindings_of_vhost(v), name_of=lambda i: i["source"])
 
 
-def _vhost(request: web.Request) -> Any:
+def _vhost(request: web.Request) -> VHost:
     b = broker(request)
     name = param(request, "vhost")
     require_vhost(b, current(request), name)
@@ -67,7 +70,7 @@ def _ends(request: web.Request) -> tuple[Any, str, str, str]:
     return v, source, kind, dest
 
 
-def _between(v: Any, source: str, kind: str, dest: str) -> list[dict]:
+def _between(v: VHost, source: str, kind: str, dest: str) -> list[dict]:
     return [bd for bd in shapes.bindings_of_vhost(v) if bd["source"] == source
             and bd["destination_type"] == kind and bd["destination"] == dest]
 

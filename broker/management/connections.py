@@ -5,7 +5,7 @@ Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -14,10 +14,13 @@ from broker.management.auth import ApiUser, current, require_vhost, visible_vhos
 from broker.management.context import broker, sampler
 from broker.management.http import list_reply, no_content, not_found, param, reply
 
+if TYPE_CHECKING:
+    from broker.reader import Reader
+
 routes = web.RouteTableDef()
 
 
-def _mine(user: ApiUser, conn: Any) -> bool:
+def _mine(user: ApiUser, conn: Reader) -> bool:
     return user.is_monitor or conn.username == user.name
 
 
@@ -28,7 +31,7 @@ def connections_of(request: web.Request, vhost: str | None = None) -> list[Any]:
             and (vhost is None or c.vhost.name == vhost)]
 
 
-def find_connection(request: web.Request) -> Any:
+def find_connection(request: web.Request) -> Reader:
     name = param(request, "name")
     for conn in connections_of(request):
         if shapes.connection_name(conn) == name:

@@ -3,17 +3,20 @@ and the accessors every API module uses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from broker.management.rates import RateSampler
 
-BROKER = web.AppKey("broker", object)  # the running broker.server.Broker
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
+
+BROKER: web.AppKey[StartedBroker] = web.AppKey("broker")  # the running broker.server.Broker
 SAMPLER = web.AppKey("sampler", RateSampler)  # rates for *_details
 
 
-def broker(request: web.Request) -> Any:
+def broker(request: web.Request) -> StartedBroker:
     """The Broker serving this request."""
     return request.app[BROKER]
 

@@ -16,7 +16,7 @@ exchanges, queues, bindings) and reports every failure.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,10 +29,14 @@ from broker.management.http import bad_request, body, no_content, not_found, par
 from broker.passwords import decode_hash, encode_hash
 from broker.runtime_parameters import set_parameter
 
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
+    from broker.vhost import VHost
+
 routes = web.RouteTableDef()
 
 
-def _vhost_objects(v: Any, with_vhost: bool) -> dict[str, list[dict]]:
+def _vhost_objects(v: VHost, with_vhost: bool) -> dict[str, list[dict]]:
     def tag(d: dict) -> dict:
         if not with_vhost:
             d.pop("vhost", None)
@@ -67,7 +71,7 @@ def _vhost_objects(v: Any, with_vhost: bool) -> dict[str, list[dict]]:
             "exchanges": exchanges, "bindings": bindings}
 
 
-def export_definitions(b: Any, vhost: str | None = None) -> dict:
+def export_definitions(b: StartedBroker, vhost: str | None = None) -> dict:
     """The broker's definitions (or one vhost's) as RabbitMQ's JSON document."""
     head = {"rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
             "product_name": b.config.product, "product_version": __version__}
@@ -103,7 +107,7 @@ def _tags(value: Any) -> list[str]:
     return [str(t) for t in value or []]
 
 
-def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str]:
+def import_definitions(b: StartedBroker, data: dict, vhost: str | None = None) -> list[str]:
     """Create or update everything in `data` (a RabbitMQ definitions document); with
     `vhost`, the document's objects go to that vhost. Returns the failures as texts (empty
     when everything was imported)."""
@@ -148,7 +152,7 @@ def import_definitions(b: Any, data: dict, vhost: str | None = None) -> list[str
                     lambda p=p: b.users.set_topic_permissions(
                         p["user"], p["vhost"], p["exchange"], p["write"], p["read"]))
 
-    def target(item: dict) -> Any:
+    def target(item: dict) -> VHost:
         name = vhost if vhost is not None else item.get("vhost", b.config.default_vhost)
         if name not in b.vhosts:
             raise LookupError(f"no vhost '{name}'")

@@ -5,7 +5,7 @@ paths and "" in JSON, as in RabbitMQ. Sources: rabbitmq.com/management.html, Rab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -25,6 +25,10 @@ from broker.management.http import (
 )
 from broker.management.messages import message_from_json
 from broker.queue_process import PUBLISH
+
+if TYPE_CHECKING:
+    from broker.exchange import Exchange
+    from broker.vhost import VHost
 
 routes = web.RouteTableDef()
 DEFAULT = "amq.default"
@@ -47,7 +51,7 @@ def find_exchange(request: web.Request) -> tuple[Any, Any]:
     return v, x
 
 
-def _json(request: web.Request, v: Any, x: Any) -> dict:
+def _json(request: web.Request, v: VHost, x: Exchange) -> dict:
     return shapes.exchange(x, v.name, current(request).name)
 
 

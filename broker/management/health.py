@@ -24,7 +24,7 @@ management user may call them (rabbit_mgmt_util:is_authorized).
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -33,6 +33,9 @@ from broker.management import shapes
 from broker.management.context import broker
 from broker.management.http import bad_request, not_found, param, reply
 from broker.management.overview import alarms
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 routes = web.RouteTableDef()
 
@@ -55,7 +58,7 @@ def failed(reason: str, **extra: Any) -> web.Response:
     return reply({"status": "failed", "reason": reason, **extra}, status=503)
 
 
-def listeners(b: Any) -> list[dict]:
+def listeners(b: StartedBroker) -> list[dict]:
     """This node's active listeners: {protocol, ip_address, port, certfile, cacertfile}."""
     cfg = b.config
     out = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,6 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from broker import __version__
 from broker.management import overview, shapes
 from broker.stats import MessageStats
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -53,7 +56,7 @@ class BrokerCollector:
     """prometheus_client collector over the live broker; `per_object` adds one series per
     queue (labels vhost, queue) instead of totals."""
 
-    def __init__(self, broker: Any, per_object: bool = False) -> None:
+    def __init__(self, broker: StartedBroker, per_object: bool = False) -> None:
         self.broker = broker
         self.per_object = per_object
 
@@ -218,14 +221,14 @@ class BrokerCollector:
                                   value=sum(os.times()[:2]))
 
 
-def render(broker: Any, per_object: bool) -> bytes:
+def render(broker: StartedBroker, per_object: bool) -> bytes:
     """The text exposition of every metric."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, per_object))  # type: ignore[arg-type]
+    registry.register(BrokerCollector(broker, per_object))
     return generate_latest(registry)
 
 
-def make_app(broker: Any) -> web.Application:
+def make_app(broker: StartedBroker) -> web.Application:
     """The Prometheus endpoint's aiohttp app (no auth, as rabbitmq_prometheus)."""
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(broker, False), headers={"Content-Type": CONTENT_TYPE})

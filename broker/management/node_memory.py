@@ -28,7 +28,7 @@ does for a filter that matches nothing (checked: `/memory/ets/nosuch` → 200 no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -37,6 +37,10 @@ from broker.management.context import broker
 from broker.management.http import reply
 from broker.management.operations import this_node
 from broker.management.overview import rss_bytes
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
+    from broker.queue_process import QueueProcess
 
 routes = web.RouteTableDef()
 
@@ -49,7 +53,7 @@ KEYS = ("connection_readers", "connection_writers", "connection_channels", "conn
         "other_system", "allocated_unused", "reserved_unallocated")
 
 
-def _queue_ram_bytes(queue: Any) -> int:
+def _queue_ram_bytes(queue: QueueProcess) -> int:
     stats = queue.bq.stats()
     count = stats.get("len", 0) + stats.get("pending_acks", 0)
     if not count:
@@ -58,7 +62,7 @@ def _queue_ram_bytes(queue: Any) -> int:
     return int(stats.get("bytes", 0) * share)
 
 
-def breakdown(b: Any) -> dict[str, Any]:
+def breakdown(b: StartedBroker) -> dict[str, Any]:
     """The memory breakdown as the module docstring describes it (bytes)."""
     readers = writers = 0
     for conn in b.connections:

@@ -10,6 +10,8 @@ policy and a declare argument by the lower value (broker/policies.py). Source: R
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from broker.management import shapes
@@ -18,11 +20,14 @@ from broker.management.context import broker
 from broker.management.http import list_reply, no_content, not_found, param, reply
 from broker.management.policies import put_policy
 
+if TYPE_CHECKING:
+    from broker.vhost import VHost
+
 routes = web.RouteTableDef()
 
 
-def _sorted(v: object) -> list[dict]:
-    return [shapes.policy(p) for p in sorted(v.operator_policies.values(),  # type: ignore[attr-defined]
+def _sorted(v: VHost) -> list[dict]:
+    return [shapes.policy(p) for p in sorted(v.operator_policies.values(),
                                              key=lambda p: p.name)]
 
 

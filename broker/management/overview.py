@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -24,6 +24,9 @@ from broker.management.context import broker, sampler
 from broker.management.http import not_found, param, reply
 from broker.management.rates import with_details
 from broker.stats import MessageStats
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 routes = web.RouteTableDef()
 
@@ -39,7 +42,7 @@ STARTED = time.monotonic()
 PROC_TOTAL = 1048576  # RabbitMQ's Erlang process limit (+P); asyncio tasks have none
 
 
-def alarms(b: Any) -> list[dict]:
+def alarms(b: StartedBroker) -> list[dict]:
     """Active resource alarms as [{"node", "resource": "memory"|"disk"}] (empty when the
     broker has no alarm source yet)."""
     active = getattr(b, "active_alarms", None)
@@ -47,7 +50,7 @@ def alarms(b: Any) -> list[dict]:
     return [{"node": shapes.node_name(b), "resource": r} for r in names]
 
 
-def totals(b: Any, vhosts: list[str]) -> tuple[dict, dict, MessageStats]:
+def totals(b: StartedBroker, vhosts: list[str]) -> tuple[dict, dict, MessageStats]:
     """(queue_totals, object_totals, message stats) over `vhosts`."""
     lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
     stats = MessageStats()
@@ -107,7 +110,7 @@ async def overview(request: web.Request) -> web.Response:
     })
 
 
-def node_json(b: Any) -> dict:
+def node_json(b: StartedBroker) -> dict:
     """The one node, as GET /api/nodes/{name} shows it (rabbit_mgmt_wm_node.erl; the
     Erlang figures as the module docstring says)."""
     rss = _rss()

@@ -7,7 +7,7 @@ queue (POST .../move). Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -30,12 +30,16 @@ from broker.management.messages import message_json
 from broker.policies import merged_definition
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
 
+if TYPE_CHECKING:
+    from broker.queue_process import QueueProcess
+    from broker.vhost import VHost
+
 routes = web.RouteTableDef()
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
              "reject_requeue_false")
 
 
-def find_queue(request: web.Request) -> Any:
+def find_queue(request: web.Request) -> QueueProcess:
     """The queue named in the path; 404 if it or its vhost does not exist, 401 without
     access to the vhost."""
     b = broker(request)
@@ -47,17 +51,24 @@ def find_queue(request: web.Request) -> Any:
     return q
 
 
-def unlocked(q: Any, code_prefix: bool = False) -> Any:
-    """`q` unless it is exclusive to a connection: then 400 with the AMQP 405
-    RESOURCE_LOCKED text, as RabbitMQ's API answers get, purge and delete on an exclusive
-    queue (3.10.8, checked; get's reason starts with "405 ")."""
+def queue_vhost(request: web.Request) -> VHost:
+    """The vhost named in the path, as a `VHost` (a queue's own `vhost` is only its
+    `QueueVHost` view); call after `find_queue`, which checked it exists."""
+    return broker(request).vhosts[param(request, "vhost")]
+
+
+def unlocked(request: web.Request, code_prefix: bool = False) -> QueueProcess:
+    """The queue named in the path (`find_queue`) unless it is exclusive to a connection:
+    then 400 with the AMQP 405 RESOURCE_LOCKED text, as RabbitMQ's API answers get, purge
+    and delete on an exclusive queue (3.10.8, checked; get's reason starts with "405 ")."""
+    q = find_queue(request)
     if q.exclusive_owner is not None:
-        text = str(q.vhost.locked_error(q.name))
+        text = str(queue_vhost(request).locked_error(q.name))
         raise bad_request(f"405 RESOURCE_LOCKED - {text}" if code_prefix else text)
     return q
 
 
-def queue_json(request: web.Request, q: Any) -> dict:
+def queue_json(request: web.Request, q: QueueProcess) -> dict:
     p = q.policy
     policy = {"name": p.name, "definition": p.definition} if p is not None else None
     out = shapes.queue(broker(request), sampler(request), q, policy)
@@ -115,10 +126,10 @@ async def put_queue(request: web.Request) -> web.Response:
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
     """Delete; `?if-unused=true` / `?if-empty=true` as queue.delete (400 when not)."""
-    q = unlocked(find_queue(request))
+    q = unlocked(request)
     flags = request.query
     with amqp_errors():
-        q.vhost.delete_queue(q.name, flags.get("if-unused") == "true",
+        queue_vhost(request).delete_queue(q.name, flags.get("if-unused") == "true",
                              flags.get("if-empty") == "true", owner=q.exclusive_owner)
     return no_content()
 
@@ -141,7 +152,7 @@ async def actions(request: web.Request) -> web.Response:
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")
 async def purge(request: web.Request) -> web.Response:
-    q = unlocked(find_queue(request))
+    q = unlocked(request)
     q.call(q.purge)
     return no_content()
 
@@ -149,12 +160,12 @@ async def purge(request: web.Request) -> web.Response:
 @routes.get("/api/queues/{vhost}/{name}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
     q = find_queue(request)
-    items = [bd for bd in shapes.bindings_of_vhost(q.vhost)
+    items = [bd for bd in shapes.bindings_of_vhost(queue_vhost(request))
              if bd["destination_type"] == "queue" and bd["destination"] == q.name]
     return list_reply(request, items, name_of=lambda i: i["source"])
 
 
-def _fetch(q: Any, count: int) -> list[tuple[Any, int]]:
+def _fetch(q: QueueProcess, count: int) -> list[tuple[Any, int]]:
     """Up to `count` (Fetched, messages left) taken with acks pending."""
     out = []
     for _ in range(count):
@@ -170,7 +181,7 @@ async def get_messages(request: web.Request) -> web.Response:
     """{"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000}:
     the messages at the head, then acked, requeued (redelivered) or rejected (dead-lettered)
     as `ackmode` says, as RabbitMQ's get-messages."""
-    q = unlocked(find_queue(request), code_prefix=True)
+    q = unlocked(request, code_prefix=True)
     data = await body(request)
     ackmode = data.get("ackmode", "ack_requeue_true")
     if ackmode not in ACK_MODES:
@@ -216,7 +227,7 @@ async def unacked(request: web.Request) -> web.Response:
     channel and age in ms (oldest first)."""
     q = find_queue(request)
     now = time.monotonic()
-    out = []
+    out: list[dict[str, Any]] = []
     for conn in broker(request).connections:
         for ch in conn.channels.values():
             for tag, (queue, _ack, ctag) in ch.unacked.items():
@@ -237,12 +248,13 @@ async def move(request: web.Request) -> web.Response:
     "count": N (default: all ready)} moves ready messages, in order, to another queue of
     the same vhost; each is enqueued there before it is acked here, so a failure leaves a
     copy, never a loss. {"moved": n}."""
-    q = unlocked(find_queue(request))
+    q = unlocked(request)
+    v = queue_vhost(request)  # looked up before the await, as q.vhost was
     data = await body(request)
     dest_name = data.get("destination")
     if not isinstance(dest_name, str) or not dest_name:
         raise bad_request("destination (a queue name) is required")
-    dest = q.vhost.queues.get(dest_name)
+    dest = v.queues.get(dest_name)
     if dest is None or dest is q:
         raise bad_request(f"no other queue '{dest_name}' in vhost '{q.vhost.name}'")
     count = data.get("count")

@@ -5,14 +5,17 @@ is DELETE /api/reset. Nothing here runs per message."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.management import shapes
 from broker.management.rates import RateSampler
 from broker.stats import MessageStats
 
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
-def sample(broker: Any, sampler: RateSampler) -> None:
+
+def sample(broker: StartedBroker, sampler: RateSampler) -> None:
     """One pass over every counter: queues, channels, connections, vhosts, the overview."""
     observed = collect(broker)
     for key, values in observed.items():
@@ -20,7 +23,7 @@ def sample(broker: Any, sampler: RateSampler) -> None:
     sampler.forget_missing(set(observed))
 
 
-def reset_statistics(broker: Any, sampler: RateSampler) -> None:
+def reset_statistics(broker: StartedBroker, sampler: RateSampler) -> None:
     """DELETE /api/reset (rabbit_mgmt_wm_reset): the rate history is dropped. RabbitMQ
     3.10.8 empties its statistics database, and every live channel, queue and connection
     reports its cumulative counters again at its next emission (checked: a channel's three
@@ -29,7 +32,7 @@ def reset_statistics(broker: Any, sampler: RateSampler) -> None:
     sampler.clear()
 
 
-def collect(broker: Any) -> dict:
+def collect(broker: StartedBroker) -> dict:
     """Every object's counters now: {key: {field: value}} (queues, vhosts, connections,
     channels, the overview), the keys `shapes` reads rates under."""
     out: dict = {}

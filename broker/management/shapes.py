@@ -13,17 +13,26 @@ from __future__ import annotations
 import datetime
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
 from broker.stats import MessageStats
 
+if TYPE_CHECKING:
+    from broker.channel import ChannelProcess
+    from broker.consumers import Consumer
+    from broker.exchange import Exchange
+    from broker.facades import StartedBroker
+    from broker.queue_process import QueueProcess
+    from broker.reader import Reader
+    from broker.vhost import VHost
+
 PROTOCOL = "AMQP 0-9-1"
 
 
-def node_name(broker: Any) -> str:
+def node_name(broker: StartedBroker) -> str:
     """`rabbit@<short hostname>` unless `node_name` is configured (RabbitMQ's default)."""
     return broker.node_name()
 
@@ -37,7 +46,7 @@ def queue_key(vhost: str, name: str) -> tuple:
     return ("queue", vhost, name)
 
 
-def queue_lengths(queue: Any) -> dict[str, int]:
+def queue_lengths(queue: QueueProcess) -> dict[str, int]:
     """messages, messages_ready, messages_unacknowledged of a queue process (a stream
     counts what its log holds: broker/stream/queue.py lengths)."""
     own = getattr(queue, "lengths", None)
@@ -50,7 +59,7 @@ def queue_lengths(queue: Any) -> dict[str, int]:
             "messages_unacknowledged": unacked}
 
 
-def queue(broker: Any, sampler: RateSampler, q: Any, policy: dict | None = None) -> dict:
+def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: dict | None = None) -> dict:
     """A queue as GET /api/queues/{vhost}/{name} returns it."""
     vhost = q.vhost.name
     key = queue_key(vhost, q.name)
@@ -116,7 +125,7 @@ def _memory_estimate(stats: dict, messages: int) -> int:
     return int(stats.get("bytes", 0) * min(1.0, ram / messages)) + ram * MSG_OVERHEAD
 
 
-def head_message_age(q: Any) -> float | None:
+def head_message_age(q: QueueProcess) -> float | None:
     """Seconds the next message to deliver of queue process `q` has waited (consumer lag):
     from when the queue took it, or from its `timestamp` property when it was read back
     from disk (the index does not keep the enqueue time); None when the queue is empty or
@@ -139,7 +148,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def exchange(x: Any, vhost: str, user: str = "") -> dict:
+def exchange(x: Exchange, vhost: str, user: str = "") -> dict:
     """An exchange as GET /api/exchanges/{vhost}/{name} returns it (`policy` only while one
     applies, as RabbitMQ 3.10.8 shows it)."""
     out = {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
@@ -169,7 +178,7 @@ def binding(vhost: str, source: str, destination: str, kind: str, routing_key: s
             "properties_key": properties_key(routing_key, arguments)}
 
 
-def bindings_of_vhost(vhost: Any) -> list[dict]:
+def bindings_of_vhost(vhost: VHost) -> list[dict]:
     """Every binding of a vhost, the default exchange's implicit ones first (one per queue,
     routing key = queue name), as RabbitMQ lists them."""
     name = vhost.name
@@ -187,7 +196,7 @@ def bindings_of_vhost(vhost: Any) -> list[dict]:
     return out
 
 
-def connection_name(conn: Any) -> str:
+def connection_name(conn: Reader) -> str:
     """"client_host:client_port -> server_host:server_port", RabbitMQ's connection name."""
     peer = conn.peer or ("?", 0)
     sock = conn.transport.get_extra_info("sockname") if conn.transport else None
@@ -195,12 +204,12 @@ def connection_name(conn: Any) -> str:
     return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
 
-def connection_details(conn: Any) -> dict:
+def connection_details(conn: Reader) -> dict:
     peer = conn.peer or ("", 0)
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(broker: Any, sampler: RateSampler, conn: Any) -> dict:
+def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dict:
     """A connection as GET /api/connections/{name} returns it."""
     hs = conn.handshake
     props = hs.client_properties if hs is not None else {}
@@ -236,11 +245,11 @@ def connection(broker: Any, sampler: RateSampler, conn: Any) -> dict:
     }
 
 
-def channel_name(ch: Any) -> str:
+def channel_name(ch: ChannelProcess) -> str:
     return f"{connection_name(ch.conn)} ({ch.number})"
 
 
-def channel(broker: Any, sampler: RateSampler, ch: Any) -> dict:
+def channel(broker: StartedBroker, sampler: RateSampler, ch: ChannelProcess) -> dict:
     """A channel as GET /api/channels/{name} returns it."""
     conn = ch.conn
     lim = ch.limiter
@@ -266,7 +275,7 @@ def channel(broker: Any, sampler: RateSampler, ch: Any) -> dict:
     }
 
 
-def consumer(broker: Any, q: Any, c: Any) -> dict:
+def consumer(broker: StartedBroker, q: QueueProcess, c: Consumer) -> dict:
     """A consumer as GET /api/consumers returns it."""
     ch = c.channel
     active = q.consumers.active() if q.consumers.single_active else c
@@ -289,7 +298,7 @@ def consumer(broker: Any, q: Any, c: Any) -> dict:
     }
 
 
-def vhost(broker: Any, sampler: RateSampler, v: Any, description: str = "",
+def vhost(broker: StartedBroker, sampler: RateSampler, v: VHost, description: str = "",
           tags: tuple = ()) -> dict:
     """A vhost as GET /api/vhosts/{name} returns it (message totals over its queues)."""
     totals = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
@@ -310,7 +319,7 @@ def vhost(broker: Any, sampler: RateSampler, v: Any, description: str = "",
     }
 
 
-def vhost_stats(broker: Any, v: Any) -> MessageStats:
+def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
     """Message counts of a vhost: its closed channels' totals plus its open channels."""
     out = MessageStats()
     out.add(v.closed_stats)

@@ -6,7 +6,7 @@ Sources: rabbitmq.com/management.html, rabbitmq.com/access-control.html, RabbitM
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -25,6 +25,9 @@ from broker.management.http import (
 )
 from broker.passwords import decode_hash
 from broker.users import NoSuchUser, NoSuchVhost
+
+if TYPE_CHECKING:
+    from broker.facades import StartedBroker
 
 routes = web.RouteTableDef()
 
@@ -142,7 +145,7 @@ async def user_topic_permissions(request: web.Request) -> web.Response:
 
 
 # -- vhosts -------------------------------------------------------------------------------
-def _vhost_defs(b: Any) -> dict[str, Any]:
+def _vhost_defs(b: StartedBroker) -> dict[str, Any]:
     return {d.name: d for d in b.definitions.list_vhosts()}
 
 

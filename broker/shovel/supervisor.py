@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.definitions import ParameterDef
 from broker.shovel import definition
 from broker.shovel.link import ShovelLink
+
+if TYPE_CHECKING:
+    from broker.facades import ServingBroker
 
 log = logging.getLogger("broker.shovel")
 COMPONENT = "shovel"
@@ -27,7 +30,7 @@ COMPONENT = "shovel"
 class Shovels:
     """The shovels of `broker` (a broker.server.Broker: its definitions, port, config)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: ServingBroker) -> None:
         self.broker = broker
         self.links: dict[tuple[str, str], ShovelLink] = {}
         self._stopping: set[asyncio.Task[None]] = set()
@@ -111,7 +114,7 @@ class Shovels:
         """delete-after reached: the shovel deletes itself, as RabbitMQ's does."""
         log.info("shovel '%s' in vhost '%s' moved its delete-after count: deleted", name, vhost)
         self.links.pop((vhost, name), None)
-        if self.broker.definitions is not None:
+        if self.broker.definitions is not None:  # None once the broker has stopped
             self.broker.definitions.clear_parameter(vhost, COMPONENT, name)
 
     def _resolve(self, uri: str) -> str:

@@ -1,0 +1,113 @@
+"""Routing a publish within one vhost to its queue processes, and the route cache.
+
+Owns: the (exchange, routing key) → queues cache of one vhost, the count of its exchanges
+that route by a message property (x-consistent-hash's `hash-property`), and whether some
+exchange with bindings routes by headers (so a publish's headers table must be decoded).
+Talks to: the vhost's exchange and queue tables (the same dicts `broker/vhost.py`'s VHost
+holds; it changes them, then calls `topology_changed()`), `broker/exchange/router.py` for
+the exchange graph. Called through the VHost (`route_message`, `route`, `route_keys`,
+`routes_by_key_only`) by channels, dead-lettering and federation.
+Must never: change a table (declares, binds and deletes belong to the VHost), or keep a
+route across a topology change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from broker.exchange.router import route as route_exchanges
+
+if TYPE_CHECKING:
+    from broker.exchange import Exchange
+    from broker.queue_process import QueueProcess
+
+ROUTE_CACHE_SIZE = 10000  # cached (exchange, routing key) routes per vhost
+
+
+class Routes:
+    """Where publishes to one vhost go. `exchanges` and `queues` are the vhost's own tables
+    (read, never changed here); the vhost calls `topology_changed()` after every change to
+    them, its bindings or its policies, and keeps `property_routed` up to date."""
+
+    def __init__(self, exchanges: dict[str, Exchange], queues: dict[str, QueueProcess]) -> None:
+        self._exchanges = exchanges  # the vhost's name -> exchange table
+        self._queues = queues  # the vhost's name -> queue process table
+        # (exchange, routing key) -> queues, for publishes without headers; emptied on every
+        # topology change; unused while an exchange routes by a message property
+        self._cache: dict[tuple[str, str], tuple[QueueProcess, ...]] = {}
+        self.property_routed = 0  # exchanges whose routing reads message properties
+        # whether an exchange with bindings reads headers; None: not known since the last
+        # topology change (computed on the next publish with headers)
+        self._headers_routed: bool | None = None
+
+    def topology_changed(self) -> None:
+        """Exchanges, bindings, queues or policies changed: cached routes are stale."""
+        self._headers_routed = None
+        if self._cache:
+            self._cache.clear()
+
+    def route_message(self, exchange_name: str, routing_key: str,
+                      message: Any) -> Sequence[QueueProcess]:
+        """`route` for a broker.message.Message: its headers table is passed (and so
+        decoded) only while some exchange of this vhost that routes by headers has bindings;
+        otherwise headers cannot change the result and stay encoded (issue 26)."""
+        headers = None
+        if message.has_headers and self.reads_headers():
+            headers = message.headers
+        return self.route(exchange_name, routing_key, headers, message)
+
+    def reads_headers(self) -> bool:
+        """Some exchange of this vhost with bindings routes by headers (recomputed once
+        per topology change)."""
+        reads = self._headers_routed
+        if reads is None:
+            reads = any(x.routing.reads_headers and len(x.routing)
+                        for x in self._exchanges.values())
+            self._headers_routed = reads
+        return reads
+
+    def routes_by_key_only(self) -> bool:
+        """Where a publish goes depends on its exchange and routing key alone: no exchange
+        here routes by a message property, none with bindings by headers. Publishes that
+        differ only in their properties then share one route."""
+        return not self.property_routed and not self.reads_headers()
+
+    def route(self, exchange_name: str, routing_key: str, headers: dict | None,
+              message: Any = None) -> Sequence[QueueProcess]:
+        """Queue processes a publish to `exchange_name` reaches (may be empty; do not mutate
+        it); `message` (the Message) matters only to x-consistent-hash's `hash-property`.
+        Without headers the result is cached per (exchange, routing key) until the next
+        topology change (issue 15: routing a run of alike publishes costs one dict lookup)."""
+        queues = self._queues
+        if exchange_name == "":
+            q = queues.get(routing_key)
+            return (q,) if q is not None else ()
+        cacheable = headers is None and not self.property_routed
+        if cacheable:
+            hit = self._cache.get((exchange_name, routing_key))
+            if hit is not None:
+                return hit
+        names = route_exchanges(self._exchanges, exchange_name, routing_key, headers,
+                                message=message)
+        found = tuple(queues[n] for n in names if n in queues)
+        if cacheable:
+            cache = self._cache
+            if len(cache) >= ROUTE_CACHE_SIZE:  # many distinct keys: start afresh
+                cache.clear()
+            cache[(exchange_name, routing_key)] = found
+        return found
+
+    def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
+                   message: Any = None) -> list[QueueProcess]:
+        """Queue processes a message sent to `exchange_name` with several routing keys
+        reaches (dead-lettering: the published key and its CC keys); each queue once. A
+        missing exchange reaches nothing (a missing DLX drops silently, rabbitmq.com/dlx.html)."""
+        queues = self._queues
+        if exchange_name == "":
+            return [queues[k] for k in dict.fromkeys(keys) if k in queues]
+        if exchange_name not in self._exchanges:
+            return []
+        names = route_exchanges(self._exchanges, exchange_name, keys[0], headers,
+                                extra_keys=keys[1:], message=message)
+        return [queues[n] for n in names if n in queues]
