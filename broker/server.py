@@ -285,11 +285,13 @@ class Broker:
             where.append(f"{host}:{self.ssl_port} (amqps)")
         if not self._servers:
             raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
+        # the supervisors exist before the file is read: its shovel and federation
+        # parameters go through them (RabbitMQ imports definitions once its plugins run)
+        self.shovels = Shovels(serving)
+        self.federation = Federation(serving)
         if cfg.load_definitions:
             self._load_definitions(cfg.load_definitions)
-        self.shovels = Shovels(serving)
         self.shovels.start_all()
-        self.federation = Federation(serving)
         self.federation.start_all()
         if cfg.management_tcp_port or cfg.prometheus_tcp_port:
             from broker.management.app import ManagementServer  # aiohttp only when used
@@ -343,8 +345,9 @@ class Broker:
 
     def started(self) -> StartedBroker:
         """This broker as the management API sees it (broker/facades.py): also its
-        shovels and federation set. start() takes this view once, when it builds the
-        management server; AssertionError before that."""
+        shovels and federation set. start() takes this view when it imports a definitions
+        file and when it builds the management server; AssertionError before the
+        supervisors exist."""
         assert self.loop is not None and self.definitions is not None
         assert self.users is not None and self.resources is not None
         assert self.shovels is not None
@@ -372,10 +375,9 @@ class Broker:
 
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        # Not yet a StartedBroker: start() calls this before it builds shovels and
-        # federation, so a file with a shovel or federation-upstream parameter fails start()
-        # with AttributeError on None (a known bug, left for its own change).
-        failures = import_definitions(self, data)  # type: ignore[arg-type]
+        # start() calls this once the shovel and federation supervisors exist (their
+        # parameters may be in the file), before management starts
+        failures = import_definitions(self.started(), data)
         for failure in failures:
             log.warning("load_definitions %s: %s", path, failure)
         log.info("definitions imported from %s (%d failures)", path, len(failures))

@@ -180,3 +180,43 @@ def test_our_export_imports_into_the_broker_under_test(api, broker, tmp_path):
     finally:
         api.delete(f"/api/vhosts/{vhost}")
         api.delete(f"/api/users/{user}")
+
+
+def test_load_definitions_at_boot_with_shovel_and_federation_parameters(tmp_path, ours_only):
+    """A definitions file at boot may hold runtime parameters of the shovel and federation
+    components, as RabbitMQ exports them: the broker starts, the shovel runs (it moves a
+    message) and the upstream is stored. (Boot used to fail with AttributeError: the file
+    was read before the shovel and federation supervisors existed.)"""
+    from broker.embedded import EmbeddedBroker
+
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps({
+        "queues": [{"name": q, "vhost": "/", "durable": True, "auto_delete": False,
+                    "arguments": {}} for q in ("boot-src", "boot-dst")],
+        "parameters": [
+            {"component": "shovel", "vhost": "/", "name": "boot-shovel",
+             "value": {"src-uri": "amqp://", "src-queue": "boot-src",
+                       "dest-uri": "amqp://", "dest-queue": "boot-dst"}},
+            {"component": "federation-upstream", "vhost": "/", "name": "boot-upstream",
+             "value": {"uri": "amqp://127.0.0.1:1"}},
+        ],
+    }))
+    with EmbeddedBroker(data_dir=str(tmp_path / "d"), load_definitions=str(path)) as b:
+        import asyncio
+
+        async def names() -> set[str]:  # on the broker's thread (SQLite is per thread)
+            return {p.name for p in b.broker.definitions.list_parameters()}
+
+        stored = asyncio.run_coroutine_threadsafe(names(), b.broker.loop).result(10)
+        assert {"boot-shovel", "boot-upstream"} <= stored
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.basic_publish("", "boot-src", b"moved by the shovel from the file")
+        got = None
+        for _ in range(100):
+            got = ch.basic_get("boot-dst", auto_ack=True)[2]
+            if got is not None:
+                break
+            conn.sleep(0.05)
+        conn.close()
+        assert got == b"moved by the shovel from the file"
