@@ -50,7 +50,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from broker import storage_codec
+from broker import slow_release, storage_codec
 from broker.backing_queue.base import AckTag, Fetched, MessageProps
 from broker.backing_queue.vq_confirms import ConfirmBook
 from broker.backing_queue.vq_disk import VqDisk
@@ -406,6 +406,7 @@ class VariableQueue(VqDisk):
             self.q3.clear()
         self._forget(gone)
         self._len = self._persistent = self._ram_msgs = self._ready_bytes = 0
+        slow_release.release(gone)  # a big queue's messages are freed over loop turns
         return count
 
     def purge_acks(self) -> None:
@@ -416,6 +417,7 @@ class VariableQueue(VqDisk):
         self.disk_pending_ack.clear()
         self.qi_pending_ack.clear()
         self._forget(gone)
+        slow_release.release(gone)
 
     def len(self) -> int:
         """Ready messages."""
