@@ -52,7 +52,7 @@ def _route_and_send(ch: ChannelProcess, method: Any, message: Message) -> None:
         message = without_bcc(message)  # nobody sees BCC, headers exchanges included
         queues = ch.vhost.route_keys(method.exchange, keys, message.headers, message)
     else:
-        queues = ch.vhost.route_message(method.exchange, method.routing_key, message)
+        queues = ch.vhost.routes.route_message(method.exchange, method.routing_key, message)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
@@ -112,7 +112,7 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
     name = method.exchange
     routing_key = method.routing_key
     first = _message(name, routing_key, header, cmd.body)
-    queues = vhost.route_message(name, routing_key, first)
+    queues = vhost.routes.route_message(name, routing_key, first)
     n = stop - start
     credit = ch.credit
     for queue in queues:
