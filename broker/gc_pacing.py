@@ -23,14 +23,24 @@ What the pacer does, every PACE_S seconds on the event loop:
   pass), then `gc.freeze()` everything still tracked: it moves to the permanent generation,
   which no pass scans, so the oldest generation's automatic passes only ever see what
   survived since the last tick. Frozen objects are still freed by reference counting.
-- a full collection (`gc.unfreeze()` then `gc.collect()`) when it is cheap, i.e. fewer than
-  FULL_WHEN_BELOW objects are frozen (the queues have drained; at most every
-  FULL_CHEAP_EVERY_S seconds), and at the latest every
+- a full collection (`gc.unfreeze()` then `gc.collect()`) when it is cheap, i.e. the heap
+  has fewer than FULL_WHEN_GROWN_BELOW memory blocks more than at start (the queues have
+  drained; at most every FULL_CHEAP_EVERY_S seconds), and at the latest every
   FULL_EVERY_S seconds whatever it costs: a reference cycle that became garbage after it was
   frozen (a closed connection's objects) is freed within that time.
 
+The trade: a cycle of objects that lived past a tick and then became garbage (a closed
+connection's objects, if they hold each other) waits for the next full collection, so while
+queues hold many messages for a long time such garbage accumulates for up to FULL_EVERY_S,
+and that forced pass is as long as CPython's own would be (100+ ms with 100 000 messages
+in RAM). Without pacing, CPython makes such a pass every time the long-lived objects grow by
+a quarter, which a flood or connection churn does far more often than every 5 minutes.
+
 Python's documentation describes `gc.freeze` for servers that keep large, long-lived object
-graphs (docs.python.org/3.11/library/gc.html#gc.freeze).
+graphs (docs.python.org/3.11/library/gc.html#gc.freeze). The heap's size is read with
+`sys.getallocatedblocks()` (a walk over pymalloc's arenas, ~0.03 ms), not with
+`gc.get_freeze_count()`, which walks the frozen objects themselves: 30-50 ms every second
+with 100 000 messages queued, a stall of its own (found with a loop-lag probe).
 """
 
 from __future__ import annotations
@@ -38,12 +48,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
 
 log = logging.getLogger("broker.gc")
 
 PACE_S = 1.0  # seconds between freezes
-FULL_WHEN_BELOW = 60_000  # frozen objects under which a full collection is cheap (~10 ms)
+# pymalloc blocks above the heap at start under which a full collection is cheap (a message
+# queued in RAM takes about four blocks: at 50 000 blocks more, a full pass took 230 ms
+# under load 3, so "cheap" means a few thousand messages at most)
+FULL_WHEN_GROWN_BELOW = 20_000
 FULL_EVERY_S = 300.0  # the longest a cyclic garbage may wait for a full collection
 FULL_CHEAP_EVERY_S = 10.0  # cheap full collections at most this often
 
@@ -56,11 +70,12 @@ class GcPacer:
     they would from an automatic one.
     """
 
-    def __init__(self, pace_s: float = PACE_S, full_when_below: int = FULL_WHEN_BELOW,
+    def __init__(self, pace_s: float = PACE_S, full_when_grown_below: int = FULL_WHEN_GROWN_BELOW,
                  full_every_s: float = FULL_EVERY_S,
                  full_cheap_every_s: float = FULL_CHEAP_EVERY_S) -> None:
         self.pace_s = pace_s
-        self.full_when_below = full_when_below
+        self.full_when_grown_below = full_when_grown_below
+        self._baseline = sys.getallocatedblocks()  # the heap's size in blocks at start
         self.full_every_s = full_every_s
         self.full_cheap_every_s = full_cheap_every_s
         self.freezes = 0
@@ -86,8 +101,9 @@ class GcPacer:
         """One step of the schedule (the timer calls it; tests may call it directly)."""
         now = time.monotonic()
         since = now - self._last_full
-        if (since >= self.full_every_s or (since >= self.full_cheap_every_s
-                                           and gc.get_freeze_count() < self.full_when_below)):
+        if since >= self.full_every_s or (
+                since >= self.full_cheap_every_s
+                and sys.getallocatedblocks() - self._baseline < self.full_when_grown_below):
             t0 = time.perf_counter()
             gc.unfreeze()
             gc.collect()
