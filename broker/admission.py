@@ -12,13 +12,26 @@ never to sockets.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import errors, limits
 
 if TYPE_CHECKING:
     from broker.facades import ServingBroker
-    from broker.reader import Reader
+
+
+class OpeningConnection(Protocol):
+    """A connection as these checks read it (broker/reader.py's Reader satisfies it)."""
+
+    @property
+    def username(self) -> str: ...  # authenticated user ("" before connection.open)
+
+    @property
+    def channel_max(self) -> int: ...  # negotiated
+
+    @property
+    def channels(self) -> Sized: ...  # its open channels
 
 log = logging.getLogger("broker.connection")
 
@@ -39,7 +52,7 @@ def authenticate(broker: ServingBroker, peer: Any, mechanism: str, username: str
     return ok
 
 
-def vhost_allowed(broker: ServingBroker, conn: Reader, username: str, vhost: str) -> bool:
+def vhost_allowed(broker: ServingBroker, conn: OpeningConnection, username: str, vhost: str) -> bool:
     """connection.open checks in rabbit_reader's order for connection `conn`: the broker-wide
     `connection_max`, the vhost's and the user's `max-connections` (530 with RabbitMQ's
     texts, raised here), then the user's permission row in the vhost (False → 530 access
@@ -61,7 +74,7 @@ def vhost_allowed(broker: ServingBroker, conn: Reader, username: str, vhost: str
     return broker.users.control.vhost_allowed(username, vhost)
 
 
-def check_channel_open(broker: ServingBroker, conn: Reader, frame: Any) -> None:
+def check_channel_open(broker: ServingBroker, conn: OpeningConnection, frame: Any) -> None:
     """channel.open on connection `conn`: 530 when its open channels reach the negotiated
     channel_max (RabbitMQ limits the number of open channels, not the channel number) or the
     user's channels on all connections reach their `max-channels`."""

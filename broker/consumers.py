@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.channel import ChannelProcess
     from broker.facades import ChannelFacade
 
 
@@ -29,10 +28,10 @@ class Consumer:
     __slots__ = ("tag", "channel", "no_ack", "exclusive", "priority", "prefetch", "unacked",
                  "arguments")
 
-    def __init__(self, tag: str, channel: ChannelProcess, no_ack: bool, exclusive: bool = False,
+    def __init__(self, tag: str, channel: ChannelFacade, no_ack: bool, exclusive: bool = False,
                  priority: int = 0, prefetch: int = 0, arguments: dict | None = None) -> None:
         self.tag = tag  # consumer_tag, unique per channel
-        self.channel = channel  # ChannelProcess that owns the consumer
+        self.channel = channel  # the channel that owns the consumer
         self.no_ack = no_ack  # deliveries need no ack
         self.exclusive = exclusive  # basic.consume exclusive=true
         self.priority = priority  # x-priority argument

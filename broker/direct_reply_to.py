@@ -13,10 +13,18 @@ never touches sockets.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from broker.channel import ChannelProcess
+    from broker.message import Message
+
+
+class ReplyChannel(Protocol):
+    """A channel with a direct reply-to consumer, as the publishers' channels reach it
+    (broker/channel.py's ChannelProcess satisfies it)."""
+
+    def deliver_reply(self, message: Message) -> bool: ...
+
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
@@ -26,9 +34,9 @@ class ReplyRegistry:
     """token -> channel for the channels that have a reply consumer (one per broker)."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, ChannelProcess] = {}
+        self._channels: dict[str, ReplyChannel] = {}
 
-    def register(self, channel: ChannelProcess) -> str:
+    def register(self, channel: ReplyChannel) -> str:
         """A new reply consumer on `channel`; returns the full reply-to name for it."""
         token = secrets.token_urlsafe(18)
         self._channels[token] = channel
@@ -37,7 +45,7 @@ class ReplyRegistry:
     def unregister(self, name: str) -> None:
         self._channels.pop(name[len(PREFIX):], None)
 
-    def channel_for(self, routing_key: str) -> ChannelProcess | None:
+    def channel_for(self, routing_key: str) -> ReplyChannel | None:
         """The channel a reply with this routing key goes to, or None (gone or unknown)."""
         if not routing_key.startswith(PREFIX):
             return None

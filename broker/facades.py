@@ -38,6 +38,12 @@ class ChannelFacade(Hashable, Protocol):
     "façade for queue processes"). Hashable: queues key per-channel credit and owed
     confirms by it."""
 
+    @property
+    def conn(self) -> Reader: ...  # its connection (consumer listings name it)
+
+    @property
+    def number(self) -> int: ...  # channel number on the wire
+
     def cast(self, msg: Any) -> None:
         """Put `msg` in the channel's mailbox: ("confirm" | "reject", queue, [msg_seq_no]),
         or (QUEUE_GONE, queue) from an ack-lite queue being deleted."""

@@ -14,12 +14,23 @@ queue's ram_duration) and the ResourceMonitor (register / report / deregister).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from broker.alarms import ResourceMonitor
     from broker.backing_queue.base import BackingQueue
-    from broker.queue_process import QueueProcess
+    from broker.stats import MessageStats
+
+
+class ReportingQueue(Hashable, Protocol):
+    """A queue process as its RAM reports see it (QueueProcess satisfies it): its loop for
+    the timer, its mailbox, and its message counters (activity)."""
+
+    _loop: asyncio.AbstractEventLoop
+    message_stats: MessageStats
+
+    def cast(self, msg: Any) -> None: ...
 
 RAM_DURATION_INTERVAL = 5.0  # seconds (rabbit_amqqueue_process RAM_DURATION_UPDATE_INTERVAL)
 
@@ -31,7 +42,7 @@ class RamReports:
 
     __slots__ = ("_queue", "_monitor", "_tick_msg", "_timer", "_seen")
 
-    def __init__(self, queue: QueueProcess, monitor: ResourceMonitor, tick_msg: tuple, report_msg: tuple,
+    def __init__(self, queue: ReportingQueue, monitor: ResourceMonitor, tick_msg: tuple, report_msg: tuple,
                  target_kind: int) -> None:
         self._queue = queue
         self._monitor = monitor

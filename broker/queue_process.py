@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from broker.facades import ChannelFacade, QueueVHost
     from broker.reader import Reader
 
+    # the connection that declared an exclusive queue (vhost and queue compare it by
+    # identity; the management API reads its details)
+    ExclusiveOwner = Reader
+
 log = logging.getLogger("broker.queue")
 
 # mailbox message kinds (first tuple element)
@@ -73,7 +77,7 @@ class QueueProcess(Process):
         *,
         durable: bool,
         auto_delete: bool,
-        exclusive_owner: Reader | None,
+        exclusive_owner: ExclusiveOwner | None,
         arguments: dict,
         bq_factory: Callable[..., BackingQueue],
         credit_initial: int = 400,

@@ -18,14 +18,42 @@ an exchange's policy changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import errors
 
 if TYPE_CHECKING:
     from broker.definitions import PolicyDef
     from broker.exchange import Exchange
-    from broker.vhost import VHost
+
+
+class ShardQueue(Protocol):
+    """A shard as the redirect reads it (QueueProcess satisfies it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def consumer_count(self) -> int: ...
+
+
+class ShardedVHost(Protocol):
+    """The vhost as sharding sees it (broker/vhost.py's VHost satisfies it): its queues
+    and exchanges, and queue declare / bind / unbind."""
+
+    @property
+    def queues(self) -> Mapping[str, ShardQueue]: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+    def declare_queue(self, name: str, *, durable: bool = False) -> object: ...
+
+    def bind(self, kind: str, destination: str, source: str, routing_key: str,
+             arguments: dict[str, Any] | None) -> None: ...
+
+    def unbind(self, kind: str, destination: str, source: str, routing_key: str,
+               arguments: dict[str, Any] | None) -> None: ...
 
 SHARDING_KEYS = ("shards-per-node", "routing-key")
 
@@ -61,7 +89,7 @@ def shard_name(exchange: str, node: str, i: int) -> str:
     return f"sharding: {exchange} - {node} - {i}"
 
 
-def apply(vhost: VHost, exchange: Exchange, old: PolicyDef | None, new: PolicyDef | None,
+def apply(vhost: ShardedVHost, exchange: Exchange, old: PolicyDef | None, new: PolicyDef | None,
           node: str) -> None:
     """The policy of `exchange` went from `old` to `new` (PolicyDefs or None): declare and
     bind its shards, unbind them when the key changed or sharding stopped
@@ -76,7 +104,7 @@ def apply(vhost: VHost, exchange: Exchange, old: PolicyDef | None, new: PolicyDe
         ensure(vhost, exchange, after, node)
 
 
-def ensure(vhost: VHost, exchange: Exchange, spn_key: tuple[int, str], node: str) -> None:
+def ensure(vhost: ShardedVHost, exchange: Exchange, spn_key: tuple[int, str], node: str) -> None:
     """Declare and bind the shards of `exchange` (idempotent)."""
     spn, key = spn_key
     for i in range(spn):
@@ -86,7 +114,7 @@ def ensure(vhost: VHost, exchange: Exchange, spn_key: tuple[int, str], node: str
         vhost.bind("queue", name, exchange.name, key, {})
 
 
-def redirect(vhost: VHost, name: str, method_name: str, node: str, method: Any) -> str:
+def redirect(vhost: ShardedVHost, name: str, method_name: str, node: str, method: Any) -> str:
     """The queue a client's `method_name` on queue `name` really addresses: `name` itself
     unless it names a sharded exchange. basic.consume / basic.get: the shard with the
     fewest consumers (ties: the lowest number); queue.declare: shard 0; queue.delete /

@@ -36,7 +36,7 @@ from broker.vhost_policies import VHostPolicies
 from broker.vhost_routing import Routes
 
 if TYPE_CHECKING:
-    from broker.reader import Reader
+    from broker.queue_process import ExclusiveOwner
 
 log = logging.getLogger("broker.vhost")
 
@@ -197,7 +197,7 @@ class VHost:
         return exchange
 
     # -- bindings ---------------------------------------------------------------------------
-    def _destination(self, kind: str, name: str, owner: Reader | None, method: Any) -> Any:
+    def _destination(self, kind: str, name: str, owner: ExclusiveOwner | None, method: Any) -> Any:
         if kind == "queue":
             self.get_queue(name, owner, method)
             return name
@@ -205,7 +205,7 @@ class VHost:
         return ("exchange", name)
 
     def bind(self, kind: str, destination: str, source: str, routing_key: str,
-             arguments: dict | None, owner: Reader | None = None, method: Any = None) -> None:
+             arguments: dict | None, owner: ExclusiveOwner | None = None, method: Any = None) -> None:
         """queue.bind / exchange.bind. Binding to or from the default exchange → 403."""
         arguments = arguments or {}
         if source == "" or (kind == "exchange" and destination == ""):
@@ -231,7 +231,7 @@ class VHost:
         return x is not None and x.durable
 
     def unbind(self, kind: str, destination: str, source: str, routing_key: str,
-               arguments: dict | None, owner: Reader | None = None, method: Any = None) -> None:
+               arguments: dict | None, owner: ExclusiveOwner | None = None, method: Any = None) -> None:
         """queue.unbind / exchange.unbind; a missing binding, queue or exchange is not an
         error (RabbitMQ 3.10)."""
         arguments = arguments or {}
@@ -251,7 +251,7 @@ class VHost:
             self._maybe_auto_delete_exchange(exchange)
 
     # -- queues -----------------------------------------------------------------------------
-    def get_queue(self, name: str, owner: Reader | None = None, method: Any = None) -> QueueProcess:
+    def get_queue(self, name: str, owner: ExclusiveOwner | None = None, method: Any = None) -> QueueProcess:
         """The queue `name`, checking exclusivity: 404 if missing, 405 if another connection
         owns it."""
         queue = self.queues.get(name)
@@ -272,7 +272,7 @@ class VHost:
 
     def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None, owner: Reader | None = None,
+                      arguments: dict | None = None, owner: ExclusiveOwner | None = None,
                       method: Any = None, recovering: bool = False,
                       authorize: Callable[[str, bool], None] | None = None) -> QueueProcess:
         """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue.
@@ -372,7 +372,7 @@ class VHost:
                     errors.PreconditionFailed,
                     f"inequivalent arg '{key}' for {what}: {shown}", method)
 
-    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: Reader | None = None,
+    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: ExclusiveOwner | None = None,
                      method: Any = None) -> int:
         """queue.delete; returns the ready message count; a missing queue → 0 (RabbitMQ)."""
         if name not in self.queues:
@@ -397,7 +397,7 @@ class VHost:
                     self._maybe_auto_delete_exchange(exchange)
         return queue.terminate(delete=True)
 
-    def connection_closed(self, owner: Reader | None) -> None:
+    def connection_closed(self, owner: ExclusiveOwner | None) -> None:
         """Delete the exclusive queues `owner` declared (AMQP 0-9-1 §1.7.2.1 exclusive)."""
         for queue in list(self.queues.values()):
             if queue.exclusive_owner is owner:

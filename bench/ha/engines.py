@@ -80,6 +80,21 @@ class Cluster:
     def alive_indexes(self) -> list[int]:
         return [i for i, m in enumerate(self.members) if m.alive]
 
+    async def leader_async(self) -> int:
+        """The index of the current leader (raises while there is none)."""
+        raise NotImplementedError
+
+    async def _wait_ready(self, limit_s: float = 30.0) -> None:
+        """Until a leader is elected (TimeoutError after `limit_s` seconds)."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                await self.leader_async()
+                return
+            except Exception:  # noqa: BLE001 - not up yet; bounded by the deadline
+                await asyncio.sleep(0.2)
+        raise TimeoutError(f"{self.name} cluster did not elect a leader")
+
 
 # --------------------------------------------------------------------------------------- etcd
 
@@ -116,16 +131,6 @@ class EtcdCluster(Cluster):
              "--logger", "zap", "--log-level", os.environ.get("BENCH_HA_ETCD_LOG", "warn")],
             stdout=self._log(m), stderr=subprocess.STDOUT)
         m.alive = True
-
-    async def _wait_ready(self, limit_s: float = 30.0) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            try:
-                await self.leader_async()
-                return
-            except Exception:  # noqa: BLE001 - not up yet; bounded by the deadline
-                await asyncio.sleep(0.2)
-        raise TimeoutError("etcd cluster did not elect a leader")
 
     async def leader_async(self) -> int:
         from aetcd import rpc
@@ -247,16 +252,6 @@ class SyncObjCluster(Cluster):
             args += ["--partner", p]
         m.proc = subprocess.Popen(args, stdout=self._log(m), stderr=subprocess.STDOUT)
         m.alive = True
-
-    async def _wait_ready(self, limit_s: float = 30.0) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            try:
-                await self.leader_async()
-                return
-            except Exception:  # noqa: BLE001 - not up yet; bounded by the deadline
-                await asyncio.sleep(0.2)
-        raise TimeoutError("PySyncObj cluster did not elect a leader")
 
     async def leader_async(self) -> int:
         for i in self.alive_indexes():

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from broker.channel import ChannelProcess
     from broker.consumers import Consumer
     from broker.exchange import Exchange
-    from broker.facades import StartedBroker
+    from broker.facades import ChannelFacade, StartedBroker
     from broker.queue_process import QueueProcess
     from broker.reader import Reader
     from broker.vhost import VHost
@@ -245,7 +245,7 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dic
     }
 
 
-def channel_name(ch: ChannelProcess) -> str:
+def channel_name(ch: ChannelFacade) -> str:
     return f"{connection_name(ch.conn)} ({ch.number})"
 
 
