@@ -4,7 +4,8 @@
 # queues on two exchanges, as the paper did) and each confirm mode (queue argument
 # x-confirm-on, ARCHITECTURE §6; "default" sends no argument), interleaving the modes within
 # each queue count, and reporting send rates as a table, a JSON document ("bench-sweep/1")
-# and a PNG.
+# and a PNG. With `--target NAME=MODE@URI` (repeatable) each series has its own broker, so one
+# alternated session compares RabbitMQ's `persist` with this broker's `ack` and `ack-lite`.
 # Talks to: bench.scenarios, bench.options, bench.coordinator, matplotlib.
 # Must never: compare rates across sessions; ratios are taken within one sweep.
 """Paper reproduction (seed 000): send rate versus number of queues, per confirm mode."""
@@ -19,6 +20,17 @@ from typing import Any
 from bench import options, report, scenarios
 
 DEFAULT_QUEUES = "1,2,3,5,10,15,20,30"  # the paper plots 1..30
+
+
+def parse_target(spec: str) -> tuple[str, str, str]:
+    """`NAME=MODE@URI` -> (name, mode, uri): a series of the sweep on its own broker, e.g.
+    `rabbitmq=default@amqp://guest:guest@127.0.0.1:5672/%2F` or
+    `ack-lite=ack-lite@amqp://guest:guest@127.0.0.1:5691/%2F`. Raises ValueError."""
+    name, sep, rest = spec.partition("=")
+    mode, sep2, uri = rest.partition("@")
+    if not (sep and sep2 and name and mode and uri):
+        raise ValueError(f"--target wants NAME=MODE@URI, got {spec!r}")
+    return name, mode, uri
 
 
 def plan_runs(queues: list[int], modes: list[str], rounds: int) -> list[tuple[int, str, int]]:
@@ -63,7 +75,7 @@ def draw(points: dict[int, dict[str, list[float]]], modes: list[str], out: str) 
     xs = list(points)
     for m in modes:
         ys = [statistics.median(points[n][m]) if points[n].get(m) else float("nan") for n in xs]
-        ax.plot(xs, ys, marker="o", label=f"x-confirm-on={m}")
+        ax.plot(xs, ys, marker="o", label=m)
     ax.set_xlabel("queues")
     ax.set_ylabel("send rate (msg/s, confirmed publishes)")
     ax.set_title("paper scenario: 2×2 producers, 3×3 consumers per queue, 1500 B persistent")
@@ -84,10 +96,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=1, help="runs per point (median)")
     p.add_argument("--out", help="write bench-sweep/1 JSON here")
     p.add_argument("--png", help="write the plot here")
+    p.add_argument("--target", action="append", default=[], metavar="NAME=MODE@URI",
+                   help="a series on its own broker (repeatable; replaces --modes and URI; "
+                        "the first is the baseline of the ratios)")
     options.add_run_options(p)
     ns = p.parse_args(argv)
     queues = [int(x) for x in ns.queues.split(",") if x]
     modes = [m for m in ns.modes.split(",") if m]
+    targets = {m: (m, ns.sweep_uri) for m in modes}  # series name -> (mode, uri)
+    if ns.target:
+        try:
+            parsed = [parse_target(t) for t in ns.target]
+        except ValueError as exc:
+            p.error(str(exc))
+        targets = {name: (mode, uri) for name, mode, uri in parsed}
+        modes = list(targets)
     out_file, ns.json, ns.uri = ns.out, None, None
     base = options.scenario_from_args(ns, scenarios.named("paper").replace(uri=ns.sweep_uri))
     from bench.coordinator import run
@@ -95,13 +118,16 @@ def main(argv: list[str]) -> int:
     points: dict[int, dict[str, list[float]]] = {n: {} for n in queues}
     runs: list[dict[str, Any]] = []
     ok = True
-    for n, mode, rnd in plan_runs(queues, modes, ns.rounds):
-        doc = run(scenario_for(base, n, mode))
+    for n, name, rnd in plan_runs(queues, modes, ns.rounds):
+        mode, uri = targets[name]
+        doc = run(scenario_for(base.replace(uri=uri), n, mode))
         ok &= doc["ok"]
-        points[n].setdefault(mode, []).append(doc["rates"]["confirm"])
-        runs.append({"queues": n, "mode": mode, "round": rnd, "result": doc})
-        print(f"queues {n:>2} {mode:>10} round {rnd}: send {doc['rates']['confirm']:,.0f} msg/s,"
-              f" consume {doc['rates']['consume']:,.0f} msg/s, verification "
+        points[n].setdefault(name, []).append(doc["rates"]["confirm"])
+        runs.append({"queues": n, "mode": mode, "series": name, "round": rnd, "result": doc})
+        cpu = (doc.get("broker") or {}).get("cpu_us_per_message")
+        print(f"queues {n:>2} {name:>10} round {rnd}: send {doc['rates']['confirm']:,.0f} msg/s,"
+              f" consume {doc['rates']['consume']:,.0f} msg/s, broker CPU "
+              f"{'?' if cpu is None else f'{cpu:.1f}'} us/msg, verification "
               f"{doc['verification']['status']}" + (f", errors {doc['errors']}"
                                                     if doc["errors"] else ""), flush=True)
     print()

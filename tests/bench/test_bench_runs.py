@@ -178,6 +178,23 @@ def test_sweep_cli_runs_the_paper_per_queue_count(broker: Any, tmp_path: Any,
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_sweep_targets_run_each_series_on_its_own_uri(broker: Any, tmp_path: Any,
+                                                      capsys: Any) -> None:
+    from bench.__main__ import main
+
+    out = tmp_path / "sweep.json"
+    rc = main(["sweep", "unused", "--queues", "1", "-z", "0", "-C", "100",
+               "--drain-timeout", "5", "--out", str(out),
+               "--target", f"persist=default@{broker.url}",
+               "--target", f"ack-lite=ack-lite@{broker.url}"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = json.loads(out.read_text())
+    assert [(r["series"], r["mode"]) for r in doc["runs"]] == [("persist", "default"),
+                                                             ("ack-lite", "ack-lite")]
+    assert "ack-lite/persist" in text and "broker CPU" in text
+
+
 def test_consumer_cancelled_by_the_broker_is_reported(broker: Any) -> None:
     import asyncio
 

@@ -175,3 +175,15 @@ def test_sweep_plan_interleaves_modes_and_uses_two_exchanges_above_15() -> None:
     assert dict(sweep.scenario_for(base, 3, "default").queue_args) == {}
     text = sweep.table({1: {"default": [100.0], "ack": [300.0]}}, ["default", "ack"])
     assert "3.00" in text
+
+
+def test_sweep_target_names_a_mode_on_its_own_broker() -> None:
+    from bench import sweep
+
+    assert sweep.parse_target("rabbitmq=default@amqp://g:g@h:5672/%2F") == (
+        "rabbitmq", "default", "amqp://g:g@h:5672/%2F")
+    assert sweep.parse_target("al=ack-lite@amqp://u:p@w@h/") == ("al", "ack-lite",
+                                                                  "amqp://u:p@w@h/")
+    for bad in ("rabbitmq", "x=default", "=ack@amqp://h", "x=@amqp://h"):
+        with pytest.raises(ValueError):
+            sweep.parse_target(bad)
