@@ -140,6 +140,7 @@ class Amqp091Destination(_End):
     def __init__(self, d: ShovelDef, resolve: Callable[[str], str], cluster_name: str) -> None:
         super().__init__(d, resolve)
         self._cluster_name = cluster_name
+        self._pending: set[int] | None = None  # sequence numbers not yet confirmed
 
     async def open(self, on_confirm: Confirm | None) -> None:
         d = self.d
@@ -149,7 +150,7 @@ class Amqp091Destination(_End):
             await _ensure_queue(dest, d.dest_queue, d.dest_queue_args)
         if on_confirm is not None:
             await dest.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
-            pending: set[int] = set()  # sequence numbers not yet confirmed
+            pending: set[int] = set()
             self._pending = pending
 
             def confirmed(seq: int, multiple: bool, ack: bool) -> None:
