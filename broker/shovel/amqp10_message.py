@@ -46,13 +46,15 @@ _STRING_PROPERTIES = {"message_id": "id", "to": "address", "subject": "subject",
                       "content_type": "content_type", "content_encoding": "content_encoding",
                       "group_id": "group_id", "reply_to_group_id": "reply_to_group_id"}
 _TIME_PROPERTIES = {"absolute_expiry_time": "expiry_time", "creation_time": "creation_time"}
-# 0-9-1 property (pamqp attribute) -> the name RabbitMQ's props map uses
-_091_NAMES = {"app_id": "app_id", "cluster_id": "cluster_id",
-              "content_encoding": "content_encoding", "content_type": "content_type",
-              "correlation_id": "correlation_id", "delivery_mode": "delivery_mode",
-              "expiration": "expiration", "headers": "headers", "message_id": "message_id",
-              "priority": "priority", "reply_to": "reply_to", "timestamp": "timestamp",
-              "message_type": "type", "user_id": "user_id"}
+# 0-9-1 property: (its bit in the property flags, pamqp attribute, RabbitMQ's props map
+# name); AMQP 0-9-1 §4.2.6.1 gives the order, the first property in bit 15
+_091_PROPERTIES = [(1 << (15 - i), attr, name) for i, (attr, name) in enumerate((
+    ("content_type", "content_type"), ("content_encoding", "content_encoding"),
+    ("headers", "headers"), ("delivery_mode", "delivery_mode"), ("priority", "priority"),
+    ("correlation_id", "correlation_id"), ("reply_to", "reply_to"),
+    ("expiration", "expiration"), ("message_id", "message_id"), ("timestamp", "timestamp"),
+    ("message_type", "type"), ("user_id", "user_id"), ("app_id", "app_id"),
+    ("cluster_id", "cluster_id")))]
 
 
 def _ap_value(v: Any) -> Any:
@@ -95,12 +97,13 @@ def amqp091_props(msg: ShovelMessage) -> dict[str, Any]:
     an AMQP 1.0 source."""
     if msg.header is None:
         return {}
+    raw = msg.header.raw_properties
+    flags = int.from_bytes(raw[:2], "big") if len(raw) >= 2 else 0
     p = msg.header.properties
     out: dict[str, Any] = {"exchange": msg.exchange, "routing_key": msg.routing_key}
-    for attr, name in _091_NAMES.items():
-        value = getattr(p, attr, None)
-        if value is not None:
-            out[name] = value
+    for bit, attr, name in _091_PROPERTIES:
+        if flags & bit:  # set in the message (pamqp fills unset ones with defaults)
+            out[name] = getattr(p, attr)
     return out
 
 
