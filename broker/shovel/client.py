@@ -37,12 +37,13 @@ from broker.protocol.framing import (
     ContentHeader,
     FrameDecoder,
 )
+from broker.shovel.endpoint import EndpointError
 
 RPC_TIMEOUT = 30.0  # s: longest a synchronous method may wait for its reply
 CONNECT_TIMEOUT = 15.0  # s: TCP connect + handshake
 
 
-class ClientError(Exception):
+class ClientError(EndpointError):
     """The peer closed the connection or the channel (reply_code), or the socket failed (0).
     `reason` is the short form RabbitMQ's link status shows for a socket error (Erlang's
     inet atoms: "econnrefused", "timeout", ...), else None."""

@@ -6,7 +6,9 @@
 rabbit_shovel_parameters.erl in RabbitMQ 3.10.8 is the reference for keys, defaults and
 validation texts).
 
-Keys (AMQP 0-9-1 on both ends): `src-uri` and `dest-uri` (a URI or a list: tried in order),
+`src-protocol` / `dest-protocol` (`amqp091` default, or `amqp10`) choose each end's keys.
+
+AMQP 0-9-1 keys: `src-uri` and `dest-uri` (a URI or a list: tried in order),
 `src-queue` or `src-exchange` (+ `src-exchange-key`, default ""), `src-prefetch-count`
 (default 1000), `src-delete-after` (`never` default, `queue-length`, or a count ≥ 0),
 `dest-queue` or `dest-exchange` (+ `dest-exchange-key`; default: the message's own routing
@@ -16,6 +18,16 @@ default 5). The pre-3.7 names `prefetch-count`, `delete-after`, `add-forward-hea
 `add-timestamp-header`, `publish-properties` are read too. A URI without a host
 (`amqp://`, `amqp:///vhost`) is this broker: the link logs in over loopback as the
 configured `default_user` (RabbitMQ uses an internal direct connection there).
+
+AMQP 1.0 keys (rabbit_amqp10_shovel; run by broker/shovel/amqp10.py): a source has `src-uri`,
+`src-address` (required), `src-prefetch-count` (link credit, default 1000) and
+`src-delete-after`; a destination `dest-uri`, `dest-address` (required),
+`dest-add-forward-headers`, `dest-add-timestamp-header` and three objects of string values:
+`dest-application-properties`, `dest-message-annotations` and `dest-properties` (AMQP 1.0
+message properties by their field names: message_id, to, subject, ...). `ack-mode` and
+`reconnect-delay` are common. Keys of the other protocol are "Unrecognised terms", as in
+RabbitMQ (an amqp10 source has no `src-queue`, an amqp10 destination no
+`dest-publish-properties`).
 """
 
 from __future__ import annotations
@@ -31,13 +43,20 @@ _PROPERTY_KEYS: dict[str, type | tuple[type, ...]] = {"content_type": str, "cont
                   "priority": (int, float), "correlation_id": str, "reply_to": str,
                   "expiration": str, "message_id": str, "timestamp": (int, float),
                   "type": str, "user_id": str, "app_id": str, "cluster_id": str}
-_KNOWN = {"src-uri", "src-queue", "src-exchange", "src-exchange-key", "src-prefetch-count",
-          "prefetch-count", "src-delete-after", "delete-after", "src-queue-args",
-          "src-consumer-args", "src-protocol", "dest-uri", "dest-queue", "dest-exchange",
-          "dest-exchange-key", "dest-queue-args", "dest-add-forward-headers",
-          "add-forward-headers", "dest-add-timestamp-header", "add-timestamp-header",
-          "dest-publish-properties", "publish-properties", "dest-protocol", "ack-mode",
-          "reconnect-delay"}
+PROTOCOLS = ("amqp10", "amqp091")
+_COMMON = {"src-protocol", "dest-protocol", "ack-mode", "reconnect-delay"}
+_SRC_091 = {"src-uri", "src-queue", "src-exchange", "src-exchange-key", "src-prefetch-count",
+            "prefetch-count", "src-delete-after", "delete-after", "src-queue-args",
+            "src-consumer-args"}
+_DEST_091 = {"dest-uri", "dest-queue", "dest-exchange", "dest-exchange-key",
+             "dest-queue-args", "dest-add-forward-headers", "add-forward-headers",
+             "dest-add-timestamp-header", "add-timestamp-header", "dest-publish-properties",
+             "publish-properties"}
+_SRC_10 = {"src-uri", "src-address", "src-prefetch-count", "src-delete-after"}
+_DEST_10 = {"dest-uri", "dest-address", "dest-add-forward-headers",
+            "dest-add-timestamp-header", "dest-application-properties",
+            "dest-message-annotations", "dest-properties"}
+_AMQP10_MAPS = ("dest-application-properties", "dest-message-annotations", "dest-properties")
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,14 @@ class ShovelDef:
     publish_properties: dict[str, Any] = field(default_factory=dict)
     ack_mode: str = "on-confirm"
     reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+    src_protocol: str = "amqp091"  # amqp091 | amqp10
+    dest_protocol: str = "amqp091"
+    src_address: str | None = None  # amqp10 source: the node to receive from
+    dest_address: str | None = None  # amqp10 destination: the node to send to
+    # amqp10 destination: set on every message sent (rabbit_amqp10_shovel new_message)
+    dest_application_properties: dict[str, str] = field(default_factory=dict)
+    dest_message_annotations: dict[str, str] = field(default_factory=dict)
+    dest_properties: dict[str, str] = field(default_factory=dict)
     static: bool = False  # from the configuration file (broker/shovel/static.py)
     src_declarations: tuple[Any, ...] = ()  # pamqp methods run on connect (static shovels)
     dest_declarations: tuple[Any, ...] = ()
@@ -77,8 +104,16 @@ def _uris(value: Any) -> list[str] | None:
 
 
 def _uri_ok(uri: str) -> bool:
+    """amqp_uri:parse's test: an amqp:// or amqps:// URI (an amqps URI is refused later,
+    when a link connects, by an end that has no TLS)."""
     u = urllib.parse.urlparse(uri)
-    return u.scheme == "amqp"
+    return u.scheme in ("amqp", "amqps")
+
+
+def protocols(value: dict[str, Any]) -> tuple[str, str]:
+    """(src-protocol, dest-protocol), each `amqp091` when absent (rabbit_shovel_parameters
+    protocols/1)."""
+    return value.get("src-protocol", "amqp091"), value.get("dest-protocol", "amqp091")
 
 
 def validate(value: Any) -> list[str]:
@@ -87,6 +122,13 @@ def validate(value: Any) -> list[str]:
     if not isinstance(value, dict):
         return [f"{value!r} is not a valid shovel definition"]
     errs: list[str] = []
+    for key in ("src-protocol", "dest-protocol"):
+        if key in value and value[key] not in PROTOCOLS:
+            errs.append(f"{key} should be one of {', '.join(PROTOCOLS)}, actually was "
+                        f"{value[key]!r}")
+    if errs:
+        return errs
+    src_proto, dest_proto = protocols(value)
     for key in ("src-uri", "dest-uri"):
         if key not in value:
             errs.append(f"Key \"{key}\" not found in {key.split('-')[0]} definition")
@@ -97,35 +139,73 @@ def validate(value: Any) -> list[str]:
                         f"{value[key]!r}")
         else:
             errs.extend(f'"{u}" not a valid URI' for u in uris if not _uri_ok(u))
+    if src_proto == "amqp091":
+        errs.extend(_validate_amqp091_src(value))
+    else:
+        errs.extend(_validate_amqp10_src(value))
+    if dest_proto == "amqp091":
+        errs.extend(_validate_amqp091_dest(value))
+    else:
+        errs.extend(_validate_amqp10_dest(value))
+    for key in ("src-prefetch-count", "reconnect-delay"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            errs.append(f"{key} should be a number, actually was {v!r}")
+    v = value.get("src-delete-after")
+    if v is not None and not _delete_after_ok(v):
+        errs.append(f'src-delete-after should be a number greater than or equal to 0, '
+                    f'"never" or "queue-length", actually was {v!r}')
+    mode = value.get("ack-mode", "on-confirm")
+    if mode not in ACK_MODES:
+        errs.append(f"ack-mode should be one of {', '.join(ACK_MODES)}, actually was {mode!r}")
+    for key in ("dest-add-forward-headers", "dest-add-timestamp-header"):
+        if key in value and not isinstance(value[key], bool):
+            errs.append(f"{key} should be boolean, actually was {value[key]!r}")
+    known = _COMMON | (_SRC_091 if src_proto == "amqp091" else _SRC_10) | (
+        _DEST_091 if dest_proto == "amqp091" else _DEST_10)
+    unknown = sorted(set(value) - known)
+    if unknown:
+        errs.append(f"Unrecognised terms {unknown} in parameters")
+    return errs
+
+
+def _delete_after_ok(v: Any) -> bool:
+    return v in ("never", "queue-length") or (
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+
+def _validate_amqp091_src(value: dict[str, Any]) -> list[str]:
+    errs: list[str] = []
     has_q, has_x = "src-queue" in value, "src-exchange" in value
     if not has_q and not has_x:
         errs.append("Must specify 'src-exchange' or 'src-queue'")
     elif has_q and has_x:
         errs.append("Cannot specify 'src-exchange' and 'src-queue'")
-    if "dest-queue" in value and "dest-exchange" in value:
-        errs.append("Cannot specify 'dest-exchange' and 'dest-queue'")
-    for key in ("src-queue", "src-exchange", "src-exchange-key", "dest-queue",
-                "dest-exchange", "dest-exchange-key"):
+    for key in ("src-queue", "src-exchange", "src-exchange-key"):
         if key in value and not isinstance(value[key], str):
             errs.append(f"{key} should be binary, actually was {value[key]!r}")
-    for key in ("src-prefetch-count", "prefetch-count", "reconnect-delay"):
-        v = value.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            errs.append(f"{key} should be a number, actually was {v!r}")
-    for key in ("src-delete-after", "delete-after"):
-        v = value.get(key)
-        if v is not None and v not in ("never", "queue-length") and not (
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-            errs.append(f'{key} should be a number greater than or equal to 0, "never" or '
-                        f'"queue-length", actually was {v!r}')
-    mode = value.get("ack-mode", "on-confirm")
-    if mode not in ACK_MODES:
-        errs.append(f"ack-mode should be one of {', '.join(ACK_MODES)}, actually was {mode!r}")
+    v = value.get("prefetch-count")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        errs.append(f"prefetch-count should be a number, actually was {v!r}")
+    v = value.get("delete-after")
+    if v is not None and not _delete_after_ok(v):
+        errs.append(f'delete-after should be a number greater than or equal to 0, "never" '
+                    f'or "queue-length", actually was {v!r}')
     delete_after = value.get("src-delete-after", value.get("delete-after"))
-    if isinstance(delete_after, int) and not isinstance(delete_after, bool) and mode == "no-ack":
+    if (isinstance(delete_after, int) and not isinstance(delete_after, bool)
+            and value.get("ack-mode") == "no-ack"):
         errs.append("Cannot specify 'no-ack' and numerical 'delete-after'")
-    for key in ("dest-add-forward-headers", "add-forward-headers",
-                "dest-add-timestamp-header", "add-timestamp-header"):
+    return errs
+
+
+def _validate_amqp091_dest(value: dict[str, Any]) -> list[str]:
+    errs: list[str] = []
+    if "dest-queue" in value and "dest-exchange" in value:
+        errs.append("Cannot specify 'dest-exchange' and 'dest-queue'")
+    for key in ("dest-queue", "dest-exchange", "dest-exchange-key"):
+        if key in value and not isinstance(value[key], str):
+            errs.append(f"{key} should be binary, actually was {value[key]!r}")
+    for key in ("add-forward-headers", "add-timestamp-header"):
         if key in value and not isinstance(value[key], bool):
             errs.append(f"{key} should be boolean, actually was {value[key]!r}")
     for key in ("dest-publish-properties", "publish-properties"):
@@ -142,12 +222,35 @@ def validate(value: Any) -> list[str]:
             elif isinstance(v, bool) or not isinstance(v, want):
                 errs.append(f"{k} should be {'binary' if want is str else 'a number'}, "
                             f"actually was {v!r}")
-    for key in ("src-protocol", "dest-protocol"):
-        if value.get(key, "amqp091") != "amqp091":
-            errs.append(f"{key}: only amqp091 is supported by this broker")
-    unknown = sorted(set(value) - _KNOWN)
-    if unknown:
-        errs.append(f"Unrecognised terms {unknown} in parameters")
+    return errs
+
+
+def _validate_amqp10_src(value: dict[str, Any]) -> list[str]:
+    """rabbit_shovel_parameters amqp10_src_validation: src-address is mandatory."""
+    if "src-address" not in value:
+        return ['Key "src-address" not found in src definition']
+    if not isinstance(value["src-address"], str):
+        return [f"src-address should be binary, actually was {value['src-address']!r}"]
+    return []
+
+
+def _validate_amqp10_dest(value: dict[str, Any]) -> list[str]:
+    """rabbit_shovel_parameters amqp10_dest_validation: dest-address is mandatory; the three
+    maps hold string values only (validate_amqp10_map)."""
+    errs: list[str] = []
+    if "dest-address" not in value:
+        errs.append('Key "dest-address" not found in dest definition')
+    elif not isinstance(value["dest-address"], str):
+        errs.append(f"dest-address should be binary, actually was {value['dest-address']!r}")
+    for key in _AMQP10_MAPS:
+        m = value.get(key)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            errs.append(f"{key} should be an object, actually was {m!r}")
+            continue
+        errs.extend(f"{k} should be binary, actually was {v!r}"
+                    for k, v in m.items() if not isinstance(v, str))
     return errs
 
 
@@ -157,7 +260,13 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelDef:
         return value.get(new, value.get(old, default))
 
     props = pick("dest-publish-properties", "publish-properties", {}) or {}
+    src_protocol, dest_protocol = protocols(value)
     return ShovelDef(
+        src_protocol=src_protocol, dest_protocol=dest_protocol,
+        src_address=value.get("src-address"), dest_address=value.get("dest-address"),
+        dest_application_properties=dict(value.get("dest-application-properties") or {}),
+        dest_message_annotations=dict(value.get("dest-message-annotations") or {}),
+        dest_properties=dict(value.get("dest-properties") or {}),
         vhost=vhost, name=name,
         src_uris=tuple(_uris(value["src-uri"]) or ()),
         dest_uris=tuple(_uris(value["dest-uri"]) or ()),
