@@ -50,16 +50,18 @@ def scenario_for(base: options.Scenario, n: int, mode: str) -> options.Scenario:
 
 def table(points: dict[int, dict[str, list[float]]], modes: list[str]) -> str:
     """Median send rate (msg/s) per queue count and mode, and each mode / the first."""
-    head = f"{'queues':>6}" + "".join(f"{m:>14}" for m in modes)
-    head += "".join(f"{m + '/' + modes[0]:>18}" for m in modes[1:])
+    w = {m: max(14, len(m) + 2) for m in modes}  # series names may be long (--target)
+    rw = {m: max(18, len(m) + len(modes[0]) + 3) for m in modes[1:]}
+    head = f"{'queues':>6}" + "".join(f"{m:>{w[m]}}" for m in modes)
+    head += "".join(f"{m + '/' + modes[0]:>{rw[m]}}" for m in modes[1:])
     rows = [head]
     for n, per in points.items():
         med = {m: statistics.median(per[m]) if per.get(m) else None for m in modes}
-        row = f"{n:>6}" + "".join(f"{'-' if med[m] is None else f'{med[m]:,.0f}':>14}"
+        row = f"{n:>6}" + "".join(f"{'-' if med[m] is None else f'{med[m]:,.0f}':>{w[m]}}"
                                   for m in modes)
         for m in modes[1:]:
             a, b = med[modes[0]], med[m]
-            row += f"{'-' if not a or b is None else f'{b / a:.2f}':>18}"
+            row += f"{'-' if not a or b is None else f'{b / a:.2f}':>{rw[m]}}"
         rows.append(row)
     return "\n".join(rows)
 
