@@ -14,9 +14,18 @@ from typing import Any
 # rabbitmqctl shovel_status's columns -> the /api/shovels field they show
 SHOVEL_COLUMNS = {
     "destination": "dest_uri", "destination_protocol": "dest_protocol",
-    "destination_queue": "dest_queue", "last_changed": "timestamp", "name": "name",
-    "source": "src_uri", "source_protocol": "src_protocol", "source_queue": "src_queue",
-    "state": "state", "termination_reason": "reason", "type": "type", "vhost": "vhost",
+    "last_changed": "timestamp", "name": "name", "source": "src_uri",
+    "source_protocol": "src_protocol", "state": "state", "termination_reason": "reason",
+    "type": "type", "vhost": "vhost",
+}
+# the endpoint columns it adds for the shovels that have them (ShovelStatusCommand's
+# details_to_map in RabbitMQ 3.10.8: an AMQP 1.0 end shows its address)
+SHOVEL_DETAIL_COLUMNS = {
+    "source_address": "src_address", "source_queue": "src_queue",
+    "source_exchange": "src_exchange", "source_exchange_key": "src_exchange_key",
+    "destination_address": "dest_address", "destination_queue": "dest_queue",
+    "destination_exchange": "dest_exchange",
+    "destination_exchange_key": "dest_exchange_key",
 }
 COMMANDS = ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
             "delete_shovel", "restart_shovel", "federation_status", "restart_federation_link")
@@ -54,8 +63,11 @@ def run(client: Any, args: argparse.Namespace, quote: Any) -> tuple[str | None, 
     if c == "shovel_status":
         rows = client.call("GET", "/api/shovels")
         node = rows[0]["node"] if rows else client.call("GET", "/api/nodes")[0]["name"]
-        columns = sorted(SHOVEL_COLUMNS)
-        table = [{col: r.get(SHOVEL_COLUMNS[col]) for col in columns} for r in rows]
+        fields = dict(SHOVEL_COLUMNS)
+        fields.update({col: f for col, f in SHOVEL_DETAIL_COLUMNS.items()
+                       if any(r.get(f) is not None for r in rows)})
+        columns = sorted(fields)
+        table = [{col: r.get(fields[col]) for col in columns} for r in rows]
         return f"Shovel status on node {node}", (columns, table)
     if c == "delete_shovel":
         client.call("DELETE", f"/api/parameters/shovel/{quote(v)}/{quote(a[0])}")

@@ -180,7 +180,7 @@ def test_amqp091_queue_to_amqp10_address(api, broker, peer):
             conn.channel().queue_delete(src)
 
 
-def test_amqp10_address_to_amqp091_queue(api, broker, peer):
+def test_amqp10_address_to_amqp091_queue(api, api_base, broker, peer):
     address, dest, name = uniq("addr"), uniq("sh10-dest"), uniq("shovel10")
     peer.put(address, [proton.Message(body=b"b%d" % i, inferred=True, id=f"x{i}")
                        for i in range(30)] + [proton.Message(body="text")])
@@ -204,6 +204,19 @@ def test_amqp10_address_to_amqp091_queue(api, broker, peer):
         s = _status(api, name)
         assert s["src_protocol"] == "amqp10" and s["src_address"] == address
         assert s["dest_queue"] == dest and s["messages_moved"] == 31
+        # rabbitmqctl shovel_status adds the endpoint columns its shovels have
+        # (ShovelStatusCommand details_to_map): an AMQP 1.0 source shows its address
+        import subprocess
+        import sys
+        out = subprocess.run([sys.executable, "-m", "broker.ctl", "--api", api_base,
+                              "shovel_status"], capture_output=True, text=True,
+                             timeout=60).stdout.splitlines()
+        columns = out[1].split("\t")
+        assert {"source_address", "destination_queue"} <= set(columns), columns
+        row = dict(zip(columns, next(r.split("\t") for r in out[2:] if f"\t{name}\t" in r),
+                       strict=True))
+        assert (row["source_address"], row["destination_queue"]) == (address, dest)
+        assert (row["source_protocol"], row["destination_protocol"]) == ("amqp10", "amqp091")
     finally:
         api.delete(f"/api/parameters/shovel/%2F/{name}")
         with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
