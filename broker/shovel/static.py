@@ -28,6 +28,13 @@ broker from its TOML configuration file, with the same names:
     add_forward_headers = true
     add_timestamp_header = false
 
+An end with `protocol = "amqp10"` speaks AMQP 1.0 (rabbit_amqp10_shovel:parse, through
+python-qpid-proton: the `amqp10` extra): a source has `uris`, `source_address`,
+`prefetch_count` and `delete_after` (no declarations, no queue); a destination has `uris`,
+`target_address`, and the tables `properties`, `application_properties` and
+`message_annotations` set on every message sent, beside `add_forward_headers` and
+`add_timestamp_header` (see docs/scaling-out.md for how messages convert).
+
 A declaration is a method name or `[name, {fields}]` with AMQP's field names
 (`exchange.declare`: exchange, type, passive, durable, auto_delete, internal, arguments;
 `queue.declare`: queue, passive, durable, exclusive, auto_delete, arguments; `queue.bind`
@@ -62,6 +69,13 @@ _SOURCE_KEYS = {"protocol", "uris", "declarations", "queue", "prefetch_count", "
                 "consumer_args"}
 _DEST_KEYS = {"protocol", "uris", "declarations", "publish_properties", "publish_fields",
               "add_forward_headers", "add_timestamp_header"}
+# an AMQP 1.0 end's keys (rabbit_amqp10_shovel:parse in RabbitMQ 3.10.8)
+_SOURCE_KEYS_10 = {"protocol", "uris", "source_address", "prefetch_count", "delete_after",
+                   "consumer_args"}
+_DEST_KEYS_10 = {"protocol", "uris", "target_address", "properties",
+                 "application_properties", "message_annotations", "add_forward_headers",
+                 "add_timestamp_header"}
+_PROTOCOLS = ("amqp091", "amqp10")
 _TOP_KEYS = {"source", "destination", "ack_mode", "reconnect_delay"}
 
 
@@ -104,15 +118,31 @@ def parse(name: str, table: Any) -> ShovelDef:
     src, dest = table.get("source"), table.get("destination")
     if not isinstance(src, dict) or not isinstance(dest, dict):
         raise ValueError(f"{where}: both [source] and [destination] are required")
-    for part, keys, label in ((src, _SOURCE_KEYS, "source"), (dest, _DEST_KEYS, "destination")):
-        extra = sorted(set(part) - keys)
+    src_protocol = src.get("protocol", "amqp091")
+    dest_protocol = dest.get("protocol", "amqp091")
+    for part, protocol, keys, label in (
+            (src, src_protocol, (_SOURCE_KEYS, _SOURCE_KEYS_10), "source"),
+            (dest, dest_protocol, (_DEST_KEYS, _DEST_KEYS_10), "destination")):
+        if protocol not in _PROTOCOLS:
+            raise ValueError(f"{where}.{label}.protocol: amqp091 or amqp10 expected")
+        extra = sorted(set(part) - keys[protocol == "amqp10"])
         if extra:
-            raise ValueError(f"{where}.{label}: unknown key(s) {extra}")
-        if part.get("protocol", "amqp091") != "amqp091":
-            raise ValueError(f"{where}.{label}.protocol: only amqp091 is supported")
-    if "queue" not in src or not isinstance(src["queue"], str):
+            raise ValueError(f"{where}.{label}: unknown key(s) {extra} for {protocol}")
+    if src_protocol == "amqp10":
+        if not isinstance(src.get("source_address"), str):
+            raise ValueError(f"{where}.source.source_address: an AMQP 1.0 address is required")
+    elif "queue" not in src or not isinstance(src["queue"], str):
         raise ValueError(f"{where}.source.queue: a queue name (\"\" for the last declared) "
                          "is required")
+    if dest_protocol == "amqp10" and not isinstance(dest.get("target_address"), str):
+        raise ValueError(f"{where}.destination.target_address: an AMQP 1.0 address is "
+                         "required")
+    maps = {}
+    for key in ("properties", "application_properties", "message_annotations"):
+        value = dest.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError(f"{where}.destination.{key}: a table of strings expected")
+        maps[key] = dict(value)
     mode = table.get("ack_mode", "on_confirm")
     if mode not in _ACK_MODES:
         raise ValueError(f"{where}.ack_mode: one of {', '.join(_ACK_MODES)} expected")
@@ -131,7 +161,12 @@ def parse(name: str, table: Any) -> ShovelDef:
         vhost="/", name=name, static=True,
         src_uris=_uris(f"{where}.source", src.get("uris")),
         dest_uris=_uris(f"{where}.destination", dest.get("uris")),
-        src_queue=src["queue"],
+        src_queue=src.get("queue"), src_protocol=src_protocol,
+        src_address=src.get("source_address"), dest_protocol=dest_protocol,
+        dest_address=dest.get("target_address"),
+        dest_properties=maps["properties"],
+        dest_application_properties=maps["application_properties"],
+        dest_message_annotations=maps["message_annotations"],
         src_declarations=_declarations(f"{where}.source", src.get("declarations", [])),
         dest_declarations=_declarations(f"{where}.destination",
                                         dest.get("declarations", [])),

@@ -114,3 +114,85 @@ def test_a_bad_static_shovel_stops_the_broker_with_a_clear_error(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "shovels.broken.source.uris" in proc.stderr + proc.stdout
+
+
+def test_static_shovels_with_amqp10_ends(tmp_path):
+    """`protocol = "amqp10"` ends in the configuration file (rabbit_amqp10_shovel:parse's
+    keys): a local queue to an AMQP 1.0 peer's address with `target_address` and the
+    destination tables, and the peer's address back to a local queue."""
+    proton = pytest.importorskip("proton")
+    from tests.ops.amqp10_peer import Amqp10Peer
+
+    peer = Amqp10Peer().start()
+    peer.put("inbox", [proton.Message(body=b"in%d" % i, inferred=True) for i in range(10)])
+    config = tmp_path / "broker.toml"
+    config.write_text(f"""
+[shovels.to_peer]
+reconnect_delay = 1
+[shovels.to_peer.source]
+uris = ["amqp://"]
+declarations = [["queue.declare", {{queue = "st10-src", durable = true}}]]
+queue = "st10-src"
+[shovels.to_peer.destination]
+protocol = "amqp10"
+uris = ["{peer.uri}"]
+target_address = "outbox"
+application_properties = {{origin = "static"}}
+message_annotations = {{note = "from-config"}}
+properties = {{subject = "subj"}}
+add_forward_headers = true
+
+[shovels.from_peer]
+reconnect_delay = 1
+[shovels.from_peer.source]
+protocol = "amqp10"
+uris = ["{peer.uri}"]
+source_address = "inbox"
+prefetch_count = 5
+[shovels.from_peer.destination]
+uris = ["amqp://"]
+declarations = [["queue.declare", {{queue = "st10-dest"}}]]
+publish_fields = {{exchange = "", routing_key = "st10-dest"}}
+""")
+    api_port = _free_port()
+    b = BrokerProcess(tmp_path / "data", "--config", str(config), "--set",
+                      f"management.tcp.port={api_port}").start()
+    api = f"http://127.0.0.1:{api_port}"
+    try:
+        def shovels() -> dict:
+            items = requests.get(f"{api}/api/shovels", auth=("guest", "guest"), timeout=10)
+            return {s["name"]: s for s in items.json()}
+        wait_for(lambda: {s["state"] for s in shovels().values()} == {"running"}, timeout=20)
+        status = shovels()
+        assert (status["to_peer"]["dest_protocol"], status["to_peer"]["dest_address"]) == (
+            "amqp10", "outbox")
+        assert (status["from_peer"]["src_protocol"], status["from_peer"]["src_address"]) == (
+            "amqp10", "inbox")
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for i in range(10):
+                ch.basic_publish("", "st10-src", b"out%d" % i)
+        wait_for(lambda: len(peer.messages("outbox")) >= 10, timeout=15)
+        sent = peer.messages("outbox")
+        assert [bytes(m.body) for m in sent] == [b"out%d" % i for i in range(10)]
+        assert sent[0].properties["origin"] == "static" and sent[0].subject == "subj"
+        assert sent[0].annotations == {"note": "from-config"}
+        assert sent[0].properties["shovel-type"] == "static"
+        assert [body for _p, body in _get(b.url, "st10-dest", 10)] == [
+            b"in%d" % i for i in range(10)]
+    finally:
+        b.stop()
+        peer.stop()
+
+
+def test_a_static_amqp10_end_without_its_address_is_refused(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text('[shovels.broken.source]\nprotocol = "amqp10"\nuris = ["amqp://h"]\n'
+                      'queue = "a"\n[shovels.broken.destination]\nuris = ["amqp://"]\n')
+    proc = subprocess.run([sys.executable, "-m", "broker", "--config", str(config),
+                           "--port", "0", "--data-dir", str(tmp_path / "d")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "shovels.broken.source: unknown key(s) ['queue'] for amqp10" in (
+        proc.stderr + proc.stdout)
