@@ -315,8 +315,8 @@ async function shovels() {
   const rows = await api("GET", "/api/shovels");
   show(`<h2>Shovel status</h2>` + table([
     ["Name", (r) => esc(r.name)], ["Vhost", (r) => esc(r.vhost)],
-    ["Source", (r) => esc(`${r.src_uri} ${r.src_queue !== undefined ? `queue ${r.src_queue}` : `exchange ${r.src_exchange}`}`)],
-    ["Destination", (r) => esc(`${r.dest_uri} ${r.dest_queue !== undefined ? `queue ${r.dest_queue}` : `exchange ${r.dest_exchange || ""}`}`)],
+    ["Source", (r) => esc(`${r.src_uri} ${r.src_address !== undefined ? `address ${r.src_address}` : r.src_queue !== undefined ? `queue ${r.src_queue}` : `exchange ${r.src_exchange}`}`)],
+    ["Destination", (r) => esc(`${r.dest_uri} ${r.dest_address !== undefined ? `address ${r.dest_address}` : r.dest_queue !== undefined ? `queue ${r.dest_queue}` : `exchange ${r.dest_exchange || ""}`}`)],
     ["State", (r) => `<span class="state-${esc(r.state)}">${esc(r.state)}</span>`],
     ["Moved", (r) => r.messages_moved], ["Reason", (r) => esc(r.reason || "")], ["Since", (r) => esc(r.timestamp)],
     ["", (r) => `<button class="restart-shovel" data-vhost="${esc(r.vhost)}" data-name="${esc(r.name)}">Restart</button>`],
