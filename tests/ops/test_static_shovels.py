@@ -70,6 +70,24 @@ def _get(url: str, queue: str, n: int) -> list:
     return got
 
 
+def _shovels(api: str) -> dict:
+    """/api/shovels by name."""
+    items = requests.get(f"{api}/api/shovels", auth=("guest", "guest"), timeout=10)
+    return {s["name"]: s for s in items.json()}
+
+
+def _refused(tmp_path, config_text: str) -> str:
+    """Start a broker with `config_text` as its configuration file; it must refuse to
+    start. Returns what it printed."""
+    config = tmp_path / "broker.toml"
+    config.write_text(config_text)
+    proc = subprocess.run([sys.executable, "-m", "broker", "--config", str(config),
+                           "--port", "0", "--data-dir", str(tmp_path / "d")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    return proc.stderr + proc.stdout
+
+
 def test_static_shovels_run_from_the_configuration_file(tmp_path):
     config = tmp_path / "broker.toml"
     config.write_text(CONFIG)
@@ -78,11 +96,9 @@ def test_static_shovels_run_from_the_configuration_file(tmp_path):
                       f"management.tcp.port={api_port}").start()
     api = f"http://127.0.0.1:{api_port}"
     try:
-        def shovels() -> dict:
-            items = requests.get(f"{api}/api/shovels", auth=("guest", "guest"), timeout=10)
-            return {s["name"]: s for s in items.json()}
-        wait_for(lambda: {s["state"] for s in shovels().values()} == {"running"}, timeout=20)
-        status = shovels()
+        wait_for(lambda: {s["state"] for s in _shovels(api).values()} == {"running"},
+                 timeout=20)
+        status = _shovels(api)
         assert set(status) == {"from_queue", "from_exchange"}
         assert {s["type"] for s in status.values()} == {"static"}
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
@@ -100,20 +116,15 @@ def test_static_shovels_run_from_the_configuration_file(tmp_path):
         r = requests.delete(f"{api}/api/parameters/shovel/%2F/from_queue",
                             auth=("guest", "guest"), timeout=10)
         assert r.status_code == 404  # not a parameter: only the configuration removes it
-        assert "from_queue" in shovels()
+        assert "from_queue" in _shovels(api)
     finally:
         b.stop()
 
 
 def test_a_bad_static_shovel_stops_the_broker_with_a_clear_error(tmp_path):
-    config = tmp_path / "broker.toml"
-    config.write_text('[shovels.broken.source]\nuris = ["http://x"]\nqueue = "a"\n'
-                      '[shovels.broken.destination]\nuris = ["amqp://"]\n')
-    proc = subprocess.run([sys.executable, "-m", "broker", "--config", str(config),
-                           "--port", "0", "--data-dir", str(tmp_path / "d")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "shovels.broken.source.uris" in proc.stderr + proc.stdout
+    out = _refused(tmp_path, '[shovels.broken.source]\nuris = ["http://x"]\nqueue = "a"\n'
+                             '[shovels.broken.destination]\nuris = ["amqp://"]\n')
+    assert "shovels.broken.source.uris" in out
 
 
 def test_static_shovels_with_amqp10_ends(tmp_path):
@@ -159,11 +170,9 @@ publish_fields = {{exchange = "", routing_key = "st10-dest"}}
                       f"management.tcp.port={api_port}").start()
     api = f"http://127.0.0.1:{api_port}"
     try:
-        def shovels() -> dict:
-            items = requests.get(f"{api}/api/shovels", auth=("guest", "guest"), timeout=10)
-            return {s["name"]: s for s in items.json()}
-        wait_for(lambda: {s["state"] for s in shovels().values()} == {"running"}, timeout=20)
-        status = shovels()
+        wait_for(lambda: {s["state"] for s in _shovels(api).values()} == {"running"},
+                 timeout=20)
+        status = _shovels(api)
         assert (status["to_peer"]["dest_protocol"], status["to_peer"]["dest_address"]) == (
             "amqp10", "outbox")
         assert (status["from_peer"]["src_protocol"], status["from_peer"]["src_address"]) == (
@@ -187,12 +196,7 @@ publish_fields = {{exchange = "", routing_key = "st10-dest"}}
 
 
 def test_a_static_amqp10_end_without_its_address_is_refused(tmp_path):
-    config = tmp_path / "broker.toml"
-    config.write_text('[shovels.broken.source]\nprotocol = "amqp10"\nuris = ["amqp://h"]\n'
-                      'queue = "a"\n[shovels.broken.destination]\nuris = ["amqp://"]\n')
-    proc = subprocess.run([sys.executable, "-m", "broker", "--config", str(config),
-                           "--port", "0", "--data-dir", str(tmp_path / "d")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "shovels.broken.source: unknown key(s) ['queue'] for amqp10" in (
-        proc.stderr + proc.stdout)
+    out = _refused(tmp_path, '[shovels.broken.source]\nprotocol = "amqp10"\n'
+                             'uris = ["amqp://h"]\nqueue = "a"\n'
+                             '[shovels.broken.destination]\nuris = ["amqp://"]\n')
+    assert "shovels.broken.source: unknown key(s) ['queue'] for amqp10" in out
