@@ -147,14 +147,8 @@ def validate(value: Any) -> list[str]:
         errs.extend(_validate_amqp091_dest(value))
     else:
         errs.extend(_validate_amqp10_dest(value))
-    for key in ("src-prefetch-count", "reconnect-delay"):
-        v = value.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            errs.append(f"{key} should be a number, actually was {v!r}")
-    v = value.get("src-delete-after")
-    if v is not None and not _delete_after_ok(v):
-        errs.append(f'src-delete-after should be a number greater than or equal to 0, '
-                    f'"never" or "queue-length", actually was {v!r}')
+    errs.extend(_number_errors(value, ("src-prefetch-count", "reconnect-delay")))
+    errs.extend(_delete_after_errors(value, "src-delete-after"))
     mode = value.get("ack-mode", "on-confirm")
     if mode not in ACK_MODES:
         errs.append(f"ack-mode should be one of {', '.join(ACK_MODES)}, actually was {mode!r}")
@@ -174,6 +168,23 @@ def _delete_after_ok(v: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
+def _number_errors(value: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """rabbit_parameter_validation:number's text for each of `keys` set to a non-number."""
+    return [f"{key} should be a number, actually was {value[key]!r}" for key in keys
+            if value.get(key) is not None and (isinstance(value[key], bool)
+                                               or not isinstance(value[key], (int, float)))]
+
+
+def _delete_after_errors(value: dict[str, Any], key: str) -> list[str]:
+    """rabbit_shovel_parameters' text for a `key` (src-delete-after or the pre-3.7
+    delete-after) that is not a count, "never" or "queue-length"."""
+    v = value.get(key)
+    if v is None or _delete_after_ok(v):
+        return []
+    return [f'{key} should be a number greater than or equal to 0, "never" or '
+            f'"queue-length", actually was {v!r}']
+
+
 def _validate_amqp091_src(value: dict[str, Any]) -> list[str]:
     errs: list[str] = []
     has_q, has_x = "src-queue" in value, "src-exchange" in value
@@ -184,13 +195,8 @@ def _validate_amqp091_src(value: dict[str, Any]) -> list[str]:
     for key in ("src-queue", "src-exchange", "src-exchange-key"):
         if key in value and not isinstance(value[key], str):
             errs.append(f"{key} should be binary, actually was {value[key]!r}")
-    v = value.get("prefetch-count")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-        errs.append(f"prefetch-count should be a number, actually was {v!r}")
-    v = value.get("delete-after")
-    if v is not None and not _delete_after_ok(v):
-        errs.append(f'delete-after should be a number greater than or equal to 0, "never" '
-                    f'or "queue-length", actually was {v!r}')
+    errs.extend(_number_errors(value, ("prefetch-count",)))
+    errs.extend(_delete_after_errors(value, "delete-after"))
     delete_after = value.get("src-delete-after", value.get("delete-after"))
     if (isinstance(delete_after, int) and not isinstance(delete_after, bool)
             and value.get("ack-mode") == "no-ack"):
