@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pika
 import pytest
 
+from tests.ops.amqp_messages import get_all
 from tests.ops.conftest import EXTERNAL, Api
 from tests.polling import wait_for
 
@@ -70,19 +71,7 @@ def _conn(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(url))
 
 
-def _get_all(url: str, queue: str, n: int, timeout: float = 15.0) -> list:
-    """Up to n messages from `queue` (auto-acked), waiting up to `timeout`."""
-    got: list = []
-    with _conn(url) as conn:
-        ch = conn.channel()
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            method, props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                conn.sleep(0.02)
-                continue
-            got.append((method, props, body))
-    return got
+_get_all = get_all
 
 
 def _upstream(api, name: str, value: dict):

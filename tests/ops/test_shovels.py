@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 
+from tests.ops.amqp_messages import connect, fill, get_all, put_shovel, shovel_status
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
 
@@ -43,51 +44,17 @@ def peer() -> Iterator[object]:
         b.stop()
 
 
-def _conn(url: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(url))
+_conn = connect
+_put = put_shovel
+_fill = fill
+_status = shovel_status
 
 
 def _drain(url: str, queue: str, n: int, timeout: float = 20.0) -> list:
     """n messages from `queue` (acked), waiting up to `timeout` (for the queue, which the
     shovel declares when it starts, too): [(properties, body)]."""
-    got: list = []
-    with _conn(url) as conn:
-        ch = conn.channel()
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            try:
-                method, props, body = ch.basic_get(queue, auto_ack=True)
-            except pika.exceptions.ChannelClosedByBroker as exc:
-                assert exc.reply_code == 404
-                ch = conn.channel()
-                method = None
-            if method is None:
-                conn.sleep(0.02)
-                continue
-            got.append((props, body))
-    return got
-
-
-def _put(api, name: str, value: dict, vhost: str = "%2F"):
-    return api.put(f"/api/parameters/shovel/{vhost}/{name}",
-                   json={"value": value, "component": "shovel", "name": name})
-
-
-def _fill(url: str, queue: str, n: int, props: list | None = None) -> None:
-    """Declare `queue` (durable) and publish bodies b"0".. b"n-1" to it, confirmed."""
-    with _conn(url) as conn:
-        ch = conn.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", queue, b"%d" % i, props[i] if props else None)
-
-
-def _status(api, name: str) -> dict | None:
-    for s in api.get("/api/shovels/%2F").json():
-        if s["name"] == name:
-            return s
-    return None
+    return [(props, body) for _m, props, body in get_all(url, queue, n, timeout,
+                                                            wait_for_queue=True)]
 
 
 def test_a_queue_is_shovelled_to_another_broker_unchanged_and_in_order(api, broker, peer):

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 
+from tests.ops.amqp_messages import depth, fill, get_all, put_shovel, shovel_status
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
 
@@ -40,48 +41,18 @@ def peer() -> Iterator[Amqp10Peer]:
         p.stop()
 
 
-def _put(api, name: str, value: dict):
-    return api.put(f"/api/parameters/shovel/%2F/{name}",
-                   json={"value": value, "component": "shovel", "name": name})
-
-
-def _status(api, name: str) -> dict | None:
-    for s in api.get("/api/shovels/%2F").json():
-        if s["name"] == name:
-            return s
-    return None
+_put = put_shovel
+_status = shovel_status
+_fill = fill
+_depth = depth
 
 
 def _state(api, name: str) -> str | None:
     return (_status(api, name) or {}).get("state")
 
 
-def _fill(url: str, queue: str, n: int, props: list | None = None) -> None:
-    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-        ch = conn.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", queue, b"%d" % i, props[i] if props else None)
-
-
 def _drain(url: str, queue: str, n: int, timeout: float = 10.0) -> list:
-    got: list = []
-    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-        ch = conn.channel()
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            method, props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                conn.sleep(0.02)
-                continue
-            got.append((method, props, body))
-    return got
-
-
-def _depth(url: str, queue: str) -> int:
-    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
+    return get_all(url, queue, n, timeout)
 
 
 RABBIT_HOLE = {  # rabbit-hole v2.15.0's shovel test declaration, field for field

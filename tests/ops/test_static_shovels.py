@@ -10,12 +10,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import pika
 import pytest
 import requests
 
+from tests.ops.amqp_messages import get_all
 from tests.ops.conftest import EXTERNAL
 from tests.polling import wait_for
 from tests.recovery.brokerproc import ROOT, BrokerProcess
@@ -57,17 +57,8 @@ def _free_port() -> int:
 
 
 def _get(url: str, queue: str, n: int) -> list:
-    got: list = []
-    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-        ch = conn.channel()
-        deadline = time.monotonic() + 15
-        while len(got) < n and time.monotonic() < deadline:
-            method, props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                time.sleep(0.02)
-                continue
-            got.append((props, body))
-    return got
+    """Up to n messages from `queue`: [(properties, body)]."""
+    return [(props, body) for _m, props, body in get_all(url, queue, n)]
 
 
 def _shovels(api: str) -> dict:
