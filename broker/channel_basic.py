@@ -56,6 +56,7 @@ def _route_and_send(ch: ChannelProcess, method: Any, message: Message) -> None:
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
+    ch.vhost.routes.count_publish(method.exchange, 1, len(queues))
     if not queues:
         if method.mandatory:
             ch.message_stats.return_unroutable += 1
@@ -131,6 +132,7 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
             messages.append(Message(name, routing_key, h.decoded, c.body or b"",
                                     raw_properties=h.raw_properties))
     ch.message_stats.publish += n
+    vhost.routes.count_publish(name, n, n * len(queues))
     confirm = ch.confirm
     seqs: range | None = None
     if confirm is not None:
@@ -338,6 +340,7 @@ def get(ch: ChannelProcess, cmd: Command) -> None:
     queue = ch.vhost.get_queue(name, ch.conn, m)
     result = queue.call(queue.basic_get, ch, m.no_ack)
     if result is None:
+        ch.message_stats.get_empty += 1
         ch.send_method(B.GetEmpty())
         return
     fetched, left = result

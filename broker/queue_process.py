@@ -552,6 +552,7 @@ class QueueProcess(Process):
             self._drop_expired()
         fetched = self.bq.fetch(not no_ack)
         if fetched is None:
+            self.message_stats.get_empty += 1
             return None
         stats = self.message_stats
         if no_ack:

@@ -498,6 +498,9 @@ class Reader(asyncio.Protocol):
         if self._socket_gone and not self._finished:
             self._finished = True
             self._release_vhost()
+            if self.vhost is not None:  # kept in the vhost's recv_oct / send_oct
+                self.vhost.closed_octets[0] += self.recv_oct
+                self.vhost.closed_octets[1] += self.writer.bytes_sent if self.writer else 0
             self.broker.connection_gone(self)
 
     def _release_vhost(self) -> None:

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 # every counter, in RabbitMQ's names; deliver_get is derived (deliver + deliver_no_ack +
 # get + get_no_ack), as RabbitMQ reports it
-FIELDS = ("publish", "confirm", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack",
-          "redeliver", "return_unroutable", "drop_unroutable")
+FIELDS = ("publish", "confirm", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty",
+          "ack", "redeliver", "return_unroutable", "drop_unroutable")
+# a queue's message_stats carry only these (rabbit_mgmt_format, queue_stats in 3.10.8):
+# confirms and unroutable publishes are a channel's, not a queue's
+QUEUE_FIELDS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty",
+                "ack", "redeliver")
 
 
 class MessageStats:
@@ -27,6 +31,7 @@ class MessageStats:
     deliver_no_ack: int
     get: int
     get_no_ack: int
+    get_empty: int  # basic.get answered get-empty
     ack: int
     redeliver: int
     return_unroutable: int
@@ -41,9 +46,10 @@ class MessageStats:
         for name in FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def as_dict(self) -> dict[str, int]:
-        """{field: count} with `deliver_get` added."""
-        out = {name: getattr(self, name) for name in FIELDS}
+    def as_dict(self, fields: tuple[str, ...] = FIELDS) -> dict[str, int]:
+        """{field: count} of `fields` (all; QUEUE_FIELDS for a queue) with `deliver_get`
+        added."""
+        out = {name: getattr(self, name) for name in fields}
         out["deliver_get"] = out["deliver"] + out["deliver_no_ack"] + out["get"] + out["get_no_ack"]
         return out
 

@@ -70,6 +70,7 @@ class VHost:
         self.definitions = definitions  # durable metadata store (None: nothing persists)
         self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
         self.closed_stats = MessageStats()  # message counts of this vhost's closed channels
+        self.closed_octets = [0, 0]  # bytes its closed connections read, wrote (recv/send_oct)
         self.churn = Churn()  # queues declared, created, deleted (metrics)
         self._loop = loop  # handed to new queue processes
         self._config = config  # BrokerConfig (credit flow settings)

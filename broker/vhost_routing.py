@@ -57,6 +57,15 @@ class Routes:
             headers = message.headers
         return self.route(exchange_name, routing_key, headers, message)
 
+    def count_publish(self, exchange_name: str, n_in: int, n_out: int) -> None:
+        """`n_in` messages were published to `exchange_name` and `n_out` copies of them
+        routed to queues: the exchange's publish_in / publish_out (RabbitMQ's exchange
+        message_stats, from its channels' per-exchange counts)."""
+        x = self._exchanges.get(exchange_name)
+        if x is not None:
+            x.publish_in += n_in
+            x.publish_out += n_out
+
     def reads_headers(self) -> bool:
         """Some exchange of this vhost with bindings routes by headers (recomputed once
         per topology change)."""

@@ -22,7 +22,7 @@ class Writer:
     """
 
     __slots__ = ("_transport", "_loop", "_buf", "_size", "_scheduled", "_threshold", "paused",
-                 "_on_resume", "closed", "bytes_sent")
+                 "_on_resume", "closed", "bytes_sent", "writes")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
                  flush_threshold: int = 262144) -> None:
@@ -36,6 +36,7 @@ class Writer:
         self._on_resume: list[Callable[[], None]] = []  # run when the transport drains
         self.closed = False  # after close(): sends are dropped
         self.bytes_sent = 0  # total bytes handed to the transport (stats)
+        self.writes = 0  # transport writes (send_cnt in the management API)
 
     def send(self, data: bytes) -> None:
         if self.closed:
@@ -56,6 +57,7 @@ class Writer:
         self._buf = []
         self._size = 0
         self.bytes_sent += len(data)
+        self.writes += 1
         self._transport.write(data)
 
     def pending_bytes(self) -> int:

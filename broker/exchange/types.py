@@ -81,6 +81,10 @@ class Exchange:
     # construction (a dataclass cannot say "optional argument, always-set attribute")
     routing: Routing = None  # type: ignore[assignment]
     policy: PolicyDef | None = None  # the policy that applies (its alternate-exchange)
+    # messages published to it, and copies it routed to queues (message_stats publish_in /
+    # publish_out in the management API; counted by the channel, per publish or run)
+    publish_in: int = 0
+    publish_out: int = 0
 
     def __post_init__(self) -> None:
         if self.routing is None:  # not given

@@ -12,7 +12,7 @@ from aiohttp import web
 from broker.management import shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool
-from broker.management.context import broker
+from broker.management.context import broker, sampler
 from broker.management.http import (
     amqp_errors,
     body,
@@ -52,7 +52,7 @@ def find_exchange(request: web.Request) -> tuple[Any, Any]:
 
 
 def _json(request: web.Request, v: VHost, x: Exchange) -> dict:
-    return shapes.exchange(x, v.name, current(request).name)
+    return shapes.exchange(x, v.name, current(request).name, sampler(request))
 
 
 @routes.get("/api/exchanges")
@@ -76,7 +76,8 @@ async def list_vhost(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges/{vhost}/{name}")
 async def get_exchange(request: web.Request) -> web.Response:
     v, x = find_exchange(request)
-    return reply(_json(request, v, x))
+    # the per-channel and per-queue rate lists RabbitMQ fills only with rates_mode detailed
+    return reply({**_json(request, v, x), "incoming": [], "outgoing": []})
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")

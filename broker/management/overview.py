@@ -22,7 +22,7 @@ from broker.management import shapes
 from broker.management.auth import current, require_monitor, require_vhost, visible_vhosts
 from broker.management.context import broker, sampler
 from broker.management.http import not_found, param, reply
-from broker.management.rates import with_details
+from broker.management.rates import RateSampler, with_details
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -100,6 +100,8 @@ async def overview(request: web.Request) -> web.Response:
         "disable_stats": False,
         "enable_queue_totals": False,
         "message_stats": with_details(s, ("overview",), stats.as_dict()),
+        "churn_rates": with_details(s, ("churn",), shapes.churn_counts(b)),
+        "release_series_support_status": "supported",
         "queue_totals": with_details(s, ("overview",), lengths),
         "object_totals": objects,
         "statistics_db_event_queue": 0,
@@ -110,7 +112,7 @@ async def overview(request: web.Request) -> web.Response:
     })
 
 
-def node_json(b: StartedBroker) -> dict:
+def node_json(b: StartedBroker, rates: RateSampler | None = None) -> dict:
     """The one node, as GET /api/nodes/{name} shows it (rabbit_mgmt_wm_node.erl; the
     Erlang figures as the module docstring says)."""
     rss = _rss()
@@ -143,6 +145,9 @@ def node_json(b: StartedBroker) -> dict:
         "processors": os.cpu_count() or 1, "run_queue": 0, "rates_mode": "basic",
         "partitions": [], "applications": [], "exchange_types": [
             {"name": n, "description": d, "enabled": True} for n, d in EXCHANGE_TYPES],
+        # the node's churn counters, as the overview's churn_rates (rabbit_mgmt_format)
+        **(with_details(rates, ("churn",), shapes.churn_counts(b)) if rates is not None
+           else shapes.churn_counts(b)),
     }
 
 
@@ -162,7 +167,7 @@ def _rss() -> int:
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
     require_monitor(current(request))
-    return reply([node_json(broker(request))])
+    return reply([node_json(broker(request), sampler(request))])
 
 
 @routes.get("/api/nodes/{name}")
@@ -171,7 +176,7 @@ async def node(request: web.Request) -> web.Response:
     b = broker(request)
     if param(request, "name") != shapes.node_name(b):
         raise not_found()
-    return reply(node_json(b))
+    return reply(node_json(b, sampler(request)))
 
 
 @routes.get("/api/whoami")

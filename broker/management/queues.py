@@ -98,7 +98,14 @@ async def list_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    return reply(queue_json(request, find_queue(request)))
+    """One queue, with `consumer_details` (its consumers as /api/consumers shows them) and
+    the per-channel rate lists `deliveries` and `incoming`, empty as RabbitMQ 3.10.8 shows
+    them with rates_mode basic."""
+    q = find_queue(request)
+    b = broker(request)
+    return reply({**queue_json(request, q),
+                  "consumer_details": [shapes.consumer(b, q, c) for c in q.consumers],
+                  "deliveries": [], "incoming": []})
 
 
 @routes.put("/api/queues/{vhost}/{name}")

@@ -46,9 +46,14 @@ def collect(broker: StartedBroker) -> dict:
             out[key] = {**q.message_stats.as_dict(), **ql}
             for k, n in ql.items():
                 vlen[k] += n
+        for x in v.exchanges.values():
+            if x.publish_in:
+                out[shapes.exchange_key(vname, x.name)] = {"publish_in": x.publish_in,
+                                                           "publish_out": x.publish_out}
         vstats = shapes.vhost_stats(broker, v)
         total.add(vstats)
-        out[("vhost", vname)] = {**vstats.as_dict(), **vlen}
+        out[("vhost", vname)] = {**vstats.as_dict(), **vlen,
+                                 **shapes.vhost_octets(broker, v)}
         for k, n in vlen.items():
             lengths[k] += n
     for conn in broker.connections:
@@ -59,4 +64,5 @@ def collect(broker: StartedBroker) -> dict:
             ckey = ("channel", id(ch))
             out[ckey] = ch.message_stats.as_dict()
     out[("overview",)] = {**total.as_dict(), **lengths}
+    out[("churn",)] = shapes.churn_counts(broker)
     return out

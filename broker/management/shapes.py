@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
-from broker.stats import MessageStats
+from broker.stats import QUEUE_FIELDS, MessageStats
 
 if TYPE_CHECKING:
     from broker.channel import ChannelProcess
@@ -66,6 +66,7 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
     stats = q.bq.stats()
     lengths = queue_lengths(q)
     active = q.consumers.active() if q.consumers.single_active else None
+    ram_bytes = _ram_bytes(stats, lengths["messages"])
     out: dict[str, Any] = {
         "name": q.name,
         "vhost": vhost,
@@ -104,8 +105,13 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
             **{k: stats[k] for k in ("q1", "q2", "delta", "q3", "q4", "len",
                                      "target_ram_count") if k in stats},
         },
-        "message_stats": message_stats(sampler, key, q.message_stats),
+        "message_stats": with_details(sampler, key, q.message_stats.as_dict(QUEUE_FIELDS)),
         **with_details(sampler, key, lengths),
+        # RAM-resident and paged-out bytes, estimated from the RAM share of the messages
+        # (the backing queue counts messages in RAM, not their bytes)
+        "message_bytes_ram": ram_bytes,
+        "message_bytes_paged_out": max(0, stats.get("bytes", 0) - ram_bytes),
+        "recoverable_slaves": None,  # no mirrors: RabbitMQ shows null for a classic queue
     }
     if q.exclusive_owner is not None:
         out["owner_pid_details"] = connection_details(q.exclusive_owner)
@@ -115,14 +121,21 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
 MSG_OVERHEAD = 200  # bytes of bookkeeping per message held in RAM (MsgStatus + Message)
 
 
+def _ram_bytes(stats: dict, messages: int) -> int:
+    """Body bytes of the queue's messages held in RAM, estimated as their RAM-resident
+    share of all its bytes."""
+    if not messages:
+        return 0
+    return int(stats.get("bytes", 0) * min(1.0, stats.get("ram_msgs", messages) / messages))
+
+
 def _memory_estimate(stats: dict, messages: int) -> int:
     """Bytes of RAM the queue's messages use, estimated: the RAM-resident share of their
     body bytes plus a fixed overhead each (RabbitMQ reports its Erlang process memory;
     there is no per-queue heap here to measure)."""
-    ram = stats.get("ram_msgs", messages)
     if not messages:
         return 0
-    return int(stats.get("bytes", 0) * min(1.0, ram / messages)) + ram * MSG_OVERHEAD
+    return _ram_bytes(stats, messages) + stats.get("ram_msgs", messages) * MSG_OVERHEAD
 
 
 def head_message_age(q: QueueProcess) -> float | None:
@@ -148,12 +161,22 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def exchange(x: Exchange, vhost: str, user: str = "") -> dict:
+def exchange_key(vhost: str, name: str) -> tuple:
+    return ("exchange", vhost, name)
+
+
+def exchange(x: Exchange, vhost: str, user: str = "",
+             sampler: RateSampler | None = None) -> dict:
     """An exchange as GET /api/exchanges/{vhost}/{name} returns it (`policy` only while one
-    applies, as RabbitMQ 3.10.8 shows it)."""
-    out = {"name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
-           "auto_delete": x.auto_delete, "internal": x.internal, "arguments": x.arguments,
-           "user_who_performed_action": user}
+    applies, `message_stats` once something was published to it, as RabbitMQ 3.10.8 shows
+    them)."""
+    out: dict[str, Any] = {
+        "name": x.name, "vhost": vhost, "type": x.type or "direct", "durable": x.durable,
+        "auto_delete": x.auto_delete, "internal": x.internal, "arguments": x.arguments,
+        "user_who_performed_action": user}
+    if x.publish_in and sampler is not None:
+        out["message_stats"] = with_details(sampler, exchange_key(vhost, x.name), {
+            "publish_in": x.publish_in, "publish_out": x.publish_out})
     policy = getattr(x, "policy", None)
     if policy is not None:
         out["policy"] = policy.name
@@ -216,7 +239,7 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dic
     peer = conn.peer or ("", 0)
     sock = conn.transport.get_extra_info("sockname") if conn.transport else None
     key = ("connection", id(conn))
-    return {
+    out = {
         "name": connection_name(conn),
         "node": node_name(broker),
         "type": "network",
@@ -232,7 +255,6 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dic
         "ssl": conn.tls,
         "auth_mechanism": hs.mechanism if hs is not None else "",
         "client_properties": props,
-        "user_provided_name": props.get("connection_name"),
         "channels": len(conn.channels),
         "channel_max": conn.channel_max,
         "frame_max": conn.frame_max,
@@ -241,8 +263,45 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dic
         **with_details(sampler, key, {"recv_oct": conn.recv_oct,
                                       "send_oct": conn.writer.bytes_sent if conn.writer else 0}),
         "recv_cnt": conn.recv_cnt,
+        "send_cnt": conn.writer.writes if conn.writer else 0,
         "send_pend": 0,
+        **tls_fields(conn),
     }
+    if props.get("connection_name") is not None:  # RabbitMQ shows it only when given
+        out["user_provided_name"] = props["connection_name"]
+    return out
+
+
+def tls_fields(conn: Reader) -> dict[str, Any]:
+    """ssl_protocol, ssl_key_exchange, ssl_cipher, ssl_hash and peer_cert_subject /
+    _issuer / _validity of a connection (rabbit_reader's ssl info items): null on a plain
+    TCP connection, as RabbitMQ 3.10.8 shows them; from the TLS session otherwise."""
+    out: dict[str, Any] = dict.fromkeys(
+        ("ssl_protocol", "ssl_key_exchange", "ssl_cipher", "ssl_hash", "peer_cert_subject",
+         "peer_cert_issuer", "peer_cert_validity"))
+    ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport else None
+    if ssl_object is None:
+        return out
+    cipher = ssl_object.cipher()  # (name, protocol, secret bits)
+    out["ssl_protocol"] = {"TLSv1.3": "tlsv1.3", "TLSv1.2": "tlsv1.2"}.get(
+        ssl_object.version() or "", (ssl_object.version() or "").lower() or None)
+    if cipher:
+        out["ssl_cipher"] = cipher[0]
+    cert = ssl_object.getpeercert()
+    if cert:
+        out["peer_cert_subject"] = _dn(cert.get("subject", ()))
+        out["peer_cert_issuer"] = _dn(cert.get("issuer", ()))
+        out["peer_cert_validity"] = f"{cert.get('notBefore')} - {cert.get('notAfter')}"
+    return out
+
+
+def _dn(rdns: Any) -> str:
+    """A certificate name as "CN=...,O=..." (RabbitMQ's rabbit_ssl:peer_cert_subject)."""
+    return ",".join(f"{_SHORT.get(k, k)}={v}" for rdn in rdns for k, v in rdn)
+
+
+_SHORT = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+          "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
 
 
 def channel_name(ch: ChannelFacade) -> str:
@@ -316,7 +375,19 @@ def vhost(broker: StartedBroker, sampler: RateSampler, v: VHost, description: st
         "cluster_state": {node_name(broker): "running"},
         "message_stats": message_stats(sampler, key, vhost_stats(broker, v)),
         **with_details(sampler, key, totals),
+        **with_details(sampler, key, vhost_octets(broker, v)),
     }
+
+
+def vhost_octets(broker: StartedBroker, v: VHost) -> dict[str, int]:
+    """recv_oct / send_oct of a vhost: bytes its connections (closed ones included) read
+    and wrote."""
+    recv, sent = v.closed_octets
+    for conn in broker.connections:
+        if conn.vhost is v:
+            recv += conn.recv_oct
+            sent += conn.writer.bytes_sent if conn.writer else 0
+    return {"recv_oct": recv, "send_oct": sent}
 
 
 def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
@@ -328,6 +399,20 @@ def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
             for ch in conn.channels.values():
                 out.add(ch.message_stats)
     return out
+
+
+def churn_counts(broker: StartedBroker) -> dict[str, int]:
+    """The overview's churn_rates counters (rabbit_mgmt_format, connection_churn_rates in
+    3.10.8): objects created, declared and closed since boot."""
+    c = broker.churn
+    queues = {"queue_created": 0, "queue_declared": 0, "queue_deleted": 0}
+    for v in broker.vhosts.values():  # queue churn is counted per vhost
+        queues["queue_created"] += v.churn.queues_created
+        queues["queue_declared"] += v.churn.queues_declared
+        queues["queue_deleted"] += v.churn.queues_deleted
+    return {"channel_closed": c.channels_closed, "channel_created": c.channels_opened,
+            "connection_closed": c.connections_closed,
+            "connection_created": c.connections_opened, **queues}
 
 
 def user(u: Any, limits: dict | None = None) -> dict:
