@@ -19,6 +19,7 @@ from urllib.parse import quote
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
 from broker.stats import QUEUE_FIELDS, MessageStats
+from broker.tls import distinguished_name
 
 if TYPE_CHECKING:
     from broker.channel import ChannelProcess
@@ -274,34 +275,53 @@ def connection(broker: StartedBroker, sampler: RateSampler, conn: Reader) -> dic
 
 def tls_fields(conn: Reader) -> dict[str, Any]:
     """ssl_protocol, ssl_key_exchange, ssl_cipher, ssl_hash and peer_cert_subject /
-    _issuer / _validity of a connection (rabbit_reader's ssl info items): null on a plain
-    TCP connection, as RabbitMQ 3.10.8 shows them; from the TLS session otherwise."""
+    _issuer / _validity of a connection (rabbit_reader's ssl info items, with Erlang's
+    names: "tlsv1.3", "aes_256_gcm", "sha384", "ecdhe_rsa" or "any" under TLS 1.3): null on
+    a plain TCP connection, as RabbitMQ 3.10.8 shows them."""
     out: dict[str, Any] = dict.fromkeys(
         ("ssl_protocol", "ssl_key_exchange", "ssl_cipher", "ssl_hash", "peer_cert_subject",
          "peer_cert_issuer", "peer_cert_validity"))
     ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport else None
     if ssl_object is None:
         return out
-    cipher = ssl_object.cipher()  # (name, protocol, secret bits)
-    out["ssl_protocol"] = {"TLSv1.3": "tlsv1.3", "TLSv1.2": "tlsv1.2"}.get(
-        ssl_object.version() or "", (ssl_object.version() or "").lower() or None)
+    version = ssl_object.version() or ""
+    out["ssl_protocol"] = version.lower() or None
+    cipher = ssl_object.cipher()  # (OpenSSL name, protocol, secret bits)
     if cipher:
-        out["ssl_cipher"] = cipher[0]
-    cert = ssl_object.getpeercert()
+        out["ssl_key_exchange"], out["ssl_cipher"], out["ssl_hash"] = cipher_suite(cipher[0])
+    cert = conn.peercert
     if cert:
-        out["peer_cert_subject"] = _dn(cert.get("subject", ()))
-        out["peer_cert_issuer"] = _dn(cert.get("issuer", ()))
-        out["peer_cert_validity"] = f"{cert.get('notBefore')} - {cert.get('notAfter')}"
+        out["peer_cert_subject"] = distinguished_name(cert.get("subject", ()))
+        out["peer_cert_issuer"] = distinguished_name(cert.get("issuer", ()))
+        out["peer_cert_validity"] = (f"{_asn1_time(cert.get('notBefore'))} - "
+                                     f"{_asn1_time(cert.get('notAfter'))}")
     return out
 
 
-def _dn(rdns: Any) -> str:
-    """A certificate name as "CN=...,O=..." (RabbitMQ's rabbit_ssl:peer_cert_subject)."""
-    return ",".join(f"{_SHORT.get(k, k)}={v}" for rdn in rdns for k, v in rdn)
+def cipher_suite(name: str) -> tuple[str, str, str]:
+    """(key exchange, cipher, hash) of an OpenSSL cipher name, in Erlang ssl's terms:
+    "TLS_AES_256_GCM_SHA384" -> ("any", "aes_256_gcm", "sha384"),
+    "ECDHE-RSA-AES128-GCM-SHA256" -> ("ecdhe_rsa", "aes_128_gcm", "sha256")."""
+    if name.startswith("TLS_"):  # TLS 1.3: the key exchange is not part of the suite
+        parts = name[4:].lower().split("_")
+        return "any", "_".join(parts[:-1]), parts[-1]
+    parts = name.lower().split("-")
+    hash_ = parts[-1] if parts[-1].startswith("sha") else "aead"
+    body = parts[:-1] if hash_ != "aead" else parts
+    kex = "_".join(p for p in body if p in ("ecdhe", "dhe", "rsa", "ecdsa", "psk"))
+    rest = [p for p in body if p not in ("ecdhe", "dhe", "rsa", "ecdsa", "psk")]
+    cipher = "_".join(rest).replace("aes256", "aes_256").replace("aes128", "aes_128")
+    if cipher.startswith("aes") and not cipher.endswith(("gcm", "ccm")):
+        cipher += "_cbc"  # OpenSSL leaves CBC unnamed
+    return kex or "rsa", cipher, hash_
 
 
-_SHORT = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-          "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
+def _asn1_time(value: str | None) -> str:
+    """"Nov 26 01:00:00 2026 GMT" (ssl.getpeercert) as "2026-11-26T01:00:00Z"."""
+    if not value:
+        return ""
+    stamp = datetime.datetime.strptime(value, "%b %d %H:%M:%S %Y %Z")
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def channel_name(ch: ChannelFacade) -> str:

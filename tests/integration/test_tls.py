@@ -19,6 +19,7 @@ from certs import TestCA
 from helpers import start_embedded
 
 from broker.config import load_config
+from broker.management import shapes
 from broker.tls import distinguished_name, external_login_name, server_context
 
 pytestmark = pytest.mark.usefixtures("embedded_only")
@@ -89,6 +90,12 @@ def test_pika_external_login_with_client_certificate(tlsb, ca):
                     pika.credentials.ExternalCredentials())
     roundtrip(conn)
     assert tlsb.call(lambda: [c.username for c in tlsb.broker.connections]) == ["cert-user"]
+    # the management API's TLS fields of the connection (rabbit_reader's ssl info items)
+    [fields] = tlsb.call(lambda: [shapes.tls_fields(c) for c in tlsb.broker.connections])
+    assert fields["ssl_protocol"] in ("tlsv1.3", "tlsv1.2")
+    assert fields["ssl_cipher"] and fields["ssl_hash"] and fields["ssl_key_exchange"]
+    assert "CN=cert-user" in fields["peer_cert_subject"]
+    assert fields["peer_cert_issuer"] and fields["peer_cert_validity"].endswith("Z")
     conn.close()
 
 
