@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from broker.connection_names import connection_name
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
 from broker.stats import MessageStats
@@ -194,14 +195,6 @@ def bindings_of_vhost(vhost: VHost) -> list[dict]:
                 qname = dest if isinstance(dest, str) else getattr(dest, "name", str(dest))
                 out.append(binding(name, xname, qname, "queue", key, dict(args)))
     return out
-
-
-def connection_name(conn: Reader) -> str:
-    """"client_host:client_port -> server_host:server_port", RabbitMQ's connection name."""
-    peer = conn.peer or ("?", 0)
-    sock = conn.transport.get_extra_info("sockname") if conn.transport else None
-    local = sock or ("?", 0)
-    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
 
 def connection_details(conn: Reader) -> dict:
