@@ -305,7 +305,7 @@ def vhost(broker: StartedBroker, sampler: RateSampler, v: VHost, description: st
         "tags": list(tags),
         "metadata": {"description": description, "tags": list(tags)},
         "default_queue_type": "undefined",
-        "tracing": False,
+        "tracing": v.trace is not None,  # the firehose (broker/trace.py)
         "cluster_state": {node_name(broker): "running"},
         "message_stats": message_stats(sampler, key, vhost_stats(broker, v)),
         **with_details(sampler, key, totals),
