@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from broker.protocol.framing import Command
     from broker.queue_process import QueueProcess
     from broker.reader import Reader
+    from broker.trace import Tracer
 
 log = logging.getLogger("broker.channel")
 
@@ -88,6 +89,9 @@ class ChannelProcess(Process):
         # whose method passed its checks (channel_basic.publish)
         self.publish_checked: tuple[Any, int, int] = (None, -1, -1)
         self.tx: TxState | None = None  # set by tx.select
+        # the vhost's firehose tracer while tracing is on (RabbitMQ's trace_state; refreshed
+        # by broker/trace.py when tracing is turned on or off), else None
+        self.trace: Tracer | None = vhost.trace
         self._poke_pending = False  # a resume callback is registered with the writer
         self.opened = False  # channel.open-ok sent
         self.last_queue: str | None = None  # last queue declared here ("" in queue.bind etc.)
@@ -333,6 +337,9 @@ class ChannelProcess(Process):
             stats.deliver_no_ack += 1
         if redelivered:
             stats.redeliver += 1
+        trace = self.trace
+        if trace is not None:
+            trace.tap_out(self, queue.name, message, redelivered)
         self.writer.send(encode_deliver(self.number, consumer.tag, tag, redelivered,
                                         message.exchange, message.routing_key,
                                         message.wire_properties(),

@@ -38,21 +38,32 @@ if TYPE_CHECKING:
 B = commands.Basic
 
 
-def _route_and_send(ch: ChannelProcess, method: Any, message: Message) -> None:
-    """Route one publish and cast it to its queues (or basic.return it when mandatory). A
-    reply to a direct reply-to name goes straight to the requester's channel."""
-    if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
-        _send_reply(ch, method, message)
-        return
-    queues: Sequence[QueueProcess]
+def _route(ch: ChannelProcess, method: Any,
+           message: Message) -> tuple[Message, Sequence[QueueProcess]]:
+    """Where one publish goes: the message as its queues get it (without BCC) and the
+    queues."""
     if selected(message):  # sender-selected distribution: CC and BCC are routing keys too
         headers = message.headers
         assert headers is not None  # selected() found CC or BCC in them
         keys = [method.routing_key, *extra_keys(headers, method)]
         message = without_bcc(message)  # nobody sees BCC, headers exchanges included
-        queues = ch.vhost.route_keys(method.exchange, keys, message.headers, message)
-    else:
-        queues = ch.vhost.routes.route_message(method.exchange, method.routing_key, message)
+        return message, ch.vhost.route_keys(method.exchange, keys, message.headers, message)
+    return message, ch.vhost.routes.route_message(method.exchange, method.routing_key, message)
+
+
+def _route_and_send(ch: ChannelProcess, method: Any, message: Message,
+                    tap: bool = True) -> None:
+    """Route one publish and cast it to its queues (or basic.return it when mandatory). A
+    reply to a direct reply-to name goes straight to the requester's channel. The firehose
+    (broker/trace.py) sees it first, unless `tap` is False (tx.commit: it saw it at
+    basic.publish, as RabbitMQ's tap_in)."""
+    if not method.exchange and method.routing_key.startswith(REPLY_PREFIX):
+        _send_reply(ch, method, message, tap)
+        return
+    message, queues = _route(ch, method, message)
+    trace = ch.trace
+    if trace is not None and tap:
+        trace.tap_in(ch, message, queues)
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
@@ -87,7 +98,9 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
     cmd = run[start]
     method = cmd.method
     header = cmd.header
-    if ch.tx is not None or header.hot[4] == REPLY_TO or _selected_header(header) or (
+    # with the firehose on every publish is traced one by one
+    if ch.tx is not None or ch.trace is not None or header.hot[4] == REPLY_TO or (
+            _selected_header(header)) or (
             not method.exchange and method.routing_key.startswith(REPLY_PREFIX)):
         publish(ch, cmd)
         return 1
@@ -172,10 +185,14 @@ def _message(name: str, routing_key: str, header: Any, body: bytes | None) -> Me
                    raw_properties=header.raw_properties)
 
 
-def _send_reply(ch: ChannelProcess, method: Any, message: Message) -> None:
+def _send_reply(ch: ChannelProcess, method: Any, message: Message, tap: bool) -> None:
     """Direct reply-to (rabbitmq.com/direct-reply-to.html): deliver to the requester's
     reply consumer; a gone requester drops the reply (basic.return NO_ROUTE if mandatory).
-    A publisher in confirm mode is confirmed at once, as for any routed publish."""
+    A publisher in confirm mode is confirmed at once, as for any routed publish. Traced
+    (when `tap`) as routed to no queue, as RabbitMQ routes reply-to names to none."""
+    trace = ch.trace
+    if trace is not None and tap:
+        trace.tap_in(ch, message, ())
     target = REPLY_REGISTRY.channel_for(method.routing_key)
     ch.message_stats.publish += 1
     delivered = target is not None and target.deliver_reply(message)
@@ -229,6 +246,12 @@ def publish(ch: ChannelProcess, cmd: ContentCommand, alone: bool = True) -> None
             extra_keys(headers, method)  # 406 now for a CC/BCC that is no array
     if ch.tx is not None:
         ch.tx.publishes.append((method, message))
+        trace = ch.trace
+        if trace is not None:  # RabbitMQ traces a tx publish when it is published
+            if not name and method.routing_key.startswith(REPLY_PREFIX):
+                trace.tap_in(ch, message, ())
+            else:
+                trace.tap_in(ch, *_route(ch, method, message))
         return
     _route_and_send(ch, method, message)
 
@@ -358,6 +381,9 @@ def get(ch: ChannelProcess, cmd: Command) -> None:
     if fetched.redelivered:
         stats.redeliver += 1
     msg = fetched.message
+    trace = ch.trace
+    if trace is not None:
+        trace.tap_out(ch, queue.name, msg, fetched.redelivered)
     ch.writer.send(encode_content_raw(
         ch.number, build_method(B.GetOk, delivery_tag=tag, redelivered=fetched.redelivered,
                                  exchange=msg.exchange, routing_key=msg.routing_key,
@@ -444,7 +470,7 @@ def tx_commit(ch: ChannelProcess, cmd: Command) -> None:
     publishes, settles = tx.publishes, tx.settles
     tx.publishes, tx.settles = [], []
     for method, message in publishes:
-        _route_and_send(ch, method, message)
+        _route_and_send(ch, method, message, tap=False)
     for kind, entries in settles:
         ch.settle(kind, entries)
     ch.send_method(commands.Tx.CommitOk())

@@ -7,7 +7,8 @@ memory ...]`, `list_exchanges`, `list_bindings`, `list_connections`, `list_chann
 `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`, `list_policies`,
 `add_user`, `delete_user`, `change_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
 `set_permissions`, `clear_permissions`, `set_policy`, `clear_policy`, `purge_queue`,
-`delete_queue`, `close_connection`, `status`, `export_definitions`, `import_definitions`.
+`delete_queue`, `close_connection`, `status`, `export_definitions`, `import_definitions`,
+`trace_on`, `trace_off` (the firehose, broker/trace.py).
 Output: rabbitmqctl's informational line ("Listing queues for vhost / ...", left out with
 `-q`), a header row (left out with `--no-table-headers`) and tab-separated rows; or
 `--formatter json`. Where: `--api URL` (default $BROKERCTL_API or http://127.0.0.1:15672),
@@ -182,6 +183,8 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
     if c == "set_user_tags":
         client.call("PUT", f"/api/users/{q(a[0])}", {"tags": _tags(a[1:])})
         return f'Setting tags for user "{a[0]}" to [{", ".join(_tags(a[1:]).split(","))}] ...', None
+    if c in ("trace_on", "trace_off"):
+        return _trace(client, c == "trace_on", v)
     if c == "add_vhost":
         client.call("PUT", f"/api/vhosts/{q(a[0])}", {})
         return f'Adding vhost "{a[0]}" ...', None
@@ -252,11 +255,30 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
     raise CtlError(f"Error: unknown command {c!r}", EX_USAGE)  # pragma: no cover - argparse
 
 
+def _trace(client: Client, on: bool, vhost: str) -> tuple[str, str]:
+    """trace_on / trace_off [-p VHOST] (rabbitmqctl; rabbit_trace:start / stop) as PUT
+    /api/vhosts/{vhost} {"tracing": ...}, with the vhost's description and tags sent back
+    unchanged (a PUT replaces them). rabbitmqctl also accepts a vhost that does not exist
+    (tracing is on once it is created); a PUT would create it, so that is an error here."""
+    try:
+        info = client.call("GET", f"/api/vhosts/{q(vhost)}")
+    except CtlError as exc:
+        if "HTTP 404" in str(exc):
+            raise CtlError(f"Error: no vhost \"{vhost}\"") from None
+        raise
+    client.call("PUT", f"/api/vhosts/{q(vhost)}", {
+        "description": info.get("description", ""), "tags": info.get("tags", []),
+        "tracing": on})
+    if on:
+        return f'Starting tracing for vhost "{vhost}" ...', f"Trace enabled for vhost {vhost}"
+    return f'Stopping tracing for vhost "{vhost}" ...', f"Trace disabled for vhost {vhost}"
+
+
 COMMANDS = sorted([*LISTS, "add_user", "delete_user", "change_password", "set_user_tags",
                    "add_vhost", "delete_vhost", "set_permissions", "clear_permissions",
                    "set_policy", "clear_policy", "purge_queue", "delete_queue",
                    "close_connection", "status", "export_definitions", "import_definitions",
-                   *ctl_parameters.COMMANDS])
+                   "trace_on", "trace_off", *ctl_parameters.COMMANDS])
 
 
 def parser() -> argparse.ArgumentParser:

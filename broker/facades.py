@@ -163,6 +163,9 @@ class StartedBroker(ServingBroker, Protocol):
     @property
     def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value
 
+    @property
+    def trace_vhosts(self) -> set[str]: ...  # vhosts with the firehose on (broker/trace.py)
+
     def set_global_parameter(self, name: str, value: Any) -> None: ...
 
     def clear_global_parameter(self, name: str) -> bool: ...

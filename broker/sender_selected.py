@@ -70,13 +70,46 @@ def extra_keys(headers: dict, method: Any = None) -> list[str]:
     return keys
 
 
+class BccStripped(Message):
+    """A message whose BCC header `without_bcc` removed. `bcc` keeps the keys it named: they
+    stay among the message's routing keys (rabbit_basic keeps `[RoutingKey | CC ++ BCC]` in
+    `#basic_message.routing_keys` after stripping the header), which the firehose tracer
+    shows (broker/trace.py). Not kept across a restart."""
+
+    __slots__ = ("bcc",)
+
+    def __init__(self, message: Message, properties: Any, bcc: list[str]) -> None:
+        super().__init__(message.exchange, message.routing_key, properties, message.body,
+                         msg_id=message.msg_id)
+        self.bcc = bcc  # the BCC header's longstr elements, in order
+
+
 def without_bcc(message: Message) -> Message:
     """The message as its consumers get it: the same message without its BCC header (its
-    properties encoded anew), or `message` itself when it has none."""
+    properties encoded anew; a `BccStripped`), or `message` itself when it has none."""
     props = message.properties
     if not props.headers or "BCC" not in props.headers:
         return message
     stripped = copy.copy(props)
     stripped.headers = {k: v for k, v in props.headers.items() if k != "BCC"}
-    return Message(message.exchange, message.routing_key, stripped, message.body,
-                   msg_id=message.msg_id)
+    bcc = props.headers["BCC"]
+    return BccStripped(message, stripped,
+                       [v for v in bcc if isinstance(v, str)] if isinstance(bcc, list) else [])
+
+
+def routing_keys(message: Message) -> list[str]:
+    """Every routing key of a routed message, as rabbit_basic's `routing_keys`: its routing
+    key, then its CC header's keys, then the keys of the BCC header it was stripped of.
+    A CC that is not an array counts for nothing (publish refused those already)."""
+    keys = [message.routing_key]
+    headers = message.headers
+    if headers:
+        cc = headers.get("CC")
+        if isinstance(cc, list):
+            keys.extend(v for v in cc if isinstance(v, str))
+        bcc = headers.get("BCC")  # only on a message that never went through without_bcc
+        if isinstance(bcc, list):
+            keys.extend(v for v in bcc if isinstance(v, str))
+    if isinstance(message, BccStripped):
+        keys.extend(message.bcc)
+    return keys

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from broker import __version__, tls
+from broker import __version__, tls, trace
 from broker.alarms import Alarms, ResourceMonitor
 from broker.backing_queue.priority import PriorityBackingQueue, index_queue_names, max_priority
 from broker.backing_queue.variable_queue import VariableQueue
@@ -76,6 +76,9 @@ class Broker:
         self.alarms.subscribe(self._alarms_changed)
         self.resources: ResourceMonitor | None = None  # memory/disk checks (after start)
         self.global_parameters: dict[str, Any] = {}  # name -> JSON value (after start)
+        # vhosts with the firehose on (broker/trace.py; RabbitMQ's trace_vhosts application
+        # env): in memory only, so every vhost starts with tracing off
+        self.trace_vhosts: set[str] = set()
 
     def _bq_factory(self, name: tuple[str, str], durable: bool,
                     notify: Callable[[], None] | None, arguments: dict) -> BackingQueue:
@@ -120,6 +123,7 @@ class Broker:
                       memory_monitor=self.resources)
         if self.users is not None:
             vhost.limits = self.users.limits_of_vhost(name)  # live: set_vhost_limits applies
+        trace.init(self, vhost)  # tracing may have been turned on for the name already
         self.vhosts[name] = vhost
         recovered = vhost.recover()
         log.info("vhost '%s': %d durable queues recovered (message store %s)", name,

@@ -31,18 +31,23 @@ from broker.exchange import Exchange, new_routing
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
+from broker.trace import TRACE_EXCHANGE
 from broker.ttl import MAX_EXPIRY
 from broker.vhost_policies import VHostPolicies
 from broker.vhost_routing import Routes
 
 if TYPE_CHECKING:
     from broker.queue_process import ExclusiveOwner
+    from broker.trace import Tracer
 
 log = logging.getLogger("broker.vhost")
 
+# the exchanges every vhost has besides the default one: (name, type, internal), all durable
+# (rabbit_vhost:do_add, RabbitMQ 3.10.8); amq.rabbitmq.trace is the firehose's (trace.py)
 PREDECLARED = (
-    ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-    ("amq.headers", "headers"), ("amq.match", "headers"),
+    ("amq.direct", "direct", False), ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False), ("amq.headers", "headers", False),
+    ("amq.match", "headers", False), (TRACE_EXCHANGE, "topic", True),
 )
 
 # queue arguments compared on redeclare (rabbit_amqqueue:assert_equivalence / declare_args)
@@ -94,9 +99,12 @@ class VHost:
         # HTTP API and definitions export)
         self.policies: dict[str, PolicyDef] = self._policies.policies
         self.operator_policies: dict[str, PolicyDef] = self._policies.operator_policies
+        # the firehose tracer while tracing is on here (broker/trace.py), else None; channels
+        # take it at channel.open and are told when it changes
+        self.trace: Tracer | None = None
         self.declare_exchange("", "direct", durable=True)
-        for ex_name, ex_type in PREDECLARED:
-            self.declare_exchange(ex_name, ex_type, durable=True)
+        for ex_name, ex_type, internal in PREDECLARED:
+            self.declare_exchange(ex_name, ex_type, durable=True, internal=internal)
 
     # -- naming helpers ---------------------------------------------------------------------
     def _ex(self, name: str) -> str:

@@ -11,11 +11,13 @@ What is exported: every user, vhost and permission; non-exclusive queues; exchan
 the default one and `amq.*`; bindings between exported objects (not the default
 exchange's implicit ones). Import creates or updates in dependency order (vhosts, users
 and their limits, permissions, global parameters, topic permissions, policies, parameters,
-exchanges, queues, bindings) and reports every failure.
+exchanges, queues, bindings) and reports every failure; exchanges named "" or `amq.*`
+are skipped with a warning, as rabbit_definitions does (every vhost has its own).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from broker.facades import StartedBroker
     from broker.vhost import VHost
 
+log = logging.getLogger("broker.management")
 routes = web.RouteTableDef()
 
 
@@ -173,6 +176,15 @@ def import_definitions(b: StartedBroker, data: dict, vhost: str | None = None) -
                 raise ValueError("; ".join(errs))
         attempt(f"parameter {p.get('name')!r}", add_parameter)
     for x in data.get("exchanges", []):
+        name = x.get("name")
+        if name == "" or (isinstance(name, str) and name.startswith("amq.")):
+            # rabbit_definitions add_exchange_int: every vhost has these already
+            if name:
+                log.warning("Skipping import of an exchange whose name begins with 'amq.', "
+                            "name: %s", name)
+            else:
+                log.warning("Not importing the default exchange")
+            continue
         attempt(f"exchange {x.get('name')!r}", lambda x=x: target(x).declare_exchange(
             x["name"], x["type"], durable=to_bool(x.get("durable"), True),
             auto_delete=to_bool(x.get("auto_delete"), False),

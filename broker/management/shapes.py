@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from broker.connection_names import connection_name
 from broker.management.rates import RateSampler, with_details
 from broker.passwords import encode_hash
 from broker.stats import QUEUE_FIELDS, MessageStats
@@ -220,14 +221,6 @@ def bindings_of_vhost(vhost: VHost) -> list[dict]:
     return out
 
 
-def connection_name(conn: Reader) -> str:
-    """"client_host:client_port -> server_host:server_port", RabbitMQ's connection name."""
-    peer = conn.peer or ("?", 0)
-    sock = conn.transport.get_extra_info("sockname") if conn.transport else None
-    local = sock or ("?", 0)
-    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-
-
 def connection_details(conn: Reader) -> dict:
     peer = conn.peer or ("", 0)
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
@@ -391,7 +384,7 @@ def vhost(broker: StartedBroker, sampler: RateSampler, v: VHost, description: st
         "tags": list(tags),
         "metadata": {"description": description, "tags": list(tags)},
         "default_queue_type": "undefined",
-        "tracing": False,
+        "tracing": v.trace is not None,  # the firehose (broker/trace.py)
         "cluster_state": {node_name(broker): "running"},
         "message_stats": message_stats(sampler, key, vhost_stats(broker, v)),
         **with_details(sampler, key, totals),

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from broker import trace
 from broker.management import shapes
 from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
+from broker.management.body_fields import parse_bool
 from broker.management.context import broker, sampler
 from broker.management.http import (
     bad_request,
@@ -171,19 +173,25 @@ async def get_vhost(request: web.Request) -> web.Response:
 
 @routes.put("/api/vhosts/{name}")
 async def put_vhost(request: web.Request) -> web.Response:
-    """{"description": "...", "tags": "a,b"} (both optional): 201 created, 204 updated. A
-    new vhost gives the user who created it permissions ".*" ".*" ".*", as RabbitMQ's."""
+    """{"description": "...", "tags": "a,b", "tracing": true} (all optional): 201 created,
+    204 updated. A new vhost gives the user who created it permissions ".*" ".*" ".*", as
+    RabbitMQ's. `tracing` true / false turns the firehose on / off (rabbit_vhost:put_vhost
+    calls rabbit_trace:start / stop; broker/trace.py); absent leaves it; anything else is
+    400 not_boolean."""
     require_admin(current(request))
     b = broker(request)
     name = param(request, "name")
     if not name:
         raise bad_request("vhost name must not be empty")
     data = await body(request)
+    tracing = parse_bool(data, "tracing", False) if "tracing" in data else None
     existed = name in b.vhosts
     b.definitions.add_vhost(name, str(data.get("description", "")), tags_of(data.get("tags")))
     b.add_vhost(name)
     if not existed:  # RabbitMQ 3.10.8 grants the creating user full permissions (checked)
         b.users.set_permissions(current(request).name, name, ".*", ".*", ".*")
+    if tracing is not None:
+        (trace.start if tracing else trace.stop)(b, name)
     return no_content() if existed else created()
 
 
