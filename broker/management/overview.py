@@ -75,7 +75,7 @@ def totals(b: StartedBroker, vhosts: list[str]) -> tuple[dict, dict, MessageStat
 async def overview(request: web.Request) -> web.Response:
     b, s = broker(request), sampler(request)
     user = current(request)
-    ranges, now_ms = samples.from_request(request)
+    ranges, now_ms = samples.from_request(request, ceil_lengths=False)  # range/1 there
     vhosts = visible_vhosts(b, user)
     lengths, objects, stats = totals(b, vhosts)
     node = shapes.node_name(b)

@@ -78,13 +78,15 @@ def _range(query: Mapping[str, str], kind: str, now_ms: int, ceil: bool) -> Rang
     return Range(first=last - age_ms, last=last, incr=incr_ms)
 
 
-def parse(query: Mapping[str, str], now_ms: int) -> Ranges:
-    """The four kinds' ranges of `query` at `now_ms`. `lengths` takes the ceiling of the
-    clock (its newest sample is the current length, rabbit_mgmt_util:range_ceil/1), the
-    others the floor (only finished intervals). A kind needs both `_age` and `_incr` as
-    integers; otherwise it has no range. Raises `RangeError` (a 400) for age <= 0,
-    incr <= 0 or age div incr > 500."""
-    return Ranges(*(_range(query, kind, now_ms, ceil=kind == "lengths") for kind in KINDS))
+def parse(query: Mapping[str, str], now_ms: int, ceil_lengths: bool = True) -> Ranges:
+    """The four kinds' ranges of `query` at `now_ms`. With `ceil_lengths`, `lengths` takes
+    the ceiling of the clock (its newest sample is the current length:
+    rabbit_mgmt_util:range_ceil/1, used by the queue, connection and node endpoints; the
+    overview uses range/1, the floor); the other kinds always take the floor (only
+    finished intervals). A kind needs both `_age` and `_incr` as integers; otherwise it has
+    no range. Raises `RangeError` (a 400) for age <= 0, incr <= 0 or age div incr > 500."""
+    return Ranges(*(_range(query, kind, now_ms, ceil=ceil_lengths and kind == "lengths")
+                    for kind in KINDS))
 
 
 def points(rng: Range) -> list[int]:

@@ -37,14 +37,16 @@ LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
 BYTES = ("recv_oct", "send_oct")
 
 
-def from_request(request: web.Request, error: str = "bad_request") -> tuple[Ranges, int]:
-    """(the request's ranges, the clock in ms they were taken at). 400 {"error": `error`,
+def from_request(request: web.Request, error: str = "bad_request",
+                 ceil_lengths: bool = True) -> tuple[Ranges, int]:
+    """(the request's ranges, the clock in ms they were taken at; `ceil_lengths` as
+    ranges.parse: False for the overview). 400 {"error": `error`,
     "reason": "Invalid range parameters: age A, incr I"} for a bad range: RabbitMQ 3.10.8
     says "invalid_range_parameters" on the /api/queues, /api/exchanges and /api/vhosts
     lists, "bad_request" elsewhere (checked)."""
     now_ms = int(time.time() * 1000)
     try:
-        return parse(request.query, now_ms), now_ms
+        return parse(request.query, now_ms, ceil_lengths), now_ms
     except RangeError as exc:
         raise bad_request(str(exc), error) from None
 

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
     from broker.facades import StartedBroker
 
 
-def sample(broker: StartedBroker, sampler: RateSampler) -> None:
-    """One pass over every counter: queues, channels, connections, vhosts, the overview."""
+def sample(broker: StartedBroker, sampler: RateSampler, wall_ms: int | None = None) -> None:
+    """One pass over every counter: queues, channels, connections, vhosts, the overview;
+    the history records it at `wall_ms` (ms since the epoch; the clock when None)."""
     retire_connections(broker, sampler)
     observed = collect(broker, sampler)
-    wall_ms = int(time.time() * 1000)
+    wall_ms = int(time.time() * 1000) if wall_ms is None else wall_ms
     for key, values in observed.items():
         sampler.observe(key, values, wall_ms=wall_ms)
     sampler.forget_missing(set(observed))
