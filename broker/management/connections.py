@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.management import shapes
+from broker.management import samples, shapes
 from broker.management.auth import ApiUser, current, require_vhost, visible_vhosts
 from broker.management.context import broker, sampler
 from broker.management.http import list_reply, no_content, not_found, param, reply
+from broker.management.ranges import Ranges
 
 if TYPE_CHECKING:
     from broker.reader import Reader
@@ -39,9 +40,27 @@ def find_connection(request: web.Request) -> Reader:
     raise not_found()
 
 
+def _conn_json(request: web.Request, conn: Reader, ranges: Ranges, now_ms: int) -> dict:
+    """A connection's JSON; with a `data_rates` range, recv_oct / send_oct samples."""
+    s = sampler(request)
+    out = shapes.connection(broker(request), s, conn)
+    if ranges.any():
+        samples.connection(out, s, ("connection", id(conn)), ranges, now_ms)
+    return out
+
+
+def _channel_json(request: web.Request, ch: Any, ranges: Ranges, now_ms: int) -> dict:
+    """A channel's JSON; with a `msg_rates` range, message_stats samples."""
+    s = sampler(request)
+    out = shapes.channel(broker(request), s, ch)
+    if ranges.any():
+        samples.channel(out, s, ("channel", id(ch)), ranges, now_ms)
+    return out
+
+
 def _conn_list(request: web.Request, conns: list[Any]) -> web.Response:
-    b, s = broker(request), sampler(request)
-    return list_reply(request, sorted((shapes.connection(b, s, c) for c in conns),
+    ranges, now_ms = samples.from_request(request)
+    return list_reply(request, sorted((_conn_json(request, c, ranges, now_ms) for c in conns),
                                       key=lambda i: i["name"]))
 
 
@@ -59,7 +78,9 @@ async def list_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/connections/{name}")
 async def get_one(request: web.Request) -> web.Response:
-    return reply(shapes.connection(broker(request), sampler(request), find_connection(request)))
+    conn = find_connection(request)
+    ranges, now_ms = samples.from_request(request)
+    return reply(_conn_json(request, conn, ranges, now_ms))
 
 
 @routes.delete("/api/connections/{name}")
@@ -95,9 +116,9 @@ async def close_user(request: web.Request) -> web.Response:
 
 
 def _channels(request: web.Request, conns: list[Any]) -> web.Response:
-    b, s = broker(request), sampler(request)
-    items = [shapes.channel(b, s, ch) for c in conns for ch in c.channels.values()
-             if ch.opened]
+    ranges, now_ms = samples.from_request(request)
+    items = [_channel_json(request, ch, ranges, now_ms) for c in conns
+             for ch in c.channels.values() if ch.opened]
     return list_reply(request, sorted(items, key=lambda i: i["name"]))
 
 
@@ -121,11 +142,11 @@ async def vhost_channels(request: web.Request) -> web.Response:
 @routes.get("/api/channels/{name}")
 async def channel(request: web.Request) -> web.Response:
     name = param(request, "name")
-    b, s = broker(request), sampler(request)
     for conn in connections_of(request):
         for ch in conn.channels.values():
             if shapes.channel_name(ch) == name:
-                return reply(shapes.channel(b, s, ch))
+                ranges, now_ms = samples.from_request(request)
+                return reply(_channel_json(request, ch, ranges, now_ms))
     raise not_found()
 
 

@@ -50,9 +50,10 @@ def not_found() -> web.HTTPException:
     return _error(web.HTTPNotFound, "Object Not Found", "Not Found")
 
 
-def bad_request(reason: str) -> web.HTTPException:
-    """400 {"error": "bad_request", "reason": reason}."""
-    return _error(web.HTTPBadRequest, "bad_request", reason)
+def bad_request(reason: str, error: str = "bad_request") -> web.HTTPException:
+    """400 {"error": error, "reason": reason} (`error` is "bad_request" but for a bad sample
+    range on /api/queues, /api/exchanges, /api/vhosts lists: "invalid_range_parameters")."""
+    return _error(web.HTTPBadRequest, error, reason)
 
 
 def not_authorised(reason: str, challenge: bool = False) -> web.HTTPException:

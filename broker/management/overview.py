@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker import __version__
-from broker.management import shapes
+from broker.management import samples, shapes
 from broker.management.auth import current, require_monitor, require_vhost, visible_vhosts
 from broker.management.context import broker, sampler
 from broker.management.http import not_found, param, reply
@@ -75,7 +75,9 @@ def totals(b: StartedBroker, vhosts: list[str]) -> tuple[dict, dict, MessageStat
 async def overview(request: web.Request) -> web.Response:
     b, s = broker(request), sampler(request)
     user = current(request)
-    lengths, objects, stats = totals(b, visible_vhosts(b, user))
+    ranges, now_ms = samples.from_request(request, ceil_lengths=False)  # range/1 there
+    vhosts = visible_vhosts(b, user)
+    lengths, objects, stats = totals(b, vhosts)
     node = shapes.node_name(b)
     cfg = b.config
     listeners = [{"node": node, "protocol": "amqp", "ip_address": cfg.host, "port": b.port,
@@ -84,7 +86,7 @@ async def overview(request: web.Request) -> web.Response:
         listeners.append({"node": node, "protocol": "amqp/ssl", "ip_address": cfg.host,
                           "port": b.ssl_port, "socket_opts": {}})
     mgmt = getattr(b, "management", None)
-    return reply({
+    out = {
         "management_version": __version__,
         "rates_mode": "basic",
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
@@ -109,7 +111,10 @@ async def overview(request: web.Request) -> web.Response:
         "listeners": listeners,
         "contexts": [{"node": node, "description": "RabbitMQ Management", "path": "/",
                       "port": str(mgmt.port if mgmt else cfg.management_tcp_port)}],
-    })
+    }
+    if ranges.any():
+        samples.overview(out, s, [("vhost", v) for v in vhosts], ranges, now_ms)
+    return reply(out)
 
 
 def node_json(b: StartedBroker, rates: RateSampler | None = None) -> dict:
@@ -167,6 +172,7 @@ def _rss() -> int:
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
     require_monitor(current(request))
+    samples.from_request(request)  # checked as RabbitMQ; no node figure is sampled
     return reply([node_json(broker(request), sampler(request))])
 
 
@@ -176,6 +182,7 @@ async def node(request: web.Request) -> web.Response:
     b = broker(request)
     if param(request, "name") != shapes.node_name(b):
         raise not_found()
+    samples.from_request(request)  # RabbitMQ 3.10.8 answers a bad range here with a 500
     return reply(node_json(b, sampler(request)))
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.management import shapes
+from broker.management import samples, shapes
 from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool, parse_int
 from broker.management.context import broker, sampler
@@ -27,6 +27,7 @@ from broker.management.http import (
     reply,
 )
 from broker.management.messages import message_json
+from broker.management.ranges import NO_RANGES, Ranges
 from broker.policies import merged_definition
 from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
 
@@ -68,7 +69,10 @@ def unlocked(request: web.Request, code_prefix: bool = False) -> QueueProcess:
     return q
 
 
-def queue_json(request: web.Request, q: QueueProcess) -> dict:
+def queue_json(request: web.Request, q: QueueProcess, ranges: Ranges = NO_RANGES,
+               now_ms: int = 0) -> dict:
+    """A queue's JSON; with `ranges` its lengths / message_stats details carry samples
+    (broker/management/samples.py)."""
     p = q.policy
     policy = {"name": p.name, "definition": p.definition} if p is not None else None
     out = shapes.queue(broker(request), sampler(request), q, policy)
@@ -76,13 +80,17 @@ def queue_json(request: web.Request, q: QueueProcess) -> dict:
     if op is not None:  # rabbit_policy effective_definition: the two merged
         out["operator_policy"] = op.name
         out["effective_policy_definition"] = merged_definition(p, op)
+    if ranges.any():
+        samples.queue(out, sampler(request), shapes.queue_key(q.vhost.name, q.name), ranges,
+                      now_ms)
     return out
 
 
 @routes.get("/api/queues")
 async def list_all(request: web.Request) -> web.Response:
     b = broker(request)
-    items = [queue_json(request, q) for v in visible_vhosts(b, current(request))
+    ranges, now_ms = samples.from_request(request, "invalid_range_parameters")
+    items = [queue_json(request, q, ranges, now_ms) for v in visible_vhosts(b, current(request))
              for q in b.vhosts[v].queues.values()]
     return list_reply(request, sorted(items, key=lambda i: (i["vhost"], i["name"])))
 
@@ -92,7 +100,8 @@ async def list_vhost(request: web.Request) -> web.Response:
     b = broker(request)
     vhost = param(request, "vhost")
     require_vhost(b, current(request), vhost)
-    items = [queue_json(request, q) for q in b.vhosts[vhost].queues.values()]
+    ranges, now_ms = samples.from_request(request, "invalid_range_parameters")
+    items = [queue_json(request, q, ranges, now_ms) for q in b.vhosts[vhost].queues.values()]
     return list_reply(request, sorted(items, key=lambda i: i["name"]))
 
 
@@ -103,7 +112,8 @@ async def get_queue(request: web.Request) -> web.Response:
     them with rates_mode basic."""
     q = find_queue(request)
     b = broker(request)
-    return reply({**queue_json(request, q),
+    ranges, now_ms = samples.from_request(request)
+    return reply({**queue_json(request, q, ranges, now_ms),
                   "consumer_details": [shapes.consumer(b, q, c) for c in q.consumers],
                   "deliveries": [], "incoming": []})
 

@@ -13,20 +13,28 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+from broker.management.history import History
+
 SAMPLE_INTERVAL = 5.0  # seconds (RabbitMQ collect_statistics_interval = 5000 ms)
 
 
 class RateSampler:
-    """Keeps, per object key, the last sampled values and their rates (per second)."""
+    """Keeps, per object key, the last sampled values and their rates (per second), and
+    their bounded history for sample ranges (`history`, broker/management/history.py)."""
 
     def __init__(self) -> None:
         self._last: dict[Hashable, tuple[float, dict[str, float]]] = {}
         self._rates: dict[Hashable, dict[str, float]] = {}
         self._task: asyncio.Task | None = None
+        self.history = History()  # samples for ?lengths_age=...&lengths_incr=... ranges
 
-    def observe(self, key: Hashable, values: dict[str, float], now: float | None = None) -> None:
+    def observe(self, key: Hashable, values: dict[str, float], now: float | None = None,
+                wall_ms: int | None = None) -> None:
         """Record `values` of object `key` at `now` (monotonic s); rates are the change
-        since the previous observation divided by the time between them."""
+        since the previous observation divided by the time between them. The history
+        records them at `wall_ms` (ms since the epoch; the clock when None)."""
+        self.history.record(key, values, int(time.time() * 1000) if wall_ms is None
+                            else wall_ms)
         now = time.monotonic() if now is None else now
         prev = self._last.get(key)
         if prev is not None and now > prev[0]:
@@ -39,6 +47,7 @@ class RateSampler:
         have been taken again)."""
         self._last.clear()
         self._rates.clear()
+        self.history.clear()
 
     def rate(self, key: Hashable, field: str) -> float:
         """Last rate of `field` of `key` (0.0 before two samples)."""
@@ -49,6 +58,7 @@ class RateSampler:
         for key in [k for k in self._last if k not in live]:
             self._last.pop(key, None)
             self._rates.pop(key, None)
+        self.history.forget_missing(live)
 
     def start(self, sample: Any, interval: float = SAMPLE_INTERVAL) -> None:
         """Run `sample(self)` now and every `interval` seconds on the running loop."""

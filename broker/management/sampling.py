@@ -1,10 +1,12 @@
 """The management server's counter passes: `collect` reads every object's counters (queues,
 vhosts, connections, channels, the overview) under the keys `shapes` looks rates up by;
-`sample` feeds them to the RateSampler every collect_statistics_interval; `reset_statistics`
-is DELETE /api/reset. Nothing here runs per message."""
+`sample` feeds them to the RateSampler (rates and the range history) every
+collect_statistics_interval; `reset_statistics` is DELETE /api/reset. Nothing here runs per
+message."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from broker.management import shapes
@@ -15,11 +17,13 @@ if TYPE_CHECKING:
     from broker.facades import StartedBroker
 
 
-def sample(broker: StartedBroker, sampler: RateSampler) -> None:
-    """One pass over every counter: queues, channels, connections, vhosts, the overview."""
+def sample(broker: StartedBroker, sampler: RateSampler, wall_ms: int | None = None) -> None:
+    """One pass over every counter: queues, channels, connections, vhosts, the overview;
+    the history records it at `wall_ms` (ms since the epoch; the clock when None)."""
     observed = collect(broker)
+    wall_ms = int(time.time() * 1000) if wall_ms is None else wall_ms
     for key, values in observed.items():
-        sampler.observe(key, values)
+        sampler.observe(key, values, wall_ms=wall_ms)
     sampler.forget_missing(set(observed))
 
 
@@ -33,8 +37,9 @@ def reset_statistics(broker: StartedBroker, sampler: RateSampler) -> None:
 
 
 def collect(broker: StartedBroker) -> dict:
-    """Every object's counters now: {key: {field: value}} (queues, vhosts, connections,
-    channels, the overview), the keys `shapes` reads rates under."""
+    """Every object's counters now: {key: {field: value}} (queues, exchanges, vhosts with
+    their recv_oct / send_oct, connections, channels, the overview, its churn), the keys
+    `shapes` reads rates under."""
     out: dict = {}
     total = MessageStats()
     lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}

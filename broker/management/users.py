@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker import trace
-from broker.management import shapes
+from broker.management import samples, shapes
 from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
 from broker.management.body_fields import parse_bool
 from broker.management.context import broker, sampler
@@ -25,6 +25,7 @@ from broker.management.http import (
     param,
     reply,
 )
+from broker.management.ranges import Ranges
 from broker.passwords import decode_hash
 from broker.users import NoSuchUser, NoSuchVhost
 
@@ -151,12 +152,24 @@ def _vhost_defs(b: StartedBroker) -> dict[str, Any]:
     return {d.name: d for d in b.definitions.list_vhosts()}
 
 
+def _vhost_json(request: web.Request, name: str, d: Any, ranges: Ranges, now_ms: int) -> dict:
+    """A vhost's JSON (`d` its definition, for description and tags); with a range, its
+    message_stats / messages* (msg_rates) and recv_oct / send_oct (data_rates) samples."""
+    b, s = broker(request), sampler(request)
+    out = shapes.vhost(b, s, b.vhosts[name], getattr(d, "description", ""),
+                       getattr(d, "tags", ()))
+    if ranges.any():
+        live = shapes.vhost_octets(b, b.vhosts[name]) if ranges.data_rates else None
+        samples.vhost(out, s, ("vhost", name), ranges, now_ms, live)
+    return out
+
+
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    b, s = broker(request), sampler(request)
+    b = broker(request)
+    ranges, now_ms = samples.from_request(request, "invalid_range_parameters")
     defs = _vhost_defs(b)
-    items = [shapes.vhost(b, s, b.vhosts[n], getattr(defs.get(n), "description", ""),
-                          getattr(defs.get(n), "tags", ()))
+    items = [_vhost_json(request, n, defs.get(n), ranges, now_ms)
              for n in visible_vhosts(b, current(request))]
     return list_reply(request, items)
 
@@ -166,9 +179,8 @@ async def get_vhost(request: web.Request) -> web.Response:
     b = broker(request)
     name = param(request, "name")
     require_vhost(b, current(request), name)
-    d = _vhost_defs(b).get(name)
-    return reply(shapes.vhost(b, sampler(request), b.vhosts[name],
-                              getattr(d, "description", ""), getattr(d, "tags", ())))
+    ranges, now_ms = samples.from_request(request)
+    return reply(_vhost_json(request, name, _vhost_defs(b).get(name), ranges, now_ms))
 
 
 @routes.put("/api/vhosts/{name}")
