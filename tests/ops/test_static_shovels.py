@@ -79,9 +79,11 @@ def _refused(tmp_path, config_text: str) -> str:
     return proc.stderr + proc.stdout
 
 
-def test_static_shovels_run_from_the_configuration_file(tmp_path):
+def _started(tmp_path, config_text: str) -> tuple[BrokerProcess, str, dict]:
+    """A broker process with `config_text` as its configuration file, once all its static
+    shovels run: (process, API base URL, /api/shovels by name)."""
     config = tmp_path / "broker.toml"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     api_port = _free_port()
     b = BrokerProcess(tmp_path / "data", "--config", str(config), "--set",
                       f"management.tcp.port={api_port}").start()
@@ -89,7 +91,15 @@ def test_static_shovels_run_from_the_configuration_file(tmp_path):
     try:
         wait_for(lambda: {s["state"] for s in _shovels(api).values()} == {"running"},
                  timeout=20)
-        status = _shovels(api)
+    except BaseException:
+        b.stop()
+        raise
+    return b, api, _shovels(api)
+
+
+def test_static_shovels_run_from_the_configuration_file(tmp_path):
+    b, api, status = _started(tmp_path, CONFIG)
+    try:
         assert set(status) == {"from_queue", "from_exchange"}
         assert {s["type"] for s in status.values()} == {"static"}
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
@@ -127,8 +137,7 @@ def test_static_shovels_with_amqp10_ends(tmp_path):
 
     peer = Amqp10Peer().start()
     peer.put("inbox", [proton.Message(body=b"in%d" % i, inferred=True) for i in range(10)])
-    config = tmp_path / "broker.toml"
-    config.write_text(f"""
+    b, api, status = _started(tmp_path, f"""
 [shovels.to_peer]
 reconnect_delay = 1
 [shovels.to_peer.source]
@@ -156,14 +165,7 @@ uris = ["amqp://"]
 declarations = [["queue.declare", {{queue = "st10-dest"}}]]
 publish_fields = {{exchange = "", routing_key = "st10-dest"}}
 """)
-    api_port = _free_port()
-    b = BrokerProcess(tmp_path / "data", "--config", str(config), "--set",
-                      f"management.tcp.port={api_port}").start()
-    api = f"http://127.0.0.1:{api_port}"
     try:
-        wait_for(lambda: {s["state"] for s in _shovels(api).values()} == {"running"},
-                 timeout=20)
-        status = _shovels(api)
         assert (status["to_peer"]["dest_protocol"], status["to_peer"]["dest_address"]) == (
             "amqp10", "outbox")
         assert (status["from_peer"]["src_protocol"], status["from_peer"]["src_address"]) == (
