@@ -154,6 +154,9 @@ class QueueConfirms(Protocol):
     def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
                    channel: ChannelFacade) -> int | LiteRef | None: ...
 
+    def deliver_lite(self, queue: Hashable, msg_id: bytes,
+                     channel: ChannelFacade) -> LiteRef | None: ...
+
     def on_ack(self, ack_tags: list[int]) -> None: ...
 
     def on_discard(self, ack_tags: list[int]) -> None: ...
@@ -201,6 +204,10 @@ class PersistConfirms:
     def on_deliver(self, queue: Hashable, msg_id: bytes, ack_tag: int | None,
                    channel: ChannelFacade) -> int | LiteRef | None:
         return ack_tag
+
+    def deliver_lite(self, queue: Hashable, msg_id: bytes,
+                     channel: ChannelFacade) -> LiteRef | None:
+        return None
 
     def on_ack(self, ack_tags: list[int]) -> None:
         pass
@@ -277,6 +284,12 @@ class AckConfirms:
                 self._pending[ack_tag] = (msg_id, *ref)
         return ack_tag
 
+    def deliver_lite(self, queue: Hashable, msg_id: bytes,
+                     channel: ChannelFacade) -> LiteRef | None:
+        """None: in `ack` mode a delivery that needs an ack always gets a backing-queue
+        record (`ack-lite` overrides this)."""
+        return None
+
     def _take_pending(self, ack_tags: list[int]) -> list[tuple[bytes, ChannelFacade, int]]:
         """Remove and return the (msg_id, channel, seq) owed for these ack tags."""
         pending = self._pending
@@ -348,6 +361,19 @@ class AckLiteConfirms(AckConfirms):
             self._owe(*ref)
             return None
         self._bq.ack([ack_tag])  # forget the backing queue's pending record at once
+        self._lite_channels.add(channel)
+        self._queue = queue
+        return LiteRef(ref[0], ref[1], queue)
+
+    def deliver_lite(self, queue: Hashable, msg_id: bytes,
+                     channel: ChannelFacade) -> LiteRef | None:
+        """A message that owes a confirm goes from its publish straight to a consumer that
+        acks: the consumer's channel gets its LiteRef and the backing queue never records
+        it (on_deliver's record-then-forget, without the record). None when the message owes
+        no confirm: the queue records the delivery as usual."""
+        ref = self._ready.pop(msg_id, None)
+        if ref is None:
+            return None
         self._lite_channels.add(channel)
         self._queue = queue
         return LiteRef(ref[0], ref[1], queue)

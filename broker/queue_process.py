@@ -374,15 +374,23 @@ class QueueProcess(Process):
                 if consumer.no_ack:
                     tag = None
                     self.message_stats.deliver_no_ack += 1
+                    if self._tracks:
+                        tag = self.confirms.on_deliver(self, message.msg_id, None,
+                                                       consumer.channel)
+                    elif seq is not None:  # persist mode: never written
+                        self.confirms.on_consumed(message.msg_id)
                 else:
-                    tag = bq.publish_delivered(message, props if props is not None
-                                               else MessageProps())
+                    # ack-lite: a message owing a confirm needs no backing-queue record
+                    tag = (self.confirms.deliver_lite(self, message.msg_id, consumer.channel)
+                           if self._tracks else None)
+                    if tag is None:
+                        tag = bq.publish_delivered(message, props if props is not None
+                                                   else MessageProps())
+                        if self._tracks:
+                            tag = self.confirms.on_deliver(self, message.msg_id, tag,
+                                                           consumer.channel)
                     consumer.unacked += 1
                     self.message_stats.deliver += 1
-                if self._tracks:
-                    tag = self.confirms.on_deliver(self, message.msg_id, tag, consumer.channel)
-                elif tag is None and seq is not None:  # persist mode: never written
-                    self.confirms.on_consumed(message.msg_id)
                 consumer.channel.deliver(self, consumer, message, False, tag)
                 self._credit_back(channel)
                 return

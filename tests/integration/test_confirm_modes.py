@@ -206,6 +206,31 @@ def test_confirm_held_until_consumer_acks(embedded_only, cpub, declare, connect,
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_ack_lite_keeps_no_backing_queue_record_of_a_direct_delivery(
+        embedded_only, broker, cpub, declare, connect, mode):
+    """A confirmed publish that goes straight to a waiting consumer: in ack mode the
+    backing queue holds its pending ack; in ack-lite the consumer's channel holds a LiteRef
+    and the backing queue never records it (the paper §3.2); both release on the ack."""
+    q = declare(mode)
+    conn = connect()
+    ch = conn.channel()
+    rec = Recorder()
+    ch.basic_consume(q, rec)
+    bq = broker.call(lambda: broker.broker.vhosts["/"].queues[q].bq)
+    pump_until(conn, lambda: broker.call(
+        lambda: len(broker.broker.vhosts["/"].queues[q].consumers)) == 1)
+    first_seq_id = broker.call(lambda: bq._next_seq_id)
+    seq = cpub.publish(q, b"direct")
+    pump_until(conn, lambda: rec.got)
+    pending = broker.call(lambda: bq.stats()["pending_acks"])
+    recorded = broker.call(lambda: bq._next_seq_id) - first_seq_id  # message statuses made
+    assert (pending, recorded) == ((1, 1) if mode == "ack" else (0, 0))
+    cpub.assert_pending(seq)
+    ch.basic_ack(rec.got[0][0])
+    assert cpub.wait(seq) == ["ack"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_auto_ack_consumer_releases_on_delivery(embedded_only, cpub, declare, connect, mode):
     q = declare(mode)
     seqs = [cpub.publish(q, str(i).encode()) for i in range(3)]
