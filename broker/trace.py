@@ -132,21 +132,25 @@ def init(broker: TracingBroker, vhost: TracedVHost) -> None:
 def start(broker: TracingBroker, vhost: str) -> None:
     """Turn tracing on for `vhost` (rabbitmqctl trace_on, rabbit_trace:start): idempotent;
     the vhost need not exist. Not persisted: a restart turns it off, as in RabbitMQ."""
-    if enabled(broker, vhost):
-        log.info("Tracing is already enabled for vhost '%s'", vhost)
-        return
-    log.info("Enabling tracing for vhost '%s'", vhost)
-    broker.trace_vhosts.add(vhost)
-    _refresh(broker, vhost)
+    _switch(broker, vhost, True)
 
 
 def stop(broker: TracingBroker, vhost: str) -> None:
     """Turn tracing off for `vhost` (rabbitmqctl trace_off, rabbit_trace:stop): idempotent."""
-    if not enabled(broker, vhost):
-        log.info("Tracing is already disabled for vhost '%s'", vhost)
+    _switch(broker, vhost, False)
+
+
+def _switch(broker: TracingBroker, vhost: str, on: bool) -> None:
+    """rabbit_trace:start/stop: log, change the set of traced vhosts, refresh the tracers."""
+    word = "enabled" if on else "disabled"
+    if enabled(broker, vhost) == on:
+        log.info("Tracing is already %s for vhost '%s'", word, vhost)
         return
-    log.info("Disabling tracing for vhost '%s'", vhost)
-    broker.trace_vhosts.discard(vhost)
+    log.info("%s tracing for vhost '%s'", "Enabling" if on else "Disabling", vhost)
+    if on:
+        broker.trace_vhosts.add(vhost)
+    else:
+        broker.trace_vhosts.discard(vhost)
     _refresh(broker, vhost)
 
 

@@ -168,6 +168,12 @@ def _delete_after_ok(v: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
+def _binary_errors(value: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """rabbit_parameter_validation:binary's text for each of `keys` set to a non-string."""
+    return [f"{key} should be binary, actually was {value[key]!r}" for key in keys
+            if key in value and not isinstance(value[key], str)]
+
+
 def _number_errors(value: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     """rabbit_parameter_validation:number's text for each of `keys` set to a non-number."""
     return [f"{key} should be a number, actually was {value[key]!r}" for key in keys
@@ -192,9 +198,7 @@ def _validate_amqp091_src(value: dict[str, Any]) -> list[str]:
         errs.append("Must specify 'src-exchange' or 'src-queue'")
     elif has_q and has_x:
         errs.append("Cannot specify 'src-exchange' and 'src-queue'")
-    for key in ("src-queue", "src-exchange", "src-exchange-key"):
-        if key in value and not isinstance(value[key], str):
-            errs.append(f"{key} should be binary, actually was {value[key]!r}")
+    errs.extend(_binary_errors(value, ("src-queue", "src-exchange", "src-exchange-key")))
     errs.extend(_number_errors(value, ("prefetch-count",)))
     errs.extend(_delete_after_errors(value, "delete-after"))
     delete_after = value.get("src-delete-after", value.get("delete-after"))
@@ -208,9 +212,7 @@ def _validate_amqp091_dest(value: dict[str, Any]) -> list[str]:
     errs: list[str] = []
     if "dest-queue" in value and "dest-exchange" in value:
         errs.append("Cannot specify 'dest-exchange' and 'dest-queue'")
-    for key in ("dest-queue", "dest-exchange", "dest-exchange-key"):
-        if key in value and not isinstance(value[key], str):
-            errs.append(f"{key} should be binary, actually was {value[key]!r}")
+    errs.extend(_binary_errors(value, ("dest-queue", "dest-exchange", "dest-exchange-key")))
     for key in ("add-forward-headers", "add-timestamp-header"):
         if key in value and not isinstance(value[key], bool):
             errs.append(f"{key} should be boolean, actually was {value[key]!r}")
@@ -235,9 +237,7 @@ def _validate_amqp10_src(value: dict[str, Any]) -> list[str]:
     """rabbit_shovel_parameters amqp10_src_validation: src-address is mandatory."""
     if "src-address" not in value:
         return ['Key "src-address" not found in src definition']
-    if not isinstance(value["src-address"], str):
-        return [f"src-address should be binary, actually was {value['src-address']!r}"]
-    return []
+    return _binary_errors(value, ("src-address",))
 
 
 def _validate_amqp10_dest(value: dict[str, Any]) -> list[str]:
@@ -246,8 +246,7 @@ def _validate_amqp10_dest(value: dict[str, Any]) -> list[str]:
     errs: list[str] = []
     if "dest-address" not in value:
         errs.append('Key "dest-address" not found in dest definition')
-    elif not isinstance(value["dest-address"], str):
-        errs.append(f"dest-address should be binary, actually was {value['dest-address']!r}")
+    errs.extend(_binary_errors(value, ("dest-address",)))
     for key in _AMQP10_MAPS:
         m = value.get(key)
         if m is None:

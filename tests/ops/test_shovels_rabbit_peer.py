@@ -9,13 +9,13 @@ at the other end.)"""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 
 import pika
 import pytest
 
+from tests.ops.amqp_messages import connect, get_all
 from tests.ops.conftest import EXTERNAL, Api
 from tests.polling import wait_for
 
@@ -42,8 +42,7 @@ def rabbit() -> str:
     return os.environ["BROKER_TEST_URI"]
 
 
-def _conn(url: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(url))
+_conn = connect
 
 
 def _fill(url: str, queue: str, n: int) -> list[pika.BasicProperties]:
@@ -59,21 +58,9 @@ def _fill(url: str, queue: str, n: int) -> list[pika.BasicProperties]:
 
 
 def _drain(url: str, queue: str, n: int, timeout: float = 20.0) -> list:
-    got: list = []
-    with _conn(url) as conn:
-        ch = conn.channel()
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            try:
-                method, props, body = ch.basic_get(queue, auto_ack=True)
-            except pika.exceptions.ChannelClosedByBroker:
-                ch = conn.channel()
-                method = None
-            if method is None:
-                conn.sleep(0.02)
-                continue
-            got.append((props, body))
-    return got
+    """n messages from `queue` (acked), waiting for the queue too: [(properties, body)]."""
+    return [(props, body) for _m, props, body in get_all(url, queue, n, timeout,
+                                                            wait_for_queue=True)]
 
 
 @pytest.mark.parametrize("direction", ["from-rabbitmq", "to-rabbitmq"])
