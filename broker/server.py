@@ -18,7 +18,6 @@ import ipaddress
 import logging
 import os
 import platform
-import shutil
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -30,7 +29,7 @@ from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.federation.supervisor import Federation
-from broker.msg_store.vhost import VhostStores
+from broker.msg_store.vhost import DISCARDED, VhostStores, remove_discarded
 from broker.reader import Reader
 from broker.shovel.supervisor import Shovels
 from broker.stats import AuthAttempts, Churn
@@ -70,8 +69,8 @@ class Broker:
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
         self._all_closed: asyncio.Event | None = None  # set when the last connection is gone
-        # (connections still open, set when the last of them is gone): delete_vhost's waits
-        self._gone_waiters: list[tuple[set[Reader], asyncio.Event]] = []
+        # deleted vhosts' directories being removed by worker threads (stop() waits for them)
+        self._removing: set[asyncio.Future[None]] = set()
         self.alarms = Alarms()  # resource alarms in effect (memory, disk)
         self.alarms.subscribe(self._alarms_changed)
         self.resources: ResourceMonitor | None = None  # memory/disk checks (after start)
@@ -132,45 +131,57 @@ class Broker:
             self.federation.watch(vhost)
         return vhost
 
-    async def delete_vhost(self, name: str) -> None:
-        """Delete vhost `name` and everything in it, as `rabbitmqctl delete_vhost`
-        (rabbit_vhost:delete): its connections get connection.close 320 "CONNECTION_FORCED -
-        vhost 'NAME' is deleted" (waiting up to `SHUTDOWN_GRACE` s for close-ok, then the
-        socket is dropped), every queue is deleted with its messages, the message stores and
-        their directory are removed, and the definitions (exchanges, queues, bindings,
-        policies, permissions, limits) are dropped. Raises KeyError if there is no such
-        vhost."""
-        vhost = self.vhosts[name]
+    def delete_vhost(self, name: str) -> None:
+        """Delete vhost `name` and everything in it, as `rabbitmqctl delete_vhost` and
+        `DELETE /api/vhosts/{vhost}` do in RabbitMQ 3.10.8 (rabbit_vhost:delete/2), without
+        waiting on any client: every queue is deleted first (its consumers get basic.cancel
+        where they asked for consumer_cancel_notify), then the vhost's connections get
+        connection.close 320 "CONNECTION_FORCED - vhost 'NAME' is deleted" and return at once
+        (rabbit_connection_tracking closes them asynchronously on the vhost_deleted event; a
+        client that never answers close-ok is dropped by its reader after
+        `reader.CLOSE_OK_TIMEOUT` s). The message stores are abandoned (nothing left to
+        flush for a deleted vhost), their directory is moved aside at once, so the name can
+        be created again straight away, and removed by a worker thread, off the event loop
+        (`stop()` waits for it; a crash leaves it for the next start to remove). The
+        definitions (exchanges, queues, bindings, policies, permissions, limits) are
+        dropped. Raises KeyError if there is no such vhost."""
+        vhost = self.vhosts.pop(name)  # KeyError; new connections to it are refused now
         if self.shovels is not None:
             self.shovels.clear_vhost(name)  # its shovel parameters go with the vhost
         if self.federation is not None:
             self.federation.clear_vhost(name)
-        mine = {c for c in self.connections if c.vhost is vhost}
-        waiter = (mine, asyncio.Event())
-        self._gone_waiters.append(waiter)
-        for conn in list(mine):
-            conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
-        try:
-            if mine:
-                async with asyncio.timeout(SHUTDOWN_GRACE):
-                    await waiter[1].wait()
-        except TimeoutError:
-            for conn in list(mine):
-                conn.abort()
-        finally:
-            self._gone_waiters.remove(waiter)
-        del self.vhosts[name]
         for queue in list(vhost.queues.values()):
             queue.terminate(delete=True)
         vhost.queues.clear()
+        for conn in [c for c in self.connections if c.vhost is vhost]:
+            conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
         if vhost.stores is not None:
-            vhost.stores.close()
-            shutil.rmtree(vhost.stores.root, ignore_errors=True)
+            self._remove_off_loop(vhost.stores.discard(self.config.data_dir))
         if self.definitions is not None:
             self.definitions.remove_vhost(name)
         if self.users is not None:
             self.users.forget_vhost(name)
         log.info("vhost '%s' deleted", name)
+
+    def delete_user(self, name: str) -> bool:
+        """Delete user `name` with its permissions and limits (`Users.delete_user`) and close
+        its connections with connection.close 320 "CONNECTION_FORCED - user 'NAME' is
+        deleted", without waiting on them, as RabbitMQ 3.10.8 does on the user_deleted event
+        (rabbit_connection_tracking). False (nothing closed) if there is no such user."""
+        assert self.users is not None
+        if not self.users.delete_user(name):
+            return False
+        for conn in [c for c in self.connections if c.username == name]:
+            conn.close(320, f"CONNECTION_FORCED - user '{name}' is deleted")
+        return True
+
+    def _remove_off_loop(self, path: str) -> None:
+        """Remove directory `path` on a worker thread (a deleted vhost's files can take
+        seconds to unlink; the loop serves everyone else meanwhile)."""
+        assert self.loop is not None
+        future = self.loop.run_in_executor(None, remove_discarded, path)
+        self._removing.add(future)
+        future.add_done_callback(self._removing.discard)
 
     def check_user(self, username: str, password: str, peer: Any) -> bool:
         """Internal auth backend (`broker.users`): the password matches the user's salted
@@ -254,6 +265,8 @@ class Broker:
         for warning in self.config.warnings:  # rabbitmq.conf keys not acted on
             log.warning("%s", warning)
         os.makedirs(self.config.data_dir, exist_ok=True)
+        # vhosts deleted before a crash: their files were moved aside, not yet removed
+        self._remove_off_loop(os.path.join(self.config.data_dir, DISCARDED))
         self.definitions = Definitions(os.path.join(self.config.data_dir, "definitions.db"))
         if not self.definitions.list_vhosts():
             self.definitions.add_vhost(self.config.default_vhost)
@@ -363,10 +376,6 @@ class Broker:
         if conn in self.connections:
             self.churn.connections_closed += 1
         self.connections.discard(conn)
-        for waiting, event in self._gone_waiters:  # delete_vhost waits for its connections
-            waiting.discard(conn)
-            if not waiting:
-                event.set()
         if not self.connections and self._all_closed is not None:
             self._all_closed.set()
 
@@ -420,6 +429,8 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         self._servers = []
+        if self._removing:  # deleted vhosts' files still being removed
+            await asyncio.gather(*self._removing)
         log.info("stopped")
 
 

@@ -115,8 +115,8 @@ class Users:
                       hashing_algorithm=user.hashing_algorithm, tags=tags)
 
     def delete_user(self, name: str) -> bool:
-        """Delete the user with its permissions and limits; False if unknown. Its open
-        connections stay open (as RabbitMQ 3.10) but every later check on them is refused."""
+        """Delete the user with its permissions and limits; False if unknown. Closing its
+        open connections is the broker's part (`Broker.delete_user`)."""
         if name not in self.control.users:
             return False
         self._defs.remove_user(name)

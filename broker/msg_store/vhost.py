@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import uuid
 from collections.abc import Iterable
 
 from broker.dir_names import base36
@@ -65,3 +66,29 @@ class VhostStores:
         """Clean shutdown of both stores (call after every queue's `terminate`)."""
         self.persistent.close()
         self.transient.close()
+
+    def discard(self, data_dir: str) -> str:
+        """The vhost is deleted (call after every queue's `terminate(delete=True)`): close
+        both stores without a flush or a snapshot (nothing in them is wanted), then move the
+        vhost's directory into `<data_dir>/deleted/` under a fresh name, so that the vhost
+        can be created again at once. Returns the moved directory, for the caller to remove
+        off the event loop (`remove_discarded`); a directory left there by a crash is
+        removed at the next start."""
+        self.persistent.abandon()
+        self.transient.abandon()
+        aside = os.path.join(data_dir, DISCARDED, uuid.uuid4().hex)
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        try:
+            os.rename(self.root, aside)
+        except FileNotFoundError:
+            os.makedirs(aside)  # never written to: nothing to move
+        return aside
+
+
+DISCARDED = "deleted"  # <data_dir>/deleted/: deleted vhosts' directories awaiting removal
+
+
+def remove_discarded(path: str) -> None:
+    """Remove `path` (one directory `VhostStores.discard` moved aside, or the whole
+    `<data_dir>/deleted/` at boot): blocking, for a worker thread."""
+    shutil.rmtree(path, ignore_errors=True)
