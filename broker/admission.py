@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sized
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from broker import errors, limits
 
 if TYPE_CHECKING:
-    from broker.facades import ServingBroker
+    from broker.serving import ServingBroker
 
 
 class OpeningConnection(Protocol):
@@ -33,10 +33,21 @@ class OpeningConnection(Protocol):
     @property
     def channels(self) -> Sized: ...  # its open channels
 
+    @property
+    def vhost(self) -> NamedVHost | None: ...  # set by connection.open
+
+
+class NamedVHost(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+Conn = TypeVar("Conn", bound=OpeningConnection)  # the broker's connection type (the reader)
+
 log = logging.getLogger("broker.connection")
 
 
-def authenticate(broker: ServingBroker, peer: Any, mechanism: str, username: str, password: str) -> bool:
+def authenticate(broker: ServingBroker[Any], peer: Any, mechanism: str, username: str, password: str) -> bool:
     """PLAIN/AMQPLAIN: the password; EXTERNAL: the certificate's user exists (RabbitMQ
     check_user_login(Username, [])). loopback_users applies to both. A refusal is logged."""
     if mechanism == "EXTERNAL":
@@ -52,7 +63,7 @@ def authenticate(broker: ServingBroker, peer: Any, mechanism: str, username: str
     return ok
 
 
-def vhost_allowed(broker: ServingBroker, conn: OpeningConnection, username: str, vhost: str) -> bool:
+def vhost_allowed(broker: ServingBroker[Conn], conn: Conn, username: str, vhost: str) -> bool:
     """connection.open checks in rabbit_reader's order for connection `conn`: the broker-wide
     `connection_max`, the vhost's and the user's `max-connections` (530 with RabbitMQ's
     texts, raised here), then the user's permission row in the vhost (False → 530 access
@@ -74,7 +85,7 @@ def vhost_allowed(broker: ServingBroker, conn: OpeningConnection, username: str,
     return broker.users.control.vhost_allowed(username, vhost)
 
 
-def check_channel_open(broker: ServingBroker, conn: OpeningConnection, frame: Any) -> None:
+def check_channel_open(broker: ServingBroker[Conn], conn: Conn, frame: Any) -> None:
     """channel.open on connection `conn`: 530 when its open channels reach the negotiated
     channel_max (RabbitMQ limits the number of open channels, not the channel number) or the
     user's channels on all connections reach their `max-channels`."""

@@ -4,9 +4,12 @@ Owns: the channel's state (open/closing), its consumers, unacked deliveries (del
 queue, ack tag), basic.qos limiter, publisher-confirm tracker, tx buffer, and credit towards
 queue processes. The reader casts it commands; queue processes use its façade (`deliver`,
 `can_deliver`, `grant_credit`, `consumer_cancelled`, cast `confirm`). Method handlers live in
-`channel_basic.py` (basic.*, confirm.*, tx.*) and `channel_entities.py` (exchange.*, queue.*);
-this module keeps the loop, the dispatch table and the error boundary: soft errors become
-`channel.close` here, hard errors are handed to the connection. Never reads the socket.
+`channel_basic.py` (basic.*, confirm.*, tx.*) and `channel_entities.py` (exchange.*, queue.*),
+which import this module; `channel_handlers.py` joins them into the dispatch table the reader
+hands each channel (`Handlers`), so this module never imports them back. It keeps the loop,
+dispatch through that table, and the error boundary: soft errors become `channel.close` here,
+hard errors are handed to the connection (`ChannelConnection`, the reader's side of the
+contract). Never reads the socket.
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pamqp import commands
 
 from broker import errors
 from broker.access import ChannelAccess
-from broker.confirms import QUEUE_GONE, ConfirmTracker, LiteRef
+from broker.confirms import QUEUE_GONE, ConfirmTracker
 from broker.credit_flow import CreditFlow, flow_state
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
+from broker.facades import ConnectionFacade, LiteRef
 from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
@@ -32,11 +37,15 @@ from broker.stats import MessageStats
 from broker.tx import TxState
 
 if TYPE_CHECKING:
-    from broker.consumers import Consumer
+    import asyncio
+
+    from broker.access import AccessControl
+    from broker.config import BrokerConfig
+    from broker.facades import ContentCommand, QueueFacade
     from broker.protocol.framing import Command
-    from broker.queue_process import QueueProcess
-    from broker.reader import Reader
     from broker.trace import Tracer
+    from broker.vhost import VHost
+    from broker.writer import Writer
 
 log = logging.getLogger("broker.channel")
 
@@ -51,16 +60,70 @@ PUBLISHES = "publishes"  # ("publishes", [Command]) a run of basic.publish read 
 SHUTDOWN = "shutdown"  # ("shutdown",) the connection is closing: clean up after the mailbox
 
 
-class ChannelProcess(Process):
-    """Channel `number` of connection `conn` (the reader façade: `writer`, `vhost`,
-    `frame_max`, `capabilities`, `connection_error`, `grant_credit`, `channel_closed`)."""
+class NodeNamed(Protocol):
+    def node_name(self) -> str: ...  # rabbit@host (sharding names a node's shards by it)
 
-    def __init__(self, conn: Reader, number: int) -> None:
+
+class ChannelConnection(ConnectionFacade, Protocol):
+    """The connection (broker/reader.py's Reader) as its channels see it: what a channel
+    is opened with, and the calls it makes back (credit for the reader, errors, its own
+    close). The contract sits here, below the reader that satisfies it."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def writer(self) -> Writer | None: ...  # set once the socket is up
+
+    @property
+    def vhost(self) -> VHost | None: ...  # set by connection.open
+
+    @property
+    def access_control(self) -> AccessControl | None: ...  # set by connection.open
+
+    @property
+    def frame_max(self) -> int: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def capabilities(self) -> dict[str, Any]: ...  # the client's, from connection.start-ok
+
+    @property
+    def broker(self) -> NodeNamed: ...
+
+    def grant_credit(self, channel: ChannelProcess, n: int) -> None: ...
+
+    def connection_error(self, exc: errors.AMQPError) -> None: ...
+
+    def crashed(self, exc: BaseException) -> None: ...
+
+    def channel_closed(self, channel: ChannelProcess) -> None: ...
+
+
+
+class Handlers(NamedTuple):
+    """The channel's method handlers (built by broker/channel_handlers.py from
+    channel_basic and channel_entities, handed to every channel by the reader)."""
+
+    methods: Mapping[type, Callable[[ChannelProcess, Any], None]]  # method class -> handler
+    publish: Callable[[ChannelProcess, ContentCommand], None]  # one basic.publish
+    # basic.publishes run[start:stop] sharing one method object -> how many were handled
+    publish_alike: Callable[[ChannelProcess, list, int, int], int]
+
+
+class ChannelProcess(Process):
+    """Channel `number` of connection `conn` (a `ChannelConnection`), dispatching its
+    methods through `handlers`."""
+
+    def __init__(self, conn: ChannelConnection, number: int, handlers: Handlers) -> None:
         super().__init__(conn.loop)
         writer, vhost, access_control = conn.writer, conn.vhost, conn.access_control
         # channel.open is only accepted after connection.open: all three are set by then
         assert writer is not None and vhost is not None and access_control is not None
         self.conn = conn  # the connection (reader) this channel belongs to
+        self.handlers = handlers  # method class -> handler, and the publish paths
         self.number = number  # channel number on the wire
         self.writer = writer  # outbound frames of the connection
         self.vhost = vhost  # where exchanges and queues are looked up
@@ -80,8 +143,8 @@ class ChannelProcess(Process):
         self._stamped_below = 1  # tags below this have a stamp
         self._stamping = False  # a stamp is scheduled for this loop turn
         # tag -> (queue, ack tag (a LiteRef in ack-lite mode, None once its queue is gone), ctag)
-        self.unacked: dict[int, tuple[QueueProcess, int | LiteRef | None, str | None]] = {}
-        self.consumers: dict[str, QueueProcess] = {}  # consumer_tag -> queue process
+        self.unacked: dict[int, tuple[QueueFacade, int | LiteRef | None, str | None]] = {}
+        self.consumers: dict[str, QueueFacade] = {}  # consumer_tag -> queue process
         # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
         self.reply_consumer: tuple[str, str] | None = None
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
@@ -150,7 +213,7 @@ class ChannelProcess(Process):
         when queue.delete removes our own consumer) go out after its reply, as in RabbitMQ
         where the queue's cancel reaches the channel process after it has replied."""
         method = cmd.method
-        handler = HANDLERS.get(method.__class__)
+        handler = self.handlers.methods.get(method.__class__)
         self._holding = True
         try:
             if handler is None:
@@ -193,10 +256,10 @@ class ChannelProcess(Process):
                 stop += 1
             try:
                 if stop - handled == 1:
-                    publish(self, cmd)
+                    self.handlers.publish(self, cmd)
                     handled += 1
                 else:
-                    handled += publish_alike(self, run, handled, stop)
+                    handled += self.handlers.publish_alike(self, run, handled, stop)
             except errors.SoftError as exc:
                 handled += 1
                 self.close_with_error(exc)
@@ -208,7 +271,7 @@ class ChannelProcess(Process):
         if grant:
             self.conn.grant_credit(self, grant)
 
-    def _queue_gone(self, queue: QueueProcess) -> None:
+    def _queue_gone(self, queue: QueueFacade) -> None:
         """An ack-lite queue was deleted: nack the confirms our unacked deliveries from it
         still carry (as the ack mode's queue nacks its pending ones); a later ack of those
         deliveries is accepted and does nothing."""
@@ -259,7 +322,7 @@ class ChannelProcess(Process):
             self.reply_consumer = None
         if self.state == CLOSED and not self.unacked and not self.consumers:
             return
-        by_queue: dict[QueueProcess, list[int]] = {}
+        by_queue: dict[QueueFacade, list[int]] = {}
         lite: list[LiteRef] = []  # ack-lite deliveries cannot be requeued: their publishers
         # get basic.nack (ARCHITECTURE §6)
         entries = list(self.unacked.values())
@@ -321,16 +384,17 @@ class ChannelProcess(Process):
             return False
         return no_ack or self.limiter.can_send()
 
-    def deliver(self, queue: QueueProcess, consumer: Consumer, message: Message,
+    def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
-        """Send basic.deliver for `message` to `consumer` (AMQP 0-9-1 §1.8.3.9)."""
+        """Send basic.deliver for `message` to consumer `consumer_tag` (AMQP 0-9-1
+        §1.8.3.9)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
         stats = self.message_stats
         if not self._stamping:
             self.stamp_soon()
         if ack_tag is not None:
-            self.unacked[tag] = (queue, ack_tag, consumer.tag)
+            self.unacked[tag] = (queue, ack_tag, consumer_tag)
             self.limiter.unacked += 1
             stats.deliver += 1
         else:
@@ -340,7 +404,7 @@ class ChannelProcess(Process):
         trace = self.trace
         if trace is not None:
             trace.tap_out(self, queue.name, message, redelivered)
-        self.writer.send(encode_deliver(self.number, consumer.tag, tag, redelivered,
+        self.writer.send(encode_deliver(self.number, consumer_tag, tag, redelivered,
                                         message.exchange, message.routing_key,
                                         message.wire_properties(),
                                         message.body, self.frame_max))
@@ -382,16 +446,16 @@ class ChannelProcess(Process):
                                         message.body, self.frame_max))
         return True
 
-    def grant_credit(self, queue: QueueProcess, n: int) -> None:
+    def grant_credit(self, queue: QueueFacade, n: int) -> None:
         """A queue handled `n` more of our publishes."""
         if self.credit.grant(queue, n):
             self.resume()
 
-    def spend_queue_credit(self, queue: QueueProcess) -> None:
+    def spend_queue_credit(self, queue: QueueFacade) -> None:
         if self.credit.send(queue) and not self.shutting_down:
             self.suspend()
 
-    def consumer_cancelled(self, queue: QueueProcess, tag: str) -> None:
+    def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:
         """The queue went away under a consumer: send basic.cancel if the client supports
         it (rabbitmq.com/consumer-cancel.html)."""
         if self.consumers.pop(tag, None) is None or self.state != OPEN:
@@ -441,7 +505,7 @@ class ChannelProcess(Process):
         """Send ACK/REQUEUE/DISCARD for `entries` to their queues, free prefetch capacity."""
         if not entries:
             return
-        by_queue: dict[QueueProcess, list[tuple[int | None, str | None]]] = {}
+        by_queue: dict[QueueFacade, list[tuple[int | None, str | None]]] = {}
         lite: list[LiteRef] | None = None
         counted = 0
         for queue, ack_tag, ctag in entries.values():
@@ -484,13 +548,3 @@ def _cast_lite(kind: str, refs: list[LiteRef]) -> None:
         groups.setdefault((ref.channel, ref.queue), []).append(ref.seq)
     for (channel, queue), seqs in groups.items():
         channel.cast((kind, queue, seqs))
-
-
-from broker.channel_basic import (  # noqa: E402  (they import this module)
-    BASIC_HANDLERS,
-    publish,
-    publish_alike,
-)
-from broker.channel_entities import ENTITY_HANDLERS  # noqa: E402
-
-HANDLERS: dict[type, Any] = {**BASIC_HANDLERS, **ENTITY_HANDLERS}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -521,7 +521,7 @@ def channel_open(ch: ChannelProcess, cmd: Command) -> None:
     ch.send_method(commands.Channel.OpenOk())
 
 
-BASIC_HANDLERS = {
+BASIC_HANDLERS: dict[type, Callable[[ChannelProcess, Any], None]] = {
     B.Publish: publish,
     B.Consume: consume,
     B.Cancel: cancel,

@@ -10,6 +10,7 @@ key); purge → read; passive declares need none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -194,7 +195,7 @@ def queue_delete(ch: ChannelProcess, cmd: Command) -> None:
         ch.send_method(Q.DeleteOk(count))
 
 
-ENTITY_HANDLERS = {
+ENTITY_HANDLERS: dict[type, Callable[[ChannelProcess, Any], None]] = {
     E.Declare: exchange_declare,
     E.Delete: exchange_delete,
     E.Bind: exchange_bind,

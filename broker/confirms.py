@@ -15,7 +15,9 @@ tests a mode's name; they release or nack through two callbacks the queue batche
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.facades import LiteRef
 
 if TYPE_CHECKING:
     from broker.backing_queue.base import BackingQueue, MessageProps
@@ -129,16 +131,6 @@ class ConfirmTracker:
 
 QUEUE_GONE = "queue_gone"  # channel mailbox: (QUEUE_GONE, queue) nack its ack-lite refs
 Owe = Callable[["ChannelFacade", int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
-
-
-class LiteRef(NamedTuple):
-    """What an `ack-lite` consumer's channel holds instead of an ack tag: the publisher's
-    channel, its msg_seq_no and the queue (the tracker's key), so the consumer's ack releases
-    the confirm straight to the publisher (a cast), bypassing the queue (the paper §3.2)."""
-
-    channel: ChannelFacade
-    seq: int
-    queue: Hashable
 
 
 class QueueConfirms(Protocol):

@@ -1,36 +1,76 @@
-"""What one process looks like to another: the façades between the broker's processes,
-as `typing.Protocol`s (STYLE §10, ARCHITECTURE §1).
+"""What one process looks like to another: the contracts between the broker's processes,
+as `typing.Protocol`s, and the plain data types that cross them (STYLE §10,
+docs/architecture.md "Contracts").
 
-Owns: the contracts only. A queue process holds publishing channels as `ChannelFacade`s
-(confirms, credit, cancel notifications, deliveries) and its vhost as a `QueueVHost`; a
-channel gets a basic.publish from the reader as a `ContentCommand`. The
-concrete classes (`ChannelProcess`, `VHost`) satisfy them structurally and never import
-this module at runtime; neither does anything here import them at runtime (no import
-circles, STYLE §9). Must never: hold code; every name here is for type checkers.
+Owns: the contracts only. A queue process holds publishing and consuming channels as
+`ChannelFacade`s (confirms, credit, cancel notifications, deliveries) and its vhost as a
+`QueueVHost`; a channel holds the queues it publishes to and consumes from as `QueueFacade`s
+and gets a basic.publish from the reader as a `ContentCommand`; an exclusive queue knows its
+owner as a `ConnectionFacade`; an ack-lite consumer's channel holds a `LiteRef`.
+The concrete classes (`ChannelProcess`, `QueueProcess`, `StreamQueue`, `VHost`, `Reader`)
+satisfy them structurally and are never named here: this module sits in the contracts layer,
+below everything that implements it, and imports only the ground layer (the message and its
+content header). A protocol refers to other protocols and to plain data types.
+Must never: hold code; import a module above the ground layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any, Protocol
+import asyncio
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    import asyncio
-
-    from broker.alarms import Alarms, ResourceMonitor
-    from broker.config import BrokerConfig
-    from broker.confirms import LiteRef
-    from broker.consumers import Consumer
-    from broker.definitions import Definitions
-    from broker.federation.supervisor import Federation
     from broker.message import Message
     from broker.protocol.framing import ContentHeader
-    from broker.queue_process import QueueProcess
-    from broker.reader import Reader
-    from broker.shovel.supervisor import Shovels
-    from broker.stats import AuthAttempts, Churn
-    from broker.users import Users
-    from broker.vhost import VHost
+
+
+class ConnectionFacade(Hashable, Protocol):
+    """A client connection as queues and the management API see it through a channel or
+    as an exclusive queue's owner: compared by identity, named by its addresses
+    (broker/connection_names.py) and its user."""
+
+    @property
+    def peer(self) -> tuple[Any, ...] | None: ...  # (host, port) of the client, None before connect
+
+    @property
+    def transport(self) -> asyncio.BaseTransport | None: ...  # its socket's transport
+
+    @property
+    def username(self) -> str: ...  # authenticated user ("" before connection.open)
+
+
+class QueueFacade(Hashable, Protocol):
+    """A queue process (classic or stream) as channels and the vhost's router see it
+    (STYLE §5's QueueRef): its name, its mailbox (`cast` PUBLISH/ACK/REQUEUE/DISCARD/RUN,
+    `call` one of its façade methods), and the calls a channel makes on its consumers.
+    Hashable: channels key credit and unacked deliveries by it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def deleted(self) -> bool: ...  # terminated by delete: casts to it are dropped
+
+    def cast(self, msg: Any) -> None:
+        """Put `msg` in the queue's mailbox (broker/queue_process.py's message kinds)."""
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(*args)` once the mailbox has drained (a synchronous call)."""
+
+    def remove_consumer(self, channel: ChannelFacade, tag: str) -> bool: ...
+
+    def channel_down(self, channel: ChannelFacade, unacked: list[int]) -> None: ...
+
+
+class LiteRef(NamedTuple):
+    """What an `ack-lite` consumer's channel holds instead of an ack tag: the publisher's
+    channel, its msg_seq_no and the queue (the tracker's key), so the consumer's ack releases
+    the confirm straight to the publisher (a cast), bypassing the queue (the paper §3.2)."""
+
+    channel: ChannelFacade
+    seq: int
+    queue: Hashable
 
 
 class ChannelFacade(Hashable, Protocol):
@@ -39,7 +79,7 @@ class ChannelFacade(Hashable, Protocol):
     confirms by it."""
 
     @property
-    def conn(self) -> Reader: ...  # its connection (consumer listings name it)
+    def conn(self) -> ConnectionFacade: ...  # its connection (consumer listings name it)
 
     @property
     def number(self) -> int: ...  # channel number on the wire
@@ -51,14 +91,15 @@ class ChannelFacade(Hashable, Protocol):
     def can_deliver(self, no_ack: bool) -> bool:
         """May a queue send one more delivery now (limiter, state, socket backpressure)?"""
 
-    def deliver(self, queue: QueueProcess, consumer: Consumer, message: Message,
+    def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
-        """basic.deliver `message` to `consumer`; `ack_tag` None for a no-ack consumer."""
+        """basic.deliver `message` to consumer `consumer_tag`; `ack_tag` None for a no-ack
+        consumer."""
 
-    def grant_credit(self, queue: QueueProcess, n: int) -> None:
+    def grant_credit(self, queue: QueueFacade, n: int) -> None:
         """`queue` handled `n` more of this channel's publishes (credit flow)."""
 
-    def consumer_cancelled(self, queue: QueueProcess, tag: str) -> None:
+    def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:
         """`queue` went away under consumer `tag` (basic.cancel if the client asked)."""
 
 
@@ -70,9 +111,9 @@ class QueueVHost(Protocol):
     def name(self) -> str: ...
 
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict[str, Any] | None,
-                   message: Message | None = None) -> list[QueueProcess]: ...
+                   message: Message | None = None) -> Sequence[QueueFacade]: ...
 
-    def delete_queue_now(self, queue: QueueProcess) -> int: ...
+    def delete_queue_now(self, queue: QueueFacade) -> int: ...
 
 
 class ContentCommand(Protocol):
@@ -88,90 +129,3 @@ class ContentCommand(Protocol):
 
     @property
     def body(self) -> bytes | None: ...
-
-
-class ServingBroker(Protocol):
-    """The broker (broker.server.Broker) as the code that runs once its listeners accept
-    connections sees it: the reader, admission, the shovel and federation supervisors.
-    `Broker.start()` sets its loop, opens the definitions database and builds `users` and
-    `resources` before it binds a listener, so here they are not None (`Broker` types them Optional because they
-    are None until then); `Broker.serving()` hands out this view. `stop()` closes the
-    definitions database last and sets it back to None: code that can run after that (a
-    shovel's delete-after callback) still checks."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def vhosts(self) -> dict[str, VHost]: ...  # name -> vhost
-
-    @property
-    def connections(self) -> set[Reader]: ...  # live connections
-
-    @property
-    def port(self) -> int: ...  # the AMQP port (the bound one once listening)
-
-    @property
-    def definitions(self) -> Definitions: ...
-
-    @property
-    def users(self) -> Users: ...
-
-    @property
-    def resources(self) -> ResourceMonitor: ...  # memory/disk checks
-
-    @property
-    def churn(self) -> Churn: ...
-
-    @property
-    def alarms(self) -> Alarms: ...
-
-    @property
-    def auth_attempts(self) -> AuthAttempts: ...
-
-    def check_user(self, username: str, password: str, peer: Any) -> bool: ...
-
-    def loopback_allowed(self, username: str, peer: Any) -> bool: ...
-
-    def node_name(self) -> str: ...
-
-    def cluster_name(self) -> str: ...
-
-    def server_properties(self) -> dict[str, Any]: ...
-
-    def connection_gone(self, conn: Reader) -> None: ...
-
-
-class StartedBroker(ServingBroker, Protocol):
-    """The broker once `start()` has returned, as the management API, the Prometheus
-    exporter and the runtime parameters see it: its shovels and federation (built after the
-    listeners) are there too, and so are its bound ports and global parameters.
-    `Broker.started()` hands out this view."""
-
-    @property
-    def shovels(self) -> Shovels: ...
-
-    @property
-    def federation(self) -> Federation: ...
-
-    @property
-    def ssl_port(self) -> int | None: ...  # the bound amqps port, if any
-
-    @property
-    def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value
-
-    @property
-    def trace_vhosts(self) -> set[str]: ...  # vhosts with the firehose on (broker/trace.py)
-
-    def set_global_parameter(self, name: str, value: Any) -> None: ...
-
-    def clear_global_parameter(self, name: str) -> bool: ...
-
-    def add_vhost(self, name: str) -> VHost: ...
-
-    def delete_vhost(self, name: str) -> None: ...
-
-    def delete_user(self, name: str) -> bool: ...

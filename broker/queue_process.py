@@ -37,13 +37,11 @@ from broker.ttl import expiry_ms, parse_expiration
 
 if TYPE_CHECKING:
     from broker.alarms import ResourceMonitor
-    from broker.confirms import LiteRef
-    from broker.facades import ChannelFacade, QueueVHost
-    from broker.reader import Reader
+    from broker.facades import ChannelFacade, ConnectionFacade, LiteRef, QueueVHost
 
     # the connection that declared an exclusive queue (vhost and queue compare it by
     # identity; the management API reads its details)
-    ExclusiveOwner = Reader
+    ExclusiveOwner = ConnectionFacade
 
 log = logging.getLogger("broker.queue")
 
@@ -391,7 +389,7 @@ class QueueProcess(Process):
                                                            consumer.channel)
                     consumer.unacked += 1
                     self.message_stats.deliver += 1
-                consumer.channel.deliver(self, consumer, message, False, tag)
+                consumer.channel.deliver(self, consumer.tag, message, False, tag)
                 self._credit_back(channel)
                 return
         if self.message_ttl == 0:
@@ -496,7 +494,7 @@ class QueueProcess(Process):
             if self._tracks:
                 tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag,
                                                consumer.channel)
-            consumer.channel.deliver(self, consumer, fetched.message, fetched.redelivered, tag)
+            consumer.channel.deliver(self, consumer.tag, fetched.message, fetched.redelivered, tag)
 
     def _settle(self, channel: ChannelFacade, entries: list[tuple[int, str | None]]) -> list[int]:
         """Ack tags of `entries` [(ack_tag, consumer_tag or None for basic.get)], giving each

@@ -22,6 +22,7 @@ from pamqp.base import Frame
 from broker import admission, errors, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
+from broker.channel_handlers import HANDLERS
 from broker.credit_flow import flow_state
 from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
@@ -40,7 +41,7 @@ from broker.throttle import BLOCKED, UNBLOCKED, Throttle
 from broker.writer import Writer
 
 if TYPE_CHECKING:
-    from broker.facades import ServingBroker
+    from broker.serving import ServingBroker
     from broker.vhost import VHost
 
 log = logging.getLogger("broker.connection")
@@ -69,7 +70,7 @@ class Reader(asyncio.Protocol):
     are read once credit comes back, up to the end-of-file.
     """
 
-    def __init__(self, broker: ServingBroker) -> None:
+    def __init__(self, broker: ServingBroker[Reader]) -> None:
         self.broker = broker  # the Broker: config, vhosts, users, connection registry
         self.config = broker.config  # BrokerConfig
         self.loop: asyncio.AbstractEventLoop = broker.loop  # the broker's event loop
@@ -379,7 +380,7 @@ class Reader(asyncio.Protocol):
         if not isinstance(frame, commands.Channel.Open):
             raise errors.amqp_error(errors.ChannelError, "expected 'channel.open'", frame)
         admission.check_channel_open(self.broker, self, frame)
-        ch = ChannelProcess(self, channel)
+        ch = ChannelProcess(self, channel, HANDLERS)
         self.broker.churn.channels_opened += 1
         self.channels[channel] = ch
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)

@@ -38,8 +38,9 @@ from broker.vhost import VHost
 
 if TYPE_CHECKING:
     from broker.backing_queue.base import BackingQueue
-    from broker.facades import ServingBroker, StartedBroker
     from broker.management.app import ManagementServer
+    from broker.serving import ServingBroker
+    from broker.started import StartedBroker
 
 log = logging.getLogger("broker.server")
 
@@ -352,7 +353,7 @@ class Broker:
         assert self.resources is not None
         return self.resources.set_disk_free_limit(limit, mem_relative=mem_relative)
 
-    def serving(self) -> ServingBroker:
+    def serving(self) -> ServingBroker[Reader]:
         """This broker as the reader and admission see it (broker/facades.py): its loop,
         definitions and users set. start() takes this view once, before binding a
         listener; AssertionError before that."""

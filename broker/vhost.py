@@ -37,6 +37,7 @@ from broker.vhost_policies import VHostPolicies
 from broker.vhost_routing import Routes
 
 if TYPE_CHECKING:
+    from broker.facades import QueueFacade
     from broker.queue_process import ExclusiveOwner
     from broker.trace import Tracer
 
@@ -390,21 +391,23 @@ class VHost:
         queue.call(queue.check_delete, if_unused, if_empty)  # drains its mailbox first
         return self.delete_queue_now(queue)
 
-    def delete_queue_now(self, queue: QueueProcess) -> int:
-        """Remove `queue` and its bindings, cancel its consumers and delete its messages."""
-        if self.queues.get(queue.name) is not queue:
+    def delete_queue_now(self, queue: QueueFacade) -> int:
+        """Remove `queue` and its bindings, cancel its consumers and delete its messages
+        (0 if it is no longer this vhost's queue of that name)."""
+        q = self.queues.get(queue.name)
+        if q is None or q is not queue:
             return 0
-        del self.queues[queue.name]
+        del self.queues[q.name]
         self._topology_changed()
         self.churn.queues_deleted += 1
-        if queue.durable and self.definitions is not None:
-            self.definitions.remove_queue(self.name, queue.name)
+        if q.durable and self.definitions is not None:
+            self.definitions.remove_queue(self.name, q.name)
         for exchange in list(self.exchanges.values()):
             if len(exchange.routing):
-                exchange.routing.remove_destination(queue.name)
+                exchange.routing.remove_destination(q.name)
                 if exchange.name:
                     self._maybe_auto_delete_exchange(exchange)
-        return queue.terminate(delete=True)
+        return q.terminate(delete=True)
 
     def connection_closed(self, owner: ExclusiveOwner | None) -> None:
         """Delete the exclusive queues `owner` declared (AMQP 0-9-1 §1.7.2.1 exclusive)."""

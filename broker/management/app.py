@@ -45,7 +45,7 @@ from broker.management.rates import RateSampler
 from broker.management.sampling import sample
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 log = logging.getLogger("broker.management")
 UI_DIR = Path(__file__).resolve().parent / "ui"

@@ -20,7 +20,7 @@ from aiohttp import web
 from broker.management.http import not_authorised, not_found
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 MANAGEMENT_TAGS = frozenset({"management", "policymaker", "monitoring", "administrator"})
 

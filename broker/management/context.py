@@ -10,7 +10,7 @@ from aiohttp import web
 from broker.management.rates import RateSampler
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 BROKER: web.AppKey[StartedBroker] = web.AppKey("broker")  # the running broker.server.Broker
 SAMPLER = web.AppKey("sampler", RateSampler)  # rates for *_details

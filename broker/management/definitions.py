@@ -32,7 +32,7 @@ from broker.passwords import decode_hash, encode_hash
 from broker.runtime_parameters import set_parameter
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
     from broker.vhost import VHost
 
 log = logging.getLogger("broker.management")

@@ -35,7 +35,7 @@ from broker.management.http import bad_request, not_found, param, reply
 from broker.management.overview import alarms
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 routes = web.RouteTableDef()
 

@@ -21,7 +21,7 @@ from broker.management import overview, shapes
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -39,8 +39,8 @@ from broker.management.operations import this_node
 from broker.management.overview import rss_bytes
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
     from broker.queue_process import QueueProcess
+    from broker.started import StartedBroker
 
 routes = web.RouteTableDef()
 

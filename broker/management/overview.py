@@ -26,7 +26,7 @@ from broker.management.rates import RateSampler, with_details
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 routes = web.RouteTableDef()
 

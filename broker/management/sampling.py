@@ -14,7 +14,7 @@ from broker.management.rates import RateSampler
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 
 def sample(broker: StartedBroker, sampler: RateSampler, wall_ms: int | None = None) -> None:

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from broker.channel import ChannelProcess
     from broker.consumers import Consumer
     from broker.exchange import Exchange
-    from broker.facades import ChannelFacade, StartedBroker
+    from broker.facades import ChannelFacade, ConnectionFacade
     from broker.queue_process import QueueProcess
     from broker.reader import Reader
+    from broker.started import StartedBroker
     from broker.vhost import VHost
 
 PROTOCOL = "AMQP 0-9-1"
@@ -221,7 +222,7 @@ def bindings_of_vhost(vhost: VHost) -> list[dict]:
     return out
 
 
-def connection_details(conn: Reader) -> dict:
+def connection_details(conn: ConnectionFacade) -> dict:
     peer = conn.peer or ("", 0)
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
 

@@ -30,7 +30,7 @@ from broker.passwords import decode_hash
 from broker.users import NoSuchUser, NoSuchVhost
 
 if TYPE_CHECKING:
-    from broker.facades import StartedBroker
+    from broker.started import StartedBroker
 
 routes = web.RouteTableDef()
 

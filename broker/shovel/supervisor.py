@@ -21,7 +21,8 @@ from broker.shovel import definition
 from broker.shovel.link import ShovelLink
 
 if TYPE_CHECKING:
-    from broker.facades import ServingBroker
+    from broker.reader import Reader
+    from broker.serving import ServingBroker
 
 log = logging.getLogger("broker.shovel")
 COMPONENT = "shovel"
@@ -30,7 +31,7 @@ COMPONENT = "shovel"
 class Shovels:
     """The shovels of `broker` (a broker.server.Broker: its definitions, port, config)."""
 
-    def __init__(self, broker: ServingBroker) -> None:
+    def __init__(self, broker: ServingBroker[Reader]) -> None:
         self.broker = broker
         self.links: dict[tuple[str, str], ShovelLink] = {}
         self._stopping: set[asyncio.Task[None]] = set()

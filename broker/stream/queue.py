@@ -261,7 +261,7 @@ class StreamQueue(QueueProcess):
                 message = entry_message(chunk.entries[offset - chunk.first], offset)
                 consumer.unacked += 1
                 self.message_stats.deliver += 1
-                consumer.channel.deliver(self, consumer, message, False, offset)
+                consumer.channel.deliver(self, consumer.tag, message, False, offset)
                 offset += 1
                 budget -= 1
             if offset is not None:

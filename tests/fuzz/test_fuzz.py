@@ -42,12 +42,12 @@ def test_the_harness_sees_an_injected_crash(harness, monkeypatch):
     connection.close was already read when the channel crashed)."""
     from pamqp import commands
 
-    from broker import channel as channel_module
+    from broker import channel_handlers as channel_module
 
     def boom(ch, cmd):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setitem(channel_module.HANDLERS, commands.Basic.Qos, boom)
+    monkeypatch.setitem(channel_module.HANDLERS.methods, commands.Basic.Qos, boom)
     v = harness.check(b"".join(FRAMES))
     assert any(p.startswith("crash: logged unexpected error") and "injected failure" in p
                for p in v.problems)

@@ -17,7 +17,7 @@ import pytest
 from helpers import check_survivors, message_count
 from pamqp import commands
 
-from broker import channel as channel_module
+from broker import channel_handlers as channel_module
 
 pytestmark = pytest.mark.usefixtures("embedded_only")
 
@@ -28,7 +28,7 @@ def _boom(ch, cmd):
 
 def test_failing_handler_closes_its_connection_with_541(broker, bystander, connect, unique,
                                                         monkeypatch, caplog):
-    monkeypatch.setitem(channel_module.HANDLERS, commands.Basic.Qos, _boom)
+    monkeypatch.setitem(channel_module.HANDLERS.methods, commands.Basic.Qos, _boom)
     conn = connect()
     ch = conn.channel()
     q = ch.queue_declare(unique("before-crash")).method.queue
@@ -59,7 +59,7 @@ def test_failing_handler_requeues_the_connections_unacked(broker, connect, uniqu
     ch = conn.channel()
     method, _p, body = ch.basic_get(q, auto_ack=False)
     assert body == b"held"
-    monkeypatch.setitem(channel_module.HANDLERS, commands.Basic.Recover, _boom)
+    monkeypatch.setitem(channel_module.HANDLERS.methods, commands.Basic.Recover, _boom)
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
         ch.basic_recover(requeue=True)
     monkeypatch.undo()
@@ -70,7 +70,7 @@ def test_failing_handler_requeues_the_connections_unacked(broker, connect, uniqu
 
 
 def test_broker_keeps_serving_after_many_crashes(broker, connect, monkeypatch):
-    monkeypatch.setitem(channel_module.HANDLERS, commands.Basic.Qos, _boom)
+    monkeypatch.setitem(channel_module.HANDLERS.methods, commands.Basic.Qos, _boom)
     for _ in range(20):
         conn = connect()
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker):

@@ -23,7 +23,7 @@ from mypy import api
 ROOT = Path(__file__).resolve().parents[2]
 STRICT = ["broker/protocol", "broker/confirms.py", "broker/access.py", "broker/policies.py",
           "broker/dead_letter.py", "broker/limiter.py", "broker/credit_flow.py",
-          "broker/facades.py"]
+          "broker/facades.py", "broker/serving.py", "broker/started.py"]
 
 
 def test_codec_and_pure_modules_type_check_strictly(tmp_path):

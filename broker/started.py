@@ -1,0 +1,54 @@
+"""The broker once `start()` has returned, as the management API and the Prometheus
+exporter see it (STYLE §10, docs/architecture.md "Contracts").
+
+Owns: the `StartedBroker` contract only: `ServingBroker[Reader]` plus the shovel and
+federation supervisors (built after the listeners), the bound ports, global parameters and
+the calls that delete what clients hold. It sits in the operations layer, above the reader
+and the supervisors it names and below the management API that holds it;
+`broker.server.Broker` implements it. Must never: hold code; import the management API or
+the server.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.serving import ServingBroker
+
+if TYPE_CHECKING:
+    from broker.federation.supervisor import Federation
+    from broker.reader import Reader  # noqa: F401  (named as a string in the base below)
+    from broker.shovel.supervisor import Shovels
+    from broker.vhost import VHost
+
+
+class StartedBroker(ServingBroker["Reader"], Protocol):
+    """The broker once `start()` has returned, as the management API, the Prometheus
+    exporter and the runtime parameters see it: its shovels and federation (built after the
+    listeners) are there too, and so are its bound ports and global parameters.
+    `Broker.started()` hands out this view."""
+
+    @property
+    def shovels(self) -> Shovels: ...
+
+    @property
+    def federation(self) -> Federation: ...
+
+    @property
+    def ssl_port(self) -> int | None: ...  # the bound amqps port, if any
+
+    @property
+    def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value
+
+    @property
+    def trace_vhosts(self) -> set[str]: ...  # vhosts with the firehose on (broker/trace.py)
+
+    def set_global_parameter(self, name: str, value: Any) -> None: ...
+
+    def clear_global_parameter(self, name: str) -> bool: ...
+
+    def add_vhost(self, name: str) -> VHost: ...
+
+    def delete_vhost(self, name: str) -> None: ...
+
+    def delete_user(self, name: str) -> bool: ...
