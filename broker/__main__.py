@@ -1,6 +1,8 @@
 """`python -m broker`: parse the configuration, install uvloop, serve until SIGINT/SIGTERM.
 
-Owns: process-level concerns only (logging setup, signals, exit code).
+Owns: process-level concerns only (logging setup, signals, exit code). Exit codes
+(sysexits.h): 0 after a signal, 78 for a bad configuration, 69 when a listener cannot bind
+its address (one line on stderr naming the listener, the address and the setting).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import sys
 
 from broker.config import load_config
 from broker.gc_pacing import GcPacer
+from broker.listeners import ListenerError
 from broker.server import Broker
+
+EX_UNAVAILABLE = 69  # sysexits.h: the port (or address) a listener needs is not available
 
 
 async def _serve(broker: Broker) -> None:
@@ -44,9 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency
-        asyncio.run(_serve(Broker(config)))
+        run = asyncio.run
     else:
-        uvloop.run(_serve(Broker(config)))
+        run = uvloop.run
+    try:
+        run(_serve(Broker(config)))
+    except ListenerError as exc:  # a port in use: which listener, where, what moves it
+        sys.stderr.write(f"python -m broker: {exc}\n")
+        return EX_UNAVAILABLE
     return 0
 
 

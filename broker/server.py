@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from broker import __version__, tls, trace
+from broker import __version__, listeners, tls, trace
 from broker.alarms import Alarms, ResourceMonitor
 from broker.backing_queue.priority import PriorityBackingQueue, index_queue_names, max_priority
 from broker.backing_queue.variable_queue import VariableQueue
@@ -287,37 +287,54 @@ class Broker:
         cfg = self.config
         serving = self.serving()  # what every connection's reader holds
         where = []
-        if cfg.listeners_tcp.strip().lower() != "none":
-            server = await self.loop.create_server(
-                lambda: Reader(serving), cfg.host, cfg.port, reuse_address=True)
-            self._servers.append(server)
-            self.port = server.sockets[0].getsockname()[1]
-            where.append(f"{cfg.host}:{self.port}")
-        if cfg.listeners_ssl_default:
-            host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
-            server = await self.loop.create_server(
-                lambda: Reader(serving), host, port, reuse_address=True,
-                ssl=tls.server_context(cfg), ssl_handshake_timeout=cfg.handshake_timeout)
-            self._servers.append(server)
-            self.ssl_port = server.sockets[0].getsockname()[1]
-            where.append(f"{host}:{self.ssl_port} (amqps)")
-        if not self._servers:
-            raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
-        # the supervisors exist before the file is read: its shovel and federation
-        # parameters go through them (RabbitMQ imports definitions once its plugins run)
-        self.shovels = Shovels(serving)
-        self.federation = Federation(serving)
-        if cfg.load_definitions:
-            self._load_definitions(cfg.load_definitions)
-        self.shovels.start_all()
-        self.federation.start_all()
-        if cfg.management_tcp_port or cfg.prometheus_tcp_port:
-            from broker.management.app import ManagementServer  # aiohttp only when used
+        try:
+            if cfg.listeners_tcp.strip().lower() != "none":
+                server = await self._listen(listeners.AMQP, cfg.host, cfg.port)
+                self.port = server.sockets[0].getsockname()[1]
+                where.append(f"{cfg.host}:{self.port}")
+            if cfg.listeners_ssl_default:
+                host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
+                server = await self._listen(
+                    listeners.AMQPS, host, port, ssl=tls.server_context(cfg),
+                    ssl_handshake_timeout=cfg.handshake_timeout)
+                self.ssl_port = server.sockets[0].getsockname()[1]
+                where.append(f"{host}:{self.ssl_port} (amqps)")
+            if not self._servers:
+                raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
+            # the supervisors exist before the file is read: its shovel and federation
+            # parameters go through them (RabbitMQ imports definitions once its plugins run)
+            self.shovels = Shovels(serving)
+            self.federation = Federation(serving)
+            if cfg.load_definitions:
+                self._load_definitions(cfg.load_definitions)
+            self.shovels.start_all()
+            self.federation.start_all()
+            if cfg.management_tcp_port or cfg.prometheus_tcp_port:
+                from broker.management.app import ManagementServer  # aiohttp only when used
 
-            self.management = ManagementServer(self.started())
-            await self.management.start()
+                self.management = ManagementServer(self.started())
+                await self.management.start()
+        except listeners.ListenerError:
+            # a port in use: close what did start (stores, definitions, the other
+            # listeners) so the caller only has the one-line error to report
+            await self.stop()
+            raise
         self.ready.set()
         log.info("ready to accept connections on %s", ", ".join(where))
+
+    async def _listen(self, listener: str, host: str, port: int,
+                      **kwargs: Any) -> asyncio.Server:
+        """Bind an AMQP(S) listener serving readers; ListenerError (which listener, where,
+        the setting that moves it) when the address cannot be bound."""
+        assert self.loop is not None
+        serving = self.serving()
+        try:
+            server = await self.loop.create_server(
+                lambda: Reader(serving), host, port, reuse_address=True, **kwargs)
+        except OSError as exc:
+            raise listeners.ListenerError(listener, host, port, exc) from exc
+        self._servers.append(server)
+        return server
 
     # -- resources (rabbitmq.com/alarms.html, memory.html, disk-alarms.html) -----------------
     def _alarms_changed(self, active: frozenset[str]) -> None:

@@ -4,7 +4,8 @@ run by `web.AppRunner` inside the broker's event loop (no thread, no second loop
 
 Owns: building the apps (routes of every API module, the basic-auth middleware, JSON
 errors, the UI's static files), starting and stopping their sites, and the 5 s rate
-sampler. Port 0 turns a server off; -1 binds a free port (tests). Errors: 401 without valid
+sampler. Port 0 turns a server off; -1 binds a free port (tests); a port that cannot be
+bound raises `broker.listeners.ListenerError`. Errors: 401 without valid
 credentials or a management tag, 404 unknown path or object, 400 bad input, 500 (logged
 with its traceback) for a bug, never a dropped broker.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from broker.listeners import MANAGEMENT, PROMETHEUS, ListenerError
 from broker.management import (
     bindings,
     connections,
@@ -113,11 +115,17 @@ class ManagementServer:
         self.prometheus_port: int | None = None
         self._runners: list[web.AppRunner] = []
 
-    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+    async def _serve(self, listener: str, app: web.Application, host: str, port: int) -> int:
+        """Serve `app` on host:port (-1: a free port); the bound port. ListenerError (which
+        listener, where, the setting that moves it) when it cannot bind."""
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, host, 0 if port < 0 else port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ListenerError(listener, host, port, exc) from exc
         self._runners.append(runner)
         server = site._server  # the asyncio server: the bound port when asked for 0
         # aiohttp types its private _server as AbstractServer; it is an asyncio.Server
@@ -127,7 +135,7 @@ class ManagementServer:
         """Bind the sites the configuration turns on and start sampling rates."""
         cfg = self.broker.config
         if cfg.management_tcp_port:
-            self.port = await self._serve(make_app(self.broker, self.sampler),
+            self.port = await self._serve(MANAGEMENT, make_app(self.broker, self.sampler),
                                           cfg.management_tcp_ip, cfg.management_tcp_port)
             log.info("management API and UI on http://%s:%d/", cfg.management_tcp_ip,
                      self.port)
@@ -135,7 +143,7 @@ class ManagementServer:
                                max(cfg.collect_statistics_interval, 100) / 1000)
         if cfg.prometheus_tcp_port:
             self.prometheus_port = await self._serve(
-                metrics.make_app(self.broker), cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)
+                PROMETHEUS, metrics.make_app(self.broker), cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.prometheus_tcp_ip,
                      self.prometheus_port)
 
