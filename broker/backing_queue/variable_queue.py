@@ -58,7 +58,8 @@ from broker.backing_queue.vq_status import MSG_STORE, QUEUE_INDEX, Delta, MsgSta
 from broker.credit_flow import CreditFlow
 from broker.message import Message
 from broker.msg_store.vhost import VhostStores
-from broker.queue_index.index import QueueIndex, queue_dir_name
+from broker.queue_index.files import queue_dir_name
+from broker.queue_index.index import QueueIndex
 from broker.queue_index.segment import next_segment_boundary
 
 IO_BATCH_SIZE = 4096  # io_batch_size: betas go to delta in chunks of at least this many

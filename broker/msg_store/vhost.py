@@ -52,7 +52,7 @@ class VhostStores:
         or non-durable queues); then recover the persistent store (snapshot if clean, else a
         scan with ref counts rebuilt from the remaining queue indexes). Returns True if the
         store was clean."""
-        from broker.queue_index.index import count_store_refs, queue_dir_name
+        from broker.queue_index.files import count_store_refs, queue_dir_name
 
         self.transient.wipe()
         if keep_queues is not None:

@@ -3,7 +3,9 @@
 Owns: one queue's directory `queues/<md5-base36 of vhost+queue>/` with `journal.jif`
 (`journal.py` format), segments `<N>.idx` (`segment.py` format) and, after a clean shutdown,
 `clean.terms`. The variable queue is its only caller; it never touches the message store
-(recovery gets a `contains(msg_id)` function instead).
+(recovery gets a `contains(msg_id)` function instead). Reading the files without a live
+index (replaying a journal, loading a segment, counting store references at boot) is
+`files.py`'s job; this module buffers, syncs, folds and writes the terms.
 
 clean.terms (integers big-endian): Magic "QITERMS1" | NextSeqId:u64 | Count:u64 | Bytes:u64
 | NSeg:u32 | NSeg x (Seg:u32 | Unacked:u32) | CRC32:u32 of everything before. Written by
@@ -34,7 +36,6 @@ Guarantees by call:
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import logging
 import os
 import shutil
@@ -42,14 +43,20 @@ import struct
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.dir_names import base36
 from broker.durable_io import fsync_dir, write_atomically
 from broker.queue_index import journal as jf
 from broker.queue_index import segment as sf
+from broker.queue_index.files import (
+    ABSENT,
+    JOURNAL,
+    load_journal,
+    load_segment,
+    segments_with_journal,
+)
 from broker.queue_index.journal import PubRecord
 from broker.queue_index.segment import SegEntry, segment_of
 
@@ -61,13 +68,10 @@ MAX_JOURNAL_ENTRIES = 32768  # queue_index_max_journal_entries
 # (10 lazy queues x 100k x 1 KB: 457 MB RSS after the fill, 144 MB with folds every 8192
 # entries at the same fill rate); with 4 KB messages it would be ~135 MB per queue.
 MAX_JOURNAL_BYTES = 8 * 1024 * 1024
-JOURNAL = "journal.jif"
 TERMS = "clean.terms"
 _MAGIC = b"QITERMS1"
 _TERMS_HEAD = struct.Struct(">8sQQQI")
 _TERMS_SEG = struct.Struct(">II")
-
-_ABSENT = SegEntry()  # stands for "no entry" when merging segment and journal (never mutated)
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -79,13 +83,6 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
         if _POOL is None:
             _POOL = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="qi-fsync")
         return _POOL
-
-
-def queue_dir_name(vhost: str, queue: str) -> str:
-    """md5 of `u16 len(vhost) | vhost | queue` (UTF-8), in base 36 (0-9A-Z): a safe, unique
-    directory name per (vhost, queue), as RabbitMQ's `queue_name_to_dir_name`."""
-    v = vhost.encode()
-    return base36(hashlib.md5(len(v).to_bytes(2, "big") + v + queue.encode()).digest())
 
 
 @dataclass(slots=True)
@@ -210,12 +207,12 @@ class QueueIndex:
         # not the whole queue (10 x 100k x 1 KB kill -9 restart: 206 MB RSS after boot when
         # every queue was loaded whole). What a segment lacks is appended to it at once; the
         # journal is truncated only after the last segment, as in fold().
-        for seg, journal, on_disk in _segments_with_journal(self.directory, replay, True):
+        for seg, journal, on_disk in segments_with_journal(self.directory, replay, True):
             todo: list[tuple[int, SegEntry]] = []
             unacked = 0
             for seq in sorted(on_disk.keys() | journal.keys()):
-                old = on_disk.get(seq, _ABSENT)
-                new = journal.get(seq, _ABSENT)
+                old = on_disk.get(seq, ABSENT)
+                new = journal.get(seq, ABSENT)
                 pub = old.pub or new.pub
                 delivered = old.delivered or new.delivered
                 acked = old.acked or new.acked
@@ -546,80 +543,3 @@ def _write_all(fd: int, parts: list[bytes]) -> None:
             rest = b"".join(chunk)[done:]
             while rest:
                 rest = rest[os.write(fd, rest):]
-
-
-def load_journal(path: str, truncate: bool) -> dict[int, SegEntry]:
-    """Replay a journal file into {seq_id: SegEntry}; with truncate, cut a torn tail (logged)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return {}
-    entries, valid_end = jf.parse(data)
-    if valid_end < len(data):
-        log.warning("%s: torn journal entry at offset %d (size %d); truncating", path, valid_end, len(data))
-        if truncate:
-            with open(path, "r+b") as f:
-                f.truncate(valid_end)
-                os.fsync(f.fileno())
-    out: dict[int, SegEntry] = {}
-    for kind, seq, pub in entries:
-        e = out.get(seq)
-        if e is None:
-            e = out[seq] = SegEntry()
-        if pub is not None:
-            e.pub = pub
-        elif kind == jf.DEL:
-            e.delivered = True
-        else:
-            e.acked = True
-    return out
-
-
-def load_segment(directory: str, seg: int, truncate: bool) -> dict[int, SegEntry]:
-    """Entries of segment `seg`; with truncate, cut a torn last block (logged)."""
-    entries, valid_end, size = sf.load(directory, seg)
-    if valid_end < size:
-        path = os.path.join(directory, sf.file_name(seg))
-        log.warning("%s: torn segment block at offset %d (size %d); truncating", path, valid_end, size)
-        if truncate:
-            with open(path, "r+b") as f:
-                f.truncate(valid_end)
-                os.fsync(f.fileno())
-    return entries
-
-
-def count_store_refs(queues_dir: str) -> Counter[bytes]:
-    """msg_id -> number of un-acked persistent, non-embedded publishes across every queue
-    index under `queues_dir`; read-only. The message store rebuilds its ref counts from this
-    after an unclean shutdown (RabbitMQ's `queue_index_walker`)."""
-    refs: Counter[bytes] = Counter()
-    if not os.path.isdir(queues_dir):
-        return refs
-    for name in os.listdir(queues_dir):
-        qdir = os.path.join(queues_dir, name)
-        if not os.path.isdir(qdir):
-            continue
-        journal = load_journal(os.path.join(qdir, JOURNAL), truncate=False)
-        for _seg, jentries, on_disk in _segments_with_journal(qdir, journal, False):
-            for seq in on_disk.keys() | jentries.keys():
-                old = on_disk.get(seq, _ABSENT)
-                new = jentries.get(seq, _ABSENT)
-                pub = old.pub or new.pub
-                if (pub is not None and pub.is_persistent and not pub.embedded
-                        and not (old.acked or new.acked)):
-                    refs[pub.msg_id] += 1
-    return refs
-
-
-def _segments_with_journal(
-    directory: str, journal: dict[int, SegEntry], truncate: bool
-) -> Iterator[tuple[int, dict[int, SegEntry], dict[int, SegEntry]]]:
-    """(segment, its entries in `journal`, the segment file's entries) for every segment
-    that has a file or journal entries, ascending; one segment file is read per step."""
-    by_seg: dict[int, dict[int, SegEntry]] = {}
-    for seq, e in journal.items():
-        by_seg.setdefault(segment_of(seq), {})[seq] = e
-    for seg in sorted(set(sf.list_segments(directory)) | by_seg.keys()):
-        yield seg, by_seg.get(seg, {}), load_segment(directory, seg, truncate)
-

@@ -272,7 +272,7 @@ def test_vhost_stores_wipe_transient_and_recover_persistent(tmp_path):
 
 
 def test_vhost_recover_drops_queue_dirs_not_kept(tmp_path):
-    from broker.queue_index.index import queue_dir_name
+    from broker.queue_index.files import queue_dir_name
 
     pair = VhostStores(str(tmp_path), "/", fsync=False)
     for q in ("keep", "gone"):

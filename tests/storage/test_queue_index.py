@@ -13,7 +13,8 @@ import pytest
 
 from broker.queue_index import journal as jf
 from broker.queue_index import segment as sf
-from broker.queue_index.index import QueueIndex, count_store_refs, queue_dir_name
+from broker.queue_index.files import count_store_refs, queue_dir_name
+from broker.queue_index.index import QueueIndex
 from broker.queue_index.journal import PubRecord
 
 
