@@ -2,7 +2,8 @@
 `rabbit_exchange`, `rabbit_amqqueue`, `rabbit_binding`).
 
 Owns: the name → Exchange and name → QueueProcess tables of one vhost and the declare/bind/delete
-checks with RabbitMQ's reply codes and texts. Routing a publish to queue processes (and the
+checks with RabbitMQ's reply codes and texts (the argument rules, which need no table, are
+`broker/declare_checks.py`'s). Routing a publish to queue processes (and the
 route cache) is `broker/vhost_routing.py`'s, which the VHost tells of every topology change;
 storing, matching and applying policies is `broker/vhost_policies.py`'s.
 Channels call it synchronously (it is metadata, like RabbitMQ's Mnesia tables); it never
@@ -18,8 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from broker import errors, limits, sharding
-from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
-from broker.confirms import CONFIRM_MODES
+from broker.declare_checks import (
+    EQUIVALENCE_ARGS,
+    bool_text,
+    check_args,
+    validate_queue_arguments,
+)
 from broker.definitions import (
     BindingDef,
     Definitions,
@@ -32,7 +37,6 @@ from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
 from broker.trace import TRACE_EXCHANGE
-from broker.ttl import MAX_EXPIRY
 from broker.vhost_policies import VHostPolicies
 from broker.vhost_routing import Routes
 
@@ -50,18 +54,6 @@ PREDECLARED = (
     ("amq.topic", "topic", False), ("amq.headers", "headers", False),
     ("amq.match", "headers", False), (TRACE_EXCHANGE, "topic", True),
 )
-
-# queue arguments compared on redeclare (rabbit_amqqueue:assert_equivalence / declare_args)
-EQUIVALENCE_ARGS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
-    "x-queue-type", "x-queue-version", "x-single-active-consumer", "x-confirm-on",
-)
-
-
-def _bool(v: object) -> str:
-    return "true" if v else "false"
-
 
 class VHost:
     """One vhost. Errors raised carry RabbitMQ's codes: 403 ACCESS_REFUSED (reserved names,
@@ -144,13 +136,13 @@ class VHost:
                                     ("auto_delete", auto_delete, existing.auto_delete),
                                     ("internal", internal, existing.internal)):
                 if new != old:
-                    shown = (new, old) if field == "type" else (_bool(new), _bool(old))
+                    shown = (new, old) if field == "type" else (bool_text(new), bool_text(old))
                     raise errors.amqp_error(
                         errors.PreconditionFailed,
                         f"inequivalent arg '{field}' for {self._ex(name)}: "
                         f"received '{shown[0]}' but current is '{shown[1]}'", method)
             # rabbit_exchange compares only alternate-exchange among the arguments
-            self._check_args(("alternate-exchange",), arguments, existing.arguments,
+            check_args(("alternate-exchange",), arguments, existing.arguments,
                              self._ex(name), method)
             return existing
         routing = new_routing(type_, arguments)  # 503 for an unknown type, 406 bad args
@@ -307,7 +299,7 @@ class VHost:
         if authorize is not None:
             authorize(name, existing is not None)
         self.churn.queues_declared += 1
-        _validate_queue_args(arguments, self._q(name), method)
+        validate_queue_arguments(arguments, self._q(name), method)
         if stream_arguments.is_stream(arguments) and existing is None:
             stream_arguments.check_declare(self._q(name), durable, exclusive, auto_delete,
                                            arguments, method)
@@ -364,23 +356,8 @@ class VHost:
                 raise errors.amqp_error(
                     errors.PreconditionFailed,
                     f"inequivalent arg '{field}' for {self._q(q.name)}: "
-                    f"received '{_bool(new)}' but current is '{_bool(old)}'", method)
-        self._check_args(EQUIVALENCE_ARGS, arguments, q.arguments, self._q(q.name), method)
-
-    @staticmethod
-    def _check_args(keys: tuple[str, ...], new_args: dict, old_args: dict, what: str,
-                    method: Any) -> None:
-        """406 "inequivalent arg" for the first of `keys` whose value differs."""
-        for key in keys:
-            new, old = new_args.get(key), old_args.get(key)
-            if new != old:
-                if new is not None and old is not None and _kind(new) == _kind(old):
-                    shown = f"received '{new}' but current is '{old}'"
-                else:
-                    shown = f"received {_describe(new)} but current is {_describe(old)}"
-                raise errors.amqp_error(
-                    errors.PreconditionFailed,
-                    f"inequivalent arg '{key}' for {what}: {shown}", method)
+                    f"received '{bool_text(new)}' but current is '{bool_text(old)}'", method)
+        check_args(EQUIVALENCE_ARGS, arguments, q.arguments, self._q(q.name), method)
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: ExclusiveOwner | None = None,
                      method: Any = None) -> int:
@@ -539,86 +516,3 @@ class VHost:
         self.queues.clear()
         if self.stores is not None:
             self.stores.close()
-
-
-# x-overflow values (rabbitmq.com/maxlength.html); reject-publish-dlx behaves as
-# reject-publish until dead-lettering exists
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-# queue arguments that must be non-negative integers (rabbit_amqqueue:declare_args)
-_NON_NEGATIVE_INT_ARGS = ("x-max-length", "x-max-length-bytes", "x-message-ttl",
-                          "x-max-priority")
-
-
-def _validate_queue_args(arguments: dict, what: str, method: Any) -> None:
-    """406 "invalid arg" as RabbitMQ for ill-typed or negative numeric queue arguments."""
-    for key in _NON_NEGATIVE_INT_ARGS + ("x-expires",):
-        if key not in arguments:
-            continue
-        value = arguments[key]
-        if not isinstance(value, int) or isinstance(value, bool):
-            why = f'"expected integer, got {_kind(value)}"'
-        elif value < 0:
-            why = f"{{value_negative,{value}}}"
-        elif key == "x-expires" and value == 0:
-            why = "{value_zero,0}"
-        elif key == "x-max-priority" and value > MAX_SUPPORTED_PRIORITY:
-            why = f"{{max_value_exceeded,{value}}}"
-        elif key in ("x-message-ttl", "x-expires") and value > MAX_EXPIRY:
-            why = f"{{value_too_large,{value}}}"  # rabbit_misc:check_expiry
-        else:
-            continue
-        raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
-    for key in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
-        value = arguments.get(key)
-        if value is not None and not isinstance(value, str):
-            raise errors.amqp_error(
-                errors.PreconditionFailed,
-                f"invalid arg '{key}' for {what}: {{unacceptable_type,{_kind(value)}}}", method)
-    qtype = arguments.get("x-queue-type")
-    if qtype is not None and qtype not in ("classic", "quorum", "stream"):
-        raise errors.amqp_error(  # rabbit_amqqueue check_queue_type
-            errors.PreconditionFailed,
-            f"invalid arg 'x-queue-type' for {what}: \"unsupported queue type '{qtype}'\"",
-            method)
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-        raise errors.amqp_error(  # rabbit_amqqueue check_dlxrk_arg
-            errors.PreconditionFailed,
-            f"invalid arg 'x-dead-letter-routing-key' for {what}: "
-            "routing_key_but_no_dlx_defined", method)
-    sac = arguments.get("x-single-active-consumer")
-    if sac is not None and not isinstance(sac, bool):  # check_single_active_consumer_arg
-        raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg 'x-single-active-consumer' for {what}: "
-            f"{{unacceptable_type,{_kind(sac)}}}", method)
-    overflow = arguments.get("x-overflow")
-    if overflow is not None and overflow not in OVERFLOW_MODES:
-        # rabbit_amqqueue check_overflow
-        why = "invalid_overflow" if isinstance(overflow, str) else (
-            f"{{unacceptable_type,{_kind(overflow)}}}")
-        raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg 'x-overflow' for {what}: {why}", method)
-    mode = arguments.get("x-confirm-on")
-    if mode is not None and mode not in CONFIRM_MODES:
-        # our extension (ARCHITECTURE §6), checked like RabbitMQ checks x-queue-mode
-        raise errors.amqp_error(
-            errors.PreconditionFailed,
-            f"invalid arg 'x-confirm-on' for {what}: {{unsupported_confirm_mode,"
-            f"{_describe(mode)}}}; expected one of {', '.join(CONFIRM_MODES)}", method)
-
-
-def _kind(value: Any) -> str:
-    """The AMQP field type RabbitMQ names for a decoded value (ints as the client most
-    likely sent them: signedint when they fit in 32 bits)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    return {float: "double", str: "longstr", bytes: "longstr"}.get(type(value), "table")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "none"
-    return f"the value '{value}' of type '{_kind(value)}'"
-
