@@ -32,7 +32,8 @@ from broker.limiter import Limiter
 from broker.mailbox import Process
 from broker.message import Message
 from broker.protocol.encoding import encode_deliver, encode_method
-from broker.queue_process import ACK, REQUEUE, RUN
+from broker.queue_delivery import RUN
+from broker.queue_process import ACK, REQUEUE
 from broker.stats import MessageStats
 from broker.tx import TxState
 

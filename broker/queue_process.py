@@ -3,7 +3,10 @@
 Owns: a queue's consumers, its backing queue, per-channel credit, the confirms it owes
 publishers, and enforcing its arguments (parsed by `queue_arguments.py`; the x-expires lease
 in `queue_expiry.py`). Channels talk to it by `cast` (publish, ack, requeue, discard, run) or
-through `call` on its façade methods (add_consumer, basic_get, purge, check_delete, ...). It
+through `call` on its façade methods (add_consumer, basic_get, purge, check_delete, ...).
+This module keeps the loop, the publishing side (enqueue, limits, TTL, dead-lettering,
+confirms and credit) and the queue's lifecycle; the consumer side (delivering, settling,
+basic.consume/cancel/get) is `queue_delivery.py`'s `QueueDeliveries`, which it inherits. It
 tells channels about deliveries through the channel façade (`deliver`, `can_deliver`,
 `grant_credit`, `consumer_cancelled`). It reports its RAM duration to the memory monitor and
 takes the RAM targets it casts (`alarms.py`, ARCHITECTURE §7); out of message-store credit it
@@ -20,9 +23,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker import errors
-from broker.backing_queue.base import BackingQueue, Fetched, MessageProps
+from broker.backing_queue.base import BackingQueue, MessageProps
 from broker.confirms import queue_confirms
-from broker.consumers import Consumer, ConsumerSet
+from broker.consumers import ConsumerSet
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import dead_letter_message, is_cycle
 from broker.definitions import PolicyDef
@@ -30,6 +33,7 @@ from broker.mailbox import Process
 from broker.message import Message
 from broker.policies import effective_queue_arguments
 from broker.queue_arguments import parse_arguments
+from broker.queue_delivery import QueueDeliveries, channel_ok
 from broker.queue_expiry import UnusedLease
 from broker.queue_memory import RamReports
 from broker.stats import MessageStats
@@ -51,7 +55,7 @@ PUBLISHES = 11  # (PUBLISHES, channel, [message], [msg_seq_no] | None): alike pu
 ACK = 1  # (ACK, channel, [(ack_tag, consumer_tag | None)])
 REQUEUE = 2  # (REQUEUE, channel, [(ack_tag, consumer_tag | None)])
 DISCARD = 3  # (DISCARD, channel, [(ack_tag, consumer_tag | None)]) reject without requeue
-RUN = 4  # (RUN,) a consumer's channel may have capacity again
+# RUN = 4: (RUN,) a consumer's channel may have capacity again (defined in queue_delivery.py)
 BQ_CONFIRMED = 5  # (BQ_CONFIRMED,) the backing queue has confirms to drain
 EXPIRE = 6  # (EXPIRE,) the expiry timer fired: drop expired messages at the head
 UNUSED = 7  # (UNUSED,) the x-expires timer fired: delete the queue if it stayed unused
@@ -59,11 +63,10 @@ RAM_DURATION = 8  # (RAM_DURATION,) report the RAM duration, take the desired on
 RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the desired duration
 RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
-DELIVERIES_PER_TURN = 256  # deliveries one mailbox turn makes before yielding the loop
 SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
 
 
-class QueueProcess(Process):
+class QueueProcess(QueueDeliveries, Process):
     """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
     (AMQP 0-9-1 §1.7.2.1); `exclusive_owner` is the owning connection (or None)."""
 
@@ -246,7 +249,7 @@ class QueueProcess(Process):
         consumer_state_changed, active_unfederated)."""
         if not self.bq.is_empty() or self.deleted:
             return False
-        top = self.consumers.max_active_priority(_channel_ok)
+        top = self.consumers.max_active_priority(channel_ok)
         return top is not None and top >= 0
 
 
@@ -366,7 +369,7 @@ class QueueProcess(Process):
             # a seq no comes with its channel: only dead-lettered copies have neither
             self.confirms.on_publish(channel, message, seq, props)  # type: ignore[arg-type]
         if bq.is_empty() and len(self.consumers):
-            consumer = self.consumers.next_ready(_channel_ok)
+            consumer = self.consumers.next_ready(channel_ok)
             if consumer is not None:
                 tag: int | LiteRef | None  # a LiteRef once an ack-lite mode hands it out
                 if consumer.no_ack:
@@ -452,136 +455,7 @@ class QueueProcess(Process):
             else:
                 channel.grant_credit(self, grant)
 
-    # -- delivering -------------------------------------------------------------------------
-    def _run_deliveries(self) -> None:
-        """Deliver ready messages to consumers with capacity, at most DELIVERIES_PER_TURN
-        per mailbox turn: a consumer that reads as fast as the socket takes it (a no-ack
-        drain of a backlog) would otherwise hold the one event loop for the whole backlog
-        (10 000 deliveries, 100+ ms, issue 26 item 4). Past the bound a (RUN,) to itself
-        continues on a later turn, after the other processes' callbacks. RabbitMQ's queue
-        process needs no bound: the Erlang scheduler preempts it by reductions."""
-        bq = self.bq
-        consumers = self.consumers
-        if not len(consumers):
-            return
-        expiring = self._expiring
-        budget = DELIVERIES_PER_TURN
-        while not bq.is_empty():
-            if budget == 0:
-                self.cast((RUN,))
-                return
-            budget -= 1
-            consumer = consumers.next_ready(_channel_ok)
-            if consumer is None:
-                return
-            if expiring:
-                self._drop_expired()  # never deliver an expired message
-                if bq.is_empty():
-                    return
-            fetched = bq.fetch(not consumer.no_ack)
-            if fetched is None:  # pragma: no cover - is_empty said otherwise
-                return
-            tag: int | LiteRef | None  # a LiteRef once an ack-lite mode hands it out
-            tag = fetched.ack_tag
-            stats = self.message_stats
-            if not consumer.no_ack:
-                consumer.unacked += 1
-                stats.deliver += 1
-            else:
-                stats.deliver_no_ack += 1
-            if fetched.redelivered:
-                stats.redeliver += 1
-            if self._tracks:
-                tag = self.confirms.on_deliver(self, fetched.message.msg_id, tag,
-                                               consumer.channel)
-            consumer.channel.deliver(self, consumer.tag, fetched.message, fetched.redelivered, tag)
-
-    def _settle(self, channel: ChannelFacade, entries: list[tuple[int, str | None]]) -> list[int]:
-        """Ack tags of `entries` [(ack_tag, consumer_tag or None for basic.get)], giving each
-        consumer back the prefetch capacity its deliveries used."""
-        tags = []
-        consumers = self.consumers
-        for tag, ctag in entries:
-            if tag is not None:  # None: an ack-lite delivery the channel settled itself
-                tags.append(tag)
-            if ctag is not None:
-                consumer = consumers.get(channel, ctag)
-                if consumer is not None and consumer.unacked > 0:
-                    consumer.unacked -= 1
-        return tags
-
     # -- synchronous façade operations (called through QueueProcess.call) --------------------
-    def add_consumer(self, consumer: Consumer) -> None:
-        """basic.consume. Raises 403 ACCESS_REFUSED when an exclusive consumer is involved."""
-        if self.consumers.has_exclusive() or (consumer.exclusive and len(self.consumers)):
-            raise errors.amqp_error(
-                errors.AccessRefused,
-                f"queue '{self.name}' in vhost '{self.vhost.name}' in exclusive use")
-        self.consumers.add(consumer)
-        self._had_consumers = True
-        self.lease.touch()
-        self.cast((RUN,))
-
-    def remove_consumer(self, channel: ChannelFacade, tag: str) -> bool:
-        """basic.cancel; may auto-delete the queue. Returns whether the consumer existed."""
-        consumer = self.consumers.remove(channel, tag)
-        self.lease.touch()
-        self._maybe_auto_delete()
-        if self.federation_watch is not None:
-            self.federation_watch(self)
-        return consumer is not None
-
-    def channel_down(self, channel: ChannelFacade, unacked: list[int]) -> None:
-        """The channel closed: requeue what it held unacked (in seq order) and drop its
-        consumers (AMQP 0-9-1 §1.8.3.x: unacked messages are requeued on channel close)."""
-        self._drain_all()
-        self.consumers.remove_channel(channel)
-        self.lease.touch()
-        self.credit.peer_down(channel)
-        self._confirm_out.pop(channel, None)
-        self._deferred.pop(channel, None)
-        if unacked:
-            if self._tracks:
-                self.confirms.on_requeue(unacked)
-            self.bq.requeue(unacked)
-            self._expiring = True
-            if self._drops_head and self.settings.over_limit(self.bq):
-                self._drop_head()
-        if not self._maybe_auto_delete():
-            self.cast((RUN,))
-
-    def basic_get(self, channel: ChannelFacade, no_ack: bool) -> tuple[Fetched, int] | None:
-        """basic.get from `channel`: (Fetched, messages left) or None when empty. Expired
-        messages at the head are dropped first (never returned)."""
-        self.lease.touch()
-        if self._expiring:
-            self._drop_expired()
-        fetched = self.bq.fetch(not no_ack)
-        if fetched is None:
-            self.message_stats.get_empty += 1
-            return None
-        stats = self.message_stats
-        if no_ack:
-            stats.get_no_ack += 1
-        else:
-            stats.get += 1
-        if fetched.redelivered:
-            stats.redeliver += 1
-        if self._tracks:
-            # ack-lite: the channel takes the LiteRef in place of the backing queue's tag
-            # (this Fetched is basic_get's answer; the backing queue never sees it again)
-            fetched.ack_tag = self.confirms.on_deliver(  # type: ignore[assignment]
-                self, fetched.message.msg_id, fetched.ack_tag, channel)
-            self._flush_confirms()  # auto-ack: released now, not at the next batch
-        return fetched, self.bq.len()
-
-    def browse(self, offset: int, count: int) -> list[tuple[Message, bool]]:
-        """Management: ready messages from `offset`, unconsumed (expired ones dropped
-        first, as a consumer would never see them)."""
-        if self._expiring:
-            self._drop_expired()
-        return self.bq.peek(offset, count)
-
     def purge(self) -> int:
         """queue.purge: drop ready messages (not unacked ones); returns the count. In the
         ack modes their publishers get basic.nack."""
@@ -653,7 +527,3 @@ def _add_seq(out: dict[ChannelFacade, list[int]], channel: ChannelFacade, seq: i
 
 
 _wall = time.time  # s since the epoch, one call per enqueue
-
-
-def _channel_ok(consumer: Consumer) -> bool:
-    return consumer.channel.can_deliver(consumer.no_ack)

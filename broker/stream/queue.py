@@ -34,7 +34,8 @@ from broker.message import Message
 from broker.msg_store.vhost import vhost_dir_name
 from broker.protocol.encoding import LongLong, encode_properties
 from broker.protocol.framing import decode_properties
-from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, RUN, QueueProcess
+from broker.queue_delivery import RUN
+from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, QueueProcess
 from broker.stream import arguments as sa
 from broker.stream.log import Chunk, StreamLog
 

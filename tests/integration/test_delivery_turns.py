@@ -1,6 +1,6 @@
 """Two queues with backlogs, one channel consuming both without acks: the queues take turns.
 
-A queue process delivers at most `queue_process.DELIVERIES_PER_TURN` (256) messages per
+A queue process delivers at most `queue_delivery.DELIVERIES_PER_TURN` (256) messages per
 event-loop turn, then lets the others run (issue 26 item 4: one no-ack consumer draining a
 backlog held the loop for 100+ ms). Both consumes arrive in one TCP write, so both queues
 have a consumer before either delivers; the deliveries must then interleave, not come as
