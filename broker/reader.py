@@ -1,11 +1,13 @@
 """The reader: one per connection (RabbitMQ `rabbit_reader.erl`).
 
 Owns: the socket (as an asyncio.Protocol), the protocol header check, the connection
-handshake, heartbeats, channel numbers → channel processes, the per-channel command
+handshake, channel numbers → channel processes, the per-channel command
 assemblers, credit towards channels (pausing the socket when blocked), publisher throttling
 under resource alarms (`throttle.py`: connection.blocked / unblocked, pausing the socket after
 a publish), and the one boundary where hard errors become `connection.close`. The protocol logic itself is sans-IO in
-`broker/protocol/`; this module is glue. It never interprets channel methods.
+`broker/protocol/`; this module is glue. Heartbeats (sending them, noticing a silent peer)
+are `heartbeat.py`'s, started once the connection is tuned. It never interprets channel
+methods.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
 from broker.channel_handlers import HANDLERS
 from broker.credit_flow import flow_state
+from broker.heartbeat import Heartbeats
 from broker.protocol import sasl
 from broker.protocol.assembler import Command, CommandAssembler
 from broker.protocol.encoding import encode_method
 from broker.protocol.framing import (
     HEARTBEAT,
-    HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     BadProtocolHeader,
     FrameDecoder,
@@ -99,9 +101,9 @@ class Reader(asyncio.Protocol):
         # resource alarms: connection.blocked / unblocked and the pause after a publish
         self.throttle = Throttle(broker.alarms.active)
         self._last_recv = time.monotonic()  # for the heartbeat timeout
-        self._last_send_bytes = 0  # writer.bytes_sent at the last heartbeat check
         self.heartbeat = 0  # negotiated heartbeat interval (s), 0 = off
-        self._timer: asyncio.TimerHandle | None = None  # heartbeat / handshake timer
+        self._heartbeats: Heartbeats | None = None  # once tuned with a heartbeat
+        self._timer: asyncio.TimerHandle | None = None  # the handshake timer
         self._close_timer: asyncio.TimerHandle | None = None  # waits for close-ok
         self._socket_gone = False  # connection_lost ran: finish once channels are done
         self._finished = False  # vhost and broker were told the connection is gone
@@ -191,6 +193,8 @@ class Reader(asyncio.Protocol):
         for timer in (self._timer, self._close_timer):
             if timer is not None:
                 timer.cancel()
+        if self._heartbeats is not None:
+            self._heartbeats.stop()
         if self.writer is not None:
             self.writer.closed = True
         self._shutdown_channels()
@@ -442,7 +446,10 @@ class Reader(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if self.heartbeat:
-            self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+            assert self.writer is not None  # set by connection_made
+            self._heartbeats = Heartbeats(self.loop, self.writer, self.heartbeat,
+                                          self._running, self._last_received, self._received_now,
+                                          self._reading_paused, self._missed_heartbeats)
 
     def _update_secret(self, frame: Any) -> None:
         """connection.update-secret (RabbitMQ 3.8+, rabbitmq.com/access-control.html): with
@@ -595,23 +602,20 @@ class Reader(asyncio.Protocol):
             log.info("handshake timeout from %s", self.peer)
             self._drop()
 
-    def _heartbeat_tick(self) -> None:
-        """Every heartbeat/2 s: send a heartbeat if we sent nothing since the last tick;
-        drop the peer after 2 intervals of silence (AMQP 0-9-1 §4.2.7)."""
-        assert self.writer is not None  # the timer starts after connection_made
-        self._timer = None
-        if self.state != RUNNING:
-            return
-        now = time.monotonic()
-        if self._paused:
-            # we are not reading (credit flow or a client that does not read): silence is
-            # ours, not the peer's (rabbit_reader pauses its heartbeat monitor when blocked)
-            self._last_recv = now
-        if now - self._last_recv > 2 * self.heartbeat:
-            log.warning("missed heartbeats from %s, closing connection", self.peer)
-            self._drop()
-            return
-        if self.writer.bytes_sent == self._last_send_bytes and not self.writer.pending:
-            self.writer.send(HEARTBEAT_FRAME)
-        self._last_send_bytes = self.writer.bytes_sent
-        self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+    # -- heartbeats (broker/heartbeat.py) ----------------------------------------------------
+    def _running(self) -> bool:
+        return self.state == RUNNING
+
+    def _last_received(self) -> float:
+        return self._last_recv
+
+    def _received_now(self) -> None:
+        self._last_recv = time.monotonic()
+
+    def _reading_paused(self) -> bool:
+        return self._paused
+
+    def _missed_heartbeats(self) -> None:
+        """Two heartbeat intervals without a byte from the peer (AMQP 0-9-1 §4.2.7)."""
+        log.warning("missed heartbeats from %s, closing connection", self.peer)
+        self._drop()
