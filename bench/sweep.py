@@ -2,7 +2,7 @@
 #
 # Owns: running the `paper` scenario for each queue count (1–30 in the paper; more than 15
 # queues on two exchanges, as the paper did) and each confirm mode (queue argument
-# x-confirm-on, ARCHITECTURE §6; "default" sends no argument), interleaving the modes within
+# x-confirm-on, docs/architecture.md §6; "default" sends no argument), interleaving the modes within
 # each queue count, and reporting send rates as a table, a JSON document ("bench-sweep/1")
 # and a PNG. With `--target NAME=MODE@URI` (repeatable) each series has its own broker, so one
 # alternated session compares RabbitMQ's `persist` with this broker's `ack` and `ack-lite`.

@@ -325,7 +325,7 @@ class ChannelProcess(Process):
             return
         by_queue: dict[QueueFacade, list[int]] = {}
         lite: list[LiteRef] = []  # ack-lite deliveries cannot be requeued: their publishers
-        # get basic.nack (ARCHITECTURE §6)
+        # get basic.nack (docs/architecture.md §6)
         entries = list(self.unacked.values())
         if self.tx is not None:
             for _kind, settled in self.tx.settles:

@@ -78,7 +78,7 @@ class BrokerConfig:
     msg_store_credit_disc_bound_initial: int = 4000
     msg_store_credit_disc_bound_more_after: int = 800
 
-    # publisher confirms: persist (RabbitMQ), ack, ack-lite (ARCHITECTURE §6)
+    # publisher confirms: persist (RabbitMQ), ack, ack-lite (docs/architecture.md §6)
     confirm_on: str = "persist"
 
     # storage (issue 4)

@@ -1,7 +1,7 @@
 """Publisher-confirm bookkeeping for one channel (RabbitMQ `rabbit_confirms.erl`).
 
 Owns: which `msg_seq_no`s still wait for which queues, and turning released/rejected seq nos
-into basic.ack/basic.nack frames batched with `multiple` (ARCHITECTURE §6). Pure: the channel
+into basic.ack/basic.nack frames batched with `multiple` (docs/architecture.md §6). Pure: the channel
 calls it when it routes a publish and when queues release or reject messages; time is not
 involved; this tracker only counts releases. Source: rabbitmq.com/confirms.html
 ("Publisher Confirms").
@@ -127,7 +127,7 @@ class ConfirmTracker:
         return len(self._pending)
 
 
-# --- confirm modes: when a queue releases a publisher's confirm (ARCHITECTURE §6) ----------
+# --- confirm modes: when a queue releases a publisher's confirm (docs/architecture.md §6) ----------
 
 QUEUE_GONE = "queue_gone"  # channel mailbox: (QUEUE_GONE, queue) nack its ack-lite refs
 Owe = Callable[["ChannelFacade", int], None]  # (publisher channel, msg_seq_no): ack / nack it this batch
@@ -335,7 +335,7 @@ class AckLiteConfirms(AckConfirms):
     message that owes a confirm: the consumer's channel holds a `LiteRef` and its ack releases
     the confirm straight to the publisher's channel. So such a message cannot be requeued: a
     consumer's reject/nack without requeue or its channel's loss nacks the publisher, and
-    requeue=true is refused with 540 NOT_IMPLEMENTED (ARCHITECTURE §6)."""
+    requeue=true is refused with 540 NOT_IMPLEMENTED (docs/architecture.md §6)."""
 
     def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool) -> None:
         super().__init__(bq, owe, nack, persists)

@@ -113,7 +113,7 @@ def validate_queue_arguments(arguments: dict, what: str, method: Any) -> None:
             errors.PreconditionFailed, f"invalid arg 'x-overflow' for {what}: {why}", method)
     mode = arguments.get("x-confirm-on")
     if mode is not None and mode not in CONFIRM_MODES:
-        # our extension (ARCHITECTURE §6), checked like RabbitMQ checks x-queue-mode
+        # our extension (docs/architecture.md §6), checked like RabbitMQ checks x-queue-mode
         raise errors.amqp_error(
             errors.PreconditionFailed,
             f"invalid arg 'x-confirm-on' for {what}: {{unsupported_confirm_mode,"

@@ -1,4 +1,4 @@
-"""A queue's side of the memory monitor (ARCHITECTURE §7; RabbitMQ rabbit_amqqueue_process
+"""A queue's side of the memory monitor (docs/architecture.md §7; RabbitMQ rabbit_amqqueue_process
 update_ram_duration and rabbit_memory_monitor).
 
 Owns: the queue's RAM-duration report: every RAM_DURATION_INTERVAL while the queue is busy it

@@ -9,8 +9,8 @@ confirms and credit) and the queue's lifecycle; the consumer side (delivering, s
 basic.consume/cancel/get) is `queue_delivery.py`'s `QueueDeliveries`, which it inherits. It
 tells channels about deliveries through the channel façade (`deliver`, `can_deliver`,
 `grant_credit`, `consumer_cancelled`). It reports its RAM duration to the memory monitor and
-takes the RAM targets it casts (`alarms.py`, ARCHITECTURE §7); out of message-store credit it
-holds back the credit it owes channels (ARCHITECTURE §1). It never writes to sockets.
+takes the RAM targets it casts (`alarms.py`, docs/architecture.md §7); out of message-store credit it
+holds back the credit it owes channels (docs/architecture.md §1). It never writes to sockets.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ RAM_DURATION = 8  # (RAM_DURATION,) report the RAM duration, take the desired on
 RAM_TARGET = 9  # (RAM_TARGET, seconds | None) the memory monitor lowered the desired duration
 RAM_REPORT = 10  # (RAM_REPORT,) the memory monitor asks for a report now (memory is high)
 
-SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (ARCHITECTURE §5)
+SYNC_INTERVAL = 0.2  # seconds: latest index sync while confirms are owed (docs/architecture.md §7)
 
 
 class QueueProcess(QueueDeliveries, Process):

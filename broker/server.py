@@ -239,7 +239,7 @@ class Broker:
             self.set_global_parameter("internal_cluster_id", f"rabbitmq-cluster-id-{rand}")
 
     def server_properties(self) -> dict:
-        """connection.start server-properties (ARCHITECTURE §3)."""
+        """connection.start server-properties (docs/architecture.md §3)."""
         return {
             "product": self.config.product,
             "version": __version__,

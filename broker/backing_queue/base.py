@@ -43,7 +43,7 @@ class MessageProps:
 
     expiry: int | None = None
     needs_confirming: bool = False
-    # confirm modes `ack`/`ack-lite` (ARCHITECTURE §6): a persistent message whose confirm
+    # confirm modes `ack`/`ack-lite` (docs/architecture.md §6): a persistent message whose confirm
     # waits for a consumer is kept like a transient one (never written before delivery)
     skip_persist: bool = False
     # when the queue took the message (s since the epoch) for the management API's oldest

@@ -1,7 +1,7 @@
 """The variable queue: RabbitMQ's classic-queue backing queue (`rabbit_variable_queue.erl`).
 
 Owns: one queue's messages across RAM and disk, as q1, q2, delta, q3, q4 (head to tail:
-q4, q3, delta, q2, q1) with alpha/beta/gamma/delta states (ARCHITECTURE §7), the three
+q4, q3, delta, q2, q1) with alpha/beta/gamma/delta states (docs/architecture.md §7), the three
 pending-ack maps, the queue's `QueueIndex` and its references into the vhost's message stores.
 Its only caller is the queue process (through `base.BackingQueue`); it calls back only through
 `notify`. The disk half (writes, reads, paging, confirms) lives in `vq_disk.py`.
@@ -29,7 +29,7 @@ What the server and queue process do:
               came back); while `bq.flow_blocked()` hold back the credit owed to channels;
               every 5 s: report `bq.ram_duration()`, apply `bq.set_ram_duration_target(d)`.
 
-Memory (ARCHITECTURE §7): paging to meet `target_ram_count` runs in passes of at most
+Memory (docs/architecture.md §7): paging to meet `target_ram_count` runs in passes of at most
 `page_pass_limit` (512; RabbitMQ's 2 x msg_store_credit_disc_bound is 8000, see
 PAGE_PASS_LIMIT) alphas to betas and as many betas to delta (a chunk of betas started at
 io_batch_size goes on over the next passes); betas count against the target too, so RAM holds about target_ram_count

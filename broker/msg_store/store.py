@@ -25,7 +25,7 @@ Guarantees by call:
               runs at once, inside sync().
     close()   everything fsynced, snapshot written: the next `recover()` skips the scan.
 
-Credit flow (msg_store_credit_disc_bound, ARCHITECTURE §1): a client that registered an
+Credit flow (msg_store_credit_disc_bound, docs/architecture.md §1): a client that registered an
 `on_credit(n)` callback and writes with `flow=True` gets, after the sync that covers those
 writes (after its fsync on the fsync thread; inside `sync()` without fsync), `on_credit(n)`
 with how many of them are done. The writer spends one credit per such write, so a store that

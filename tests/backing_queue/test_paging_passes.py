@@ -1,4 +1,4 @@
-"""Paging under memory pressure (ARCHITECTURE §7): passes of at most `page_pass_limit`
+"""Paging under memory pressure (docs/architecture.md §7): passes of at most `page_pass_limit`
 messages that ask the queue process to resume, and credit flow on the queue -> message store
 hop (msg_store_credit_disc_bound): a store that has not synced leaves the queue blocked, its
 sync gives the credit back. Driven by hand, without an event loop: `sync()` is the store's

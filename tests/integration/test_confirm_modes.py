@@ -1,4 +1,4 @@
-"""Publisher-confirm modes (ARCHITECTURE §6): when a queue releases a message to its publisher.
+"""Publisher-confirm modes (docs/architecture.md §6): when a queue releases a message to its publisher.
 
 A queue's mode is its argument `x-confirm-on` ("persist" | "ack" | "ack-lite"), else the broker
 config `confirm_on` (default "persist"). persist is RabbitMQ's behaviour: confirmed once enqueued

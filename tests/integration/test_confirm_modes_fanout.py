@@ -1,4 +1,4 @@
-"""Confirm modes across several queues, and with aio-pika (ARCHITECTURE §6; the rules are
+"""Confirm modes across several queues, and with aio-pika (docs/architecture.md §6; the rules are
 in test_confirm_modes.py's docstring): a message routed to queues of different modes is
 confirmed once every queue released it under its own rule, and nacked when one drops it;
 aio-pika's publish() returns only after the consumer's ack, and raises DeliveryError on a nack.

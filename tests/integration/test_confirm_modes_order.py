@@ -1,5 +1,5 @@
 """Confirm modes ack and ack-lite under load: a publisher's basic.ack happens after the
-consumer's ack (ARCHITECTURE §6).
+consumer's ack (docs/architecture.md §6).
 
 Several producers and consumers share one queue. A consumer adds a message's id to the shared
 `acked` set BEFORE it sends the basic.ack covering it (every k-th delivery, multiple=true, plus a

@@ -160,7 +160,7 @@ def test_policies_survive_a_restart(tmp_path, ours_only):
 
 
 def test_confirm_on_policy_selects_the_confirm_mode(api, broker, policy, ours_only):
-    """The policy key confirm-on (ours, ARCHITECTURE §6): under `ack` a publish to a queue
+    """The policy key confirm-on (ours, docs/architecture.md §6): under `ack` a publish to a queue
     without consumers is confirmed only once a consumer has acked it."""
     import threading
 

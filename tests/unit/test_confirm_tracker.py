@@ -1,4 +1,4 @@
-"""ConfirmTracker: batching with `multiple`, multi-queue release, nacks (ARCHITECTURE §6)."""
+"""ConfirmTracker: batching with `multiple`, multi-queue release, nacks (docs/architecture.md §6)."""
 
 from hypothesis import given
 from hypothesis import strategies as st
