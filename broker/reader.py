@@ -6,8 +6,9 @@ assemblers, credit towards channels (pausing the socket when blocked), publisher
 under resource alarms (`throttle.py`: connection.blocked / unblocked, pausing the socket after
 a publish), and the one boundary where hard errors become `connection.close`. The protocol logic itself is sans-IO in
 `broker/protocol/`; this module is glue. Heartbeats (sending them, noticing a silent peer)
-are `heartbeat.py`'s, started once the connection is tuned. It never interprets channel
-methods.
+are `heartbeat.py`'s, started once the connection is tuned; how the connection ends (the
+close handshake both ways, lingering, 541 on a crash) is `connection_close.py`'s
+`ConnectionClosing`, which the Reader inherits. It never interprets channel methods.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from broker import admission, errors, tls
 from broker.channel import CLOSING as CLOSING_CHANNEL
 from broker.channel import CMD, FAIL, OPEN, PUBLISHES, ChannelProcess
 from broker.channel_handlers import HANDLERS
+from broker.connection_close import (
+    AWAIT_HEADER,
+    CLOSED,
+    CLOSING,
+    DRAINING,
+    HANDSHAKE,
+    RUNNING,
+    ConnectionClosing,
+)
 from broker.credit_flow import flow_state
 from broker.heartbeat import Heartbeats
 from broker.protocol import sasl
@@ -38,7 +48,7 @@ from broker.protocol.framing import (
     check_protocol_header,
     unexpected_frame,
 )
-from broker.protocol.handshake import SILENT_CLOSE_DELAY, ConnectionHandshake
+from broker.protocol.handshake import ConnectionHandshake
 from broker.throttle import BLOCKED, UNBLOCKED, Throttle
 from broker.writer import Writer
 
@@ -50,15 +60,9 @@ log = logging.getLogger("broker.connection")
 
 C = commands.Connection
 MAX_RUN = 256  # publishes handed to a channel in one mailbox message (its drain BATCH)
-CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for connection.close-ok before dropping the socket
-
-# CLOSING: we sent connection.close and wait for close-ok. DRAINING: the client sent
-# connection.close; its channels finish what they had received, then close-ok is sent.
-AWAIT_HEADER, HANDSHAKE, RUNNING, CLOSING, DRAINING, CLOSED = range(6)
-CLOSING_TIMEOUT = 30  # s a client has to close the socket after close-ok (rabbit_reader)
 
 
-class Reader(asyncio.Protocol):
+class Reader(ConnectionClosing, asyncio.Protocol):
     """One client connection. Created by the server for each accepted socket.
 
     Closing never drops what the client already sent (RabbitMQ `rabbit_reader`): on
@@ -477,102 +481,6 @@ class Reader(asyncio.Protocol):
             assert self.transport is not None  # reading was paused on it
             self.transport.resume_reading()
 
-    def channel_closed(self, ch: ChannelProcess) -> None:
-        """The channel finished closing (close-ok exchanged, or shut down with the
-        connection): free its number; finish the connection's close if it was the last."""
-        if self.channels.get(ch.number) is ch:
-            self._forget_channel(ch.number)
-        ch.stop_process()
-        self._maybe_finish()
-
-    def _shutdown_channels(self) -> None:
-        """Ask every channel to finish its mailbox and clean up (RabbitMQ
-        rabbit_channel:shutdown); partly assembled commands are dropped."""
-        for ch in list(self.channels.values()):
-            ch.shutdown()
-        self._assemblers.clear()
-        self._blocked_on.clear()
-
-    def _maybe_finish(self) -> None:
-        """Once no channel is left: after the client's connection.close send close-ok and
-        close the socket; after the socket is gone, delete exclusive queues and tell the
-        broker."""
-        if self.channels:
-            return
-        if self.state == DRAINING:
-            self._send0(C.CloseOk())
-            self._linger()
-            self._release_vhost()
-        if self._socket_gone and not self._finished:
-            self._finished = True
-            self._release_vhost()
-            if self.vhost is not None:  # kept in the vhost's recv_oct / send_oct
-                self.vhost.closed_octets[0] += self.recv_oct
-                self.vhost.closed_octets[1] += self.writer.bytes_sent if self.writer else 0
-            self.broker.connection_gone(self)
-
-    def _release_vhost(self) -> None:
-        """Delete our exclusive queues and leave the vhost (once)."""
-        if self.vhost is not None and not self._vhost_released:
-            self._vhost_released = True
-            self.vhost.connection_closed(self)
-
-    def _linger(self) -> None:
-        """close-ok is out: as RabbitMQ (rabbit_reader close_connection), the client closes
-        the socket (AMQP 0-9-1: close-ok tells the recipient it may close it); until it does
-        we read and discard what it still sends — a client may have queued frames on other
-        channels behind its connection.close (amqplib's round-robin writer does), and
-        closing with unread data would reset the connection under it — for at most the
-        heartbeat interval or CLOSING_TIMEOUT seconds, whichever is shorter."""
-        if self.writer is not None:
-            self.writer.flush()
-        self.state = CLOSED
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self._paused:
-            self._paused = False
-            transport.resume_reading()
-        timeout = self.heartbeat if 0 < self.heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
-        self._close_timer = self.loop.call_later(timeout, self._drop)
-
-    def crashed(self, exc: BaseException) -> None:
-        """An unexpected exception in this connection or one of its channels: log the
-        traceback and close the connection with 541 INTERNAL_ERROR, as RabbitMQ does for a
-        non-AMQP exit (rabbit_binary_generator:map_exception); other connections go on."""
-        log.error("unexpected error on connection %s", self.peer, exc_info=exc)
-        self.connection_error(errors.amqp_error(
-            errors.InternalError, "unexpected error in the broker (see its log)"))
-
-    def connection_error(self, exc: errors.AMQPError) -> None:
-        """Hard error: connection.close with the error, then wait for close-ok."""
-        code, text, class_id, method_id = errors.close_args(exc)
-        log.warning("closing connection %s: %s", self.peer, text)
-        if getattr(exc, "silent_close", False):
-            # RabbitMQ sends no connection.close before the handshake allows it: it waits,
-            # then drops the socket (rabbit_reader handshake errors)
-            self.state = CLOSING
-            self._close_timer = self.loop.call_later(SILENT_CLOSE_DELAY, self._drop)
-            return
-        self.close(code, text, class_id, method_id)
-
-    def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
-        """Send connection.close (e.g. 320 at shutdown); channels finish what they had
-        received; the socket is dropped on close-ok or after CLOSE_OK_TIMEOUT seconds."""
-        if self.state in (CLOSING, DRAINING, CLOSED):
-            return
-        if self.state == AWAIT_HEADER:
-            self._drop()
-            return
-        self._send0(C.Close(code, text, class_id, method_id))
-        self.state = CLOSING
-        self._shutdown_channels()
-        if self._paused:
-            self._paused = False
-            assert self.transport is not None  # reading was paused on it
-            self.transport.resume_reading()
-        self._close_timer = self.loop.call_later(CLOSE_OK_TIMEOUT, self._drop)
-
     # -- output -----------------------------------------------------------------------------
     def _send0(self, method: Any) -> None:
         assert self.writer is not None  # set by connection_made, before any frame
@@ -581,19 +489,6 @@ class Reader(asyncio.Protocol):
     def _send(self, channel: int, method: Any) -> None:
         assert self.writer is not None  # set by connection_made, before any frame
         self.writer.send(encode_method(channel, method))
-
-    def abort(self) -> None:
-        """Drop the socket at once (shutdown after the grace period)."""
-        if self.transport is not None:
-            self.transport.abort()
-        self.state = CLOSED
-
-    def _drop(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-        self.state = CLOSED
 
     # -- timers -----------------------------------------------------------------------------
     def _handshake_timeout(self) -> None:

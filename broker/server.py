@@ -140,7 +140,7 @@ class Broker:
         connection.close 320 "CONNECTION_FORCED - vhost 'NAME' is deleted" and return at once
         (rabbit_connection_tracking closes them asynchronously on the vhost_deleted event; a
         client that never answers close-ok is dropped by its reader after
-        `reader.CLOSE_OK_TIMEOUT` s). The message stores are abandoned (nothing left to
+        `connection_close.CLOSE_OK_TIMEOUT` s). The message stores are abandoned (nothing left to
         flush for a deleted vhost), their directory is moved aside at once, so the name can
         be created again straight away, and removed by a worker thread, off the event loop
         (`stop()` waits for it; a crash leaves it for the next start to remove). The
