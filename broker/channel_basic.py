@@ -19,6 +19,7 @@ from broker import errors
 from broker.access import READ, WRITE
 from broker.channel_entities import queue_name
 from broker.consumers import Consumer
+from broker.declare_checks import check_consume_arguments
 from broker.direct_reply_to import PREFIX as REPLY_PREFIX
 from broker.direct_reply_to import PSEUDO_QUEUE as REPLY_TO
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
@@ -299,7 +300,8 @@ def _check_publish(ch: ChannelProcess, method: Any) -> None:
 
 def consume(ch: ChannelProcess, cmd: Command) -> None:
     """basic.consume (§1.8.3.3): read on the queue; server tags "amq.ctag-…", 530 on a reused tag, 403 for
-    exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false."""
+    exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false; 406
+    for consumer arguments the queue's type does not take (`check_consume_arguments`)."""
     m = cmd.method
     if m.queue == REPLY_TO:
         _consume_replies(ch, m)
@@ -311,11 +313,9 @@ def consume(ch: ChannelProcess, cmd: Command) -> None:
     if tag in ch.consumers or (ch.reply_consumer and ch.reply_consumer[0] == tag):
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
     args = m.arguments or {}
+    check_consume_arguments(queue.arguments.get("x-queue-type") or "classic", args,
+                            f"queue '{name}' in vhost '{ch.vhost.name}'", m)
     priority = args.get("x-priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise errors.amqp_error(
-            errors.PreconditionFailed,
-            f"invalid arg 'x-priority' for consumer '{tag}': {priority!r}", m)
     consumer = Consumer(tag, ch, m.no_ack, m.exclusive, priority,
                         ch.limiter.consumer_prefetch, args)
     queue.call(queue.add_consumer, consumer)  # 403 if exclusive conflicts; casts RUN

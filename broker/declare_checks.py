@@ -134,3 +134,44 @@ def describe(value: Any) -> str:
     if value is None:
         return "none"
     return f"the value '{value}' of type '{field_kind(value)}'"
+
+
+# consumer arguments each queue type takes (RabbitMQ 3.10.8: the `consumer_arguments` of
+# rabbit_classic_queue, rabbit_quorum_queue and rabbit_stream_queue capabilities/0), and the
+# module name RabbitMQ's refusal names
+CONSUMER_ARGUMENTS = {
+    "classic": ("x-cancel-on-ha-failover", "x-priority", "x-credit"),
+    "quorum": ("x-priority", "x-credit"),
+    "stream": ("x-stream-offset", "x-credit"),
+}
+QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
+                      "stream": "rabbit_stream_queue"}
+_ANY_CONSUMER_ARGUMENT = frozenset(k for keys in CONSUMER_ARGUMENTS.values() for k in keys)
+
+
+def check_consume_arguments(queue_type: str, arguments: dict, what: str, method: Any) -> None:
+    """basic.consume's arguments on a queue of `queue_type` ("classic", "quorum" or
+    "stream"), as rabbit_amqqueue:check_consume_arguments/3 in RabbitMQ 3.10.8: first the
+    values of the arguments the type takes (x-priority an integer, x-cancel-on-ha-failover a
+    boolean; a stream's x-stream-offset is checked by the stream queue), then 406 "invalid
+    arg 'KEY' for `what` of queue type rabbit_..._queue" for a consumer argument of another
+    type (x-stream-offset on a classic queue, x-priority on a stream). Arguments no queue
+    type knows are ignored, as RabbitMQ ignores them."""
+    allowed = CONSUMER_ARGUMENTS.get(queue_type, CONSUMER_ARGUMENTS["classic"])
+    for key, expected in (("x-priority", "integer"), ("x-cancel-on-ha-failover", "boolean")):
+        if key not in allowed or key not in arguments:
+            continue
+        value = arguments[key]
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if (expected == "integer" and not is_int) or (
+                expected == "boolean" and not isinstance(value, bool)):
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                f"invalid arg '{key}' for {what}: \"expected {expected}, got "
+                f"{field_kind(value)}\"", method)
+    for key in arguments:
+        if key in _ANY_CONSUMER_ARGUMENT and key not in allowed:
+            module = QUEUE_TYPE_MODULES.get(queue_type, "rabbit_classic_queue")
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                f"invalid arg '{key}' for {what} of queue type {module}", method)
