@@ -40,9 +40,9 @@ class OffsetRange(InputPartition):
 def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: int,
              wait_s: float, name: str) -> list[tuple[int, tuple]]:
     """Consume the stream from `offset` (an x-stream-offset value): (offset, row) pairs,
-    in order, up to (excluding) offset `until` when given, else until nothing more comes
-    for QUIET_S (or `wait_s` passes with nothing at all). Acks as it goes (a stream only
-    counts them as credit)."""
+    in order, up to (excluding) offset `until` when given; else at most `prefetch`
+    deliveries, ending once nothing more comes for QUIET_S or `wait_s` has passed (a busy
+    stream is never quiet). Acks as it goes (a stream only counts them as credit)."""
     queue = options.require_queue()
     conn = open_blocking(options, name)
     ch = conn.channel()
@@ -52,6 +52,8 @@ def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: 
         state = {"last": time.monotonic()}
 
         def on_message(c, method, props, body: bytes) -> None:
+            if until is None and len(got) >= prefetch:
+                return  # past the probe's limit: left unacked, forgotten with the channel
             off = int((props.headers or {}).get("x-stream-offset", -1))
             row = delivery_row(method, props, body)
             got.append((off, (*row[:-1], off)))  # delivery_tag column: the stream offset
@@ -64,6 +66,8 @@ def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: 
             conn.process_data_events(0.02)
             now = time.monotonic()
             if until is not None and got and got[-1][0] >= until - 1:
+                break
+            if until is None and (len(got) >= prefetch or now - start > wait_s):
                 break
             if until is None and got and now - state["last"] > QUIET_S:
                 break
@@ -79,7 +83,8 @@ def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: 
 
 def tail(options: AmqpOptions) -> int | None:
     """The stream's next offset (one past the last message), or None when it is empty:
-    the last chunk is read from x-stream-offset "last"."""
+    the last chunk is read from x-stream-offset "last" (on a busy stream, whatever came
+    within fetchWaitMs: an offset below the true tail is still a valid end)."""
     got = _consume(options, "last", None, MAX_PREFETCH, options.fetch_wait_ms / 1000,
                    "spark-amqp-stream-probe")
     return max(off for off, _row in got) + 1 if got else None
@@ -87,7 +92,7 @@ def tail(options: AmqpOptions) -> int | None:
 
 def first_at(options: AmqpOptions, spec: object) -> int | None:
     """The first offset a consumer starting at `spec` ("first", a timestamp) gets, or None
-    when there is none yet."""
+    when there is none yet (one delivery is taken: prefetch 1, stop after it)."""
     got = _consume(options, spec, None, 1, options.fetch_wait_ms / 1000,
                    "spark-amqp-stream-probe")
     return got[0][0] if got else None
