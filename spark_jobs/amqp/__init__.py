@@ -23,6 +23,7 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
 from pyspark.sql.datasource import DataSource  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
+from spark_jobs.amqp.deadline import BatchTimeout
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader
 from spark_jobs.amqp.stream_reader import AmqpStreamBatchReader, AmqpStreamOffsetReader
@@ -33,7 +34,7 @@ from spark_jobs.amqp.writer import (
     UnroutableError,
 )
 
-__all__ = ["AmqpDataSource", "AmqpOptionError", "AmqpOptions", "PublishError",
+__all__ = ["AmqpDataSource", "AmqpOptionError", "AmqpOptions", "BatchTimeout", "PublishError",
            "UnroutableError", "SCHEMA"]
 
 
@@ -42,11 +43,13 @@ class AmqpDataSource(DataSource):
 
     Options (camelCase, read from Spark's case-insensitive options object): uri (failover
     list), exchange, routingKey | routingKeyColumn, queue, maxMessagesPerTrigger (<= 65535; also
-    the prefetch), fetchWaitMs, confirmWindow, heartbeat, messageIdPrefix; for a stream queue
+    the prefetch), fetchWaitMs, batchTimeoutMs, confirmWindow, heartbeat, messageIdPrefix;
+    for a stream queue
     queueType=stream, startingOffsets, startingTimestamp, endingOffsets (a stream is read by
     offsets: replayable, exactly-once into a transactional sink). Read schema: SCHEMA (on a
     stream, delivery_tag holds the stream offset).
-    Errors: AmqpOptionError at planning for a bad option or a DataFrame without `body`.
+    Errors: AmqpOptionError at planning for a bad option or a DataFrame without `body`;
+    BatchTimeout when the broker makes no progress for batchTimeoutMs.
     Source: Spark "Python Data Source API" (pyspark.sql.datasource, PySpark >= 4).
     """
 

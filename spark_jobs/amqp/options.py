@@ -100,6 +100,7 @@ class AmqpOptions:
     heartbeat: int = 60  # seconds; 0 turns heartbeats off
     message_id_prefix: str | None = None  # writer: fixed prefix of generated message ids
     queue_type: str = "classic"  # readers: "stream" reads a stream queue by offsets
+    batch_timeout_ms: int = 60000  # readers: longest wait on the broker without progress
     starting_offsets: str | None = None  # stream: earliest | latest | an offset
     starting_timestamp: int | None = None  # stream: ms since the epoch (wins over the above)
     ending_offsets: str | None = None  # stream batch reads: latest | an offset
@@ -113,7 +114,8 @@ class AmqpOptions:
         Options: uri (one URI, a comma-separated list or a JSON list; default $AMQP_URI or
         amqp://guest:guest@127.0.0.1:5672/%2F), exchange, routingKey, routingKeyColumn, queue,
         maxMessagesPerTrigger (1..65535, default 10000), fetchWaitMs (default 1000),
-        confirmWindow (1..65535, default 1000), heartbeat (s, default 60), messageIdPrefix;
+        batchTimeoutMs (100..86400000, default 60000), confirmWindow (1..65535, default 1000),
+        heartbeat (s, default 60), messageIdPrefix;
         for a stream queue: queueType=stream, startingOffsets (earliest | latest | an offset;
         default latest for a streaming read, earliest for a batch read), startingTimestamp
         (ms), endingOffsets (batch reads: latest | an offset).
@@ -138,6 +140,7 @@ class AmqpOptions:
             heartbeat=_int_option(options, "heartbeat", 60, 0, 65535),
             message_id_prefix=options.get("messageIdPrefix") or None,
             queue_type=_choice(options, "queueType", ("classic", "stream"), "classic"),
+            batch_timeout_ms=_int_option(options, "batchTimeoutMs", 60000, 100, 86_400_000),
             starting_offsets=_offset_option(options, "startingOffsets"),
             starting_timestamp=(None if options.get("startingTimestamp") is None else
                                 _int_option(options, "startingTimestamp", 0, 0, 2**62)),
@@ -151,7 +154,13 @@ class AmqpOptions:
                 f"routing_key={self.routing_key!r}, routing_key_column="
                 f"{self.routing_key_column!r}, queue={self.queue!r}, max_messages_per_trigger="
                 f"{self.max_messages_per_trigger}, fetch_wait_ms={self.fetch_wait_ms}, "
-                f"confirm_window={self.confirm_window}, heartbeat={self.heartbeat})")
+                f"confirm_window={self.confirm_window}, heartbeat={self.heartbeat}, "
+                f"batch_timeout_ms={self.batch_timeout_ms})")
+
+    @property
+    def batch_timeout_s(self) -> float:
+        """batchTimeoutMs in seconds."""
+        return self.batch_timeout_ms / 1000
 
     def require_queue(self) -> str:
         """The `queue` option, or AmqpOptionError when a reader was given none."""
@@ -159,9 +168,12 @@ class AmqpOptions:
             raise AmqpOptionError("option queue is required to read")
         return self.queue
 
-    def connection_parameters(self, name: str = "spark-amqp") -> list[pika.URLParameters]:
+    def connection_parameters(self, name: str = "spark-amqp",
+                              timeout_s: float | None = None) -> list[pika.URLParameters]:
         """pika parameters for each URI in failover order, with heartbeat, credentials and
-        `name` as the connection_name client property (shown by the broker's tools)."""
+        `name` as the connection_name client property (shown by the broker's tools).
+        `timeout_s` bounds the TCP connect and the whole AMQP handshake of each attempt
+        (pika socket_timeout and stack_timeout; default 10 s and pika's 15 s)."""
         params = []
         for uri in self.uris:
             p = pika.URLParameters(uri)
@@ -170,7 +182,9 @@ class AmqpOptions:
                 p.credentials = pika.PlainCredentials(self._username, self._password or "")
             p.heartbeat = self.heartbeat
             p.connection_attempts = 1
-            p.socket_timeout = 10
+            p.socket_timeout = 10 if timeout_s is None else min(10.0, timeout_s)
+            if timeout_s is not None:
+                p.stack_timeout = timeout_s
             p.blocked_connection_timeout = 300
             params.append(p)
         return params
