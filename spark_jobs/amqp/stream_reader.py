@@ -1,4 +1,4 @@
-# spark_jobs.amqp.stream_reader: the `amqp` source on a stream queue (queueType=stream):
+# spark_jobs.amqp.stream_reader: the `amqp` source on a stream queue (x-queue-type stream):
 # offsets are stream offsets, so a micro-batch is an offset range that any task can read
 # again, and a query is replayable (exactly-once into an idempotent or transactional sink).
 # Talked to by Spark through the data source (driver: offsets and partitions; executors:
@@ -159,7 +159,7 @@ def resolve_start(options: AmqpOptions, default: str) -> int:
 
 
 class AmqpStreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """`readStream.format("amqp").option("queueType", "stream")`: offsets {"offset": n} are
+    """`readStream.format("amqp")` on a stream queue: offsets {"offset": n} are
     stream offsets (n = the next offset to read); a micro-batch [start, end) becomes ranges
     of ROWS_PER_PARTITION offsets that executors read themselves, so a batch replayed after
     a crash reads exactly the same messages. latestOffset probes the stream's tail and caps
@@ -208,7 +208,7 @@ class AmqpStreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 class AmqpStreamBatchReader(DataSourceReader):
-    """`read.format("amqp").option("queueType", "stream")`: the offsets from
+    """`read.format("amqp")` on a stream queue: the offsets from
     startingOffsets (default earliest) to endingOffsets (default latest: the tail when the
     read is planned), as ranges that executors read themselves."""
 
