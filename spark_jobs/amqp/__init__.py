@@ -23,6 +23,8 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
 from pyspark.sql.datasource import DataSource  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
+from spark_jobs.amqp import queue_type
+from spark_jobs.amqp.deadline import BatchTimeout
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader
 from spark_jobs.amqp.stream_reader import AmqpStreamBatchReader, AmqpStreamOffsetReader
@@ -33,7 +35,7 @@ from spark_jobs.amqp.writer import (
     UnroutableError,
 )
 
-__all__ = ["AmqpDataSource", "AmqpOptionError", "AmqpOptions", "PublishError",
+__all__ = ["AmqpDataSource", "AmqpOptionError", "AmqpOptions", "BatchTimeout", "PublishError",
            "UnroutableError", "SCHEMA"]
 
 
@@ -42,11 +44,16 @@ class AmqpDataSource(DataSource):
 
     Options (camelCase, read from Spark's case-insensitive options object): uri (failover
     list), exchange, routingKey | routingKeyColumn, queue, maxMessagesPerTrigger (<= 65535; also
-    the prefetch), fetchWaitMs, confirmWindow, heartbeat, messageIdPrefix; for a stream queue
-    queueType=stream, startingOffsets, startingTimestamp, endingOffsets (a stream is read by
-    offsets: replayable, exactly-once into a transactional sink). Read schema: SCHEMA (on a
-    stream, delivery_tag holds the stream offset).
-    Errors: AmqpOptionError at planning for a bad option or a DataFrame without `body`.
+    the prefetch), fetchWaitMs, batchTimeoutMs, confirmWindow, heartbeat, messageIdPrefix,
+    queueType, managementUri; for a stream queue startingOffsets, startingTimestamp,
+    endingOffsets (a stream is read by offsets: replayable, exactly-once into a transactional
+    sink). A reader first learns the queue's type (spark_jobs.amqp.queue_type: a stream is
+    always read as a stream) and refuses options that do not apply to it, and a queueType
+    that says otherwise.
+    Read schema: SCHEMA (on a stream, delivery_tag holds the stream offset).
+    Errors: AmqpOptionError at planning for a bad option, an option the queue's type does not
+    take, or a DataFrame without `body`; BatchTimeout when the broker makes no progress for
+    batchTimeoutMs.
     Source: Spark "Python Data Source API" (pyspark.sql.datasource, PySpark >= 4).
     """
 
@@ -62,13 +69,13 @@ class AmqpDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> AmqpBatchReader | AmqpStreamBatchReader:
-        if self.amqp.queue_type == "stream":
+        if queue_type.resolve(self.amqp, streaming=False) == "stream":
             return AmqpStreamBatchReader(self.amqp)
         return AmqpBatchReader(self.amqp)
 
     def streamReader(  # noqa: N802 (Spark's name)
             self, schema: StructType) -> AmqpStreamReader | AmqpStreamOffsetReader:
-        if self.amqp.queue_type == "stream":
+        if queue_type.resolve(self.amqp, streaming=True) == "stream":
             return AmqpStreamOffsetReader(self.amqp)
         return AmqpStreamReader(self.amqp)
 

@@ -18,14 +18,18 @@ class AmqpConnectError(ConnectionError):
     """No URI of the failover list accepted a connection (each tried once, in order)."""
 
 
-def open_blocking(options: AmqpOptions, name: str = "spark-amqp") -> pika.BlockingConnection:
-    """A BlockingConnection to the first URI in `options.uris` that opens.
+def open_blocking(options: AmqpOptions, name: str = "spark-amqp",
+                  timeout_s: float | None = None) -> pika.BlockingConnection:
+    """A BlockingConnection to the first URI in `options.uris` that opens; each attempt
+    (TCP connect and AMQP handshake) takes at most `timeout_s` seconds when given.
 
     Errors: AmqpConnectError listing each redacted URI with the reason it failed (refused,
-    authentication failure 403, vhost access 530, ...). Source: pika BlockingConnection docs.
+    authentication failure 403, vhost access 530, handshake timeout, ...).
+    Source: pika BlockingConnection docs (ConnectionParameters stack_timeout).
     """
     failures = []
-    for uri, params in zip(options.uris, options.connection_parameters(name), strict=True):
+    params_list = options.connection_parameters(name, timeout_s)
+    for uri, params in zip(options.uris, params_list, strict=True):
         try:
             return pika.BlockingConnection(params)
         except pika.exceptions.AMQPConnectionError as e:

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_jobs.amqp.connect import AmqpConnectError, open_blocking
+from spark_jobs.amqp.deadline import BatchTimeout
 from spark_jobs.amqp.options import AmqpOptions
 
 log = logging.getLogger("spark_jobs.amqp")
@@ -88,7 +89,12 @@ class QueueConsumer:
     until `ack_through`. Closing the connection (or losing it) makes the broker requeue every
     unacked delivery, marked redelivered. pika's BlockingConnection is not thread-safe: only the
     I/O thread touches it; other threads hand it work with add_callback_threadsafe.
-    Errors: ConsumerLost from any method once the connection or channel is gone.
+    Every request (connect, channel, basic.qos, queue.declare, basic.consume, basic.ack) must
+    be done within batchTimeoutMs: pika's blocking RPCs have no timeout of their own, so a
+    paused broker would otherwise hold the caller until heartbeats notice (never with
+    heartbeat 0).
+    Errors: ConsumerLost from any method once the connection or channel is gone; BatchTimeout
+    when a request is not done in time (the consumer is unusable afterwards).
     Source: AMQP 0-9-1 basic.qos/consume/ack, RabbitMQ "Consumer Acknowledgements and Publisher
     Confirms" and "Detecting Dead TCP Connections with Heartbeats", pika threading notes.
     """
@@ -108,7 +114,10 @@ class QueueConsumer:
         self._channel = None
         self._thread = threading.Thread(target=self._run, name=f"amqp-{name}", daemon=True)
         self._thread.start()
-        self._ready.wait()
+        # connecting is bounded by batchTimeoutMs (pika's stack_timeout), the channel and
+        # basic.qos by another batchTimeoutMs
+        if not self._ready.wait(2 * options.batch_timeout_s):
+            self._timed_out("channel.open-ok and basic.qos-ok")
         if self._conn is None:
             assert self.error is not None
             raise self.error
@@ -116,7 +125,7 @@ class QueueConsumer:
     # -- the I/O thread -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._conn = open_blocking(self.options, self.name)
+            self._conn = open_blocking(self.options, self.name, self.options.batch_timeout_s)
         except AmqpConnectError as e:
             self.error = e
             self._ready.set()
@@ -147,8 +156,17 @@ class QueueConsumer:
             self.buffer.append((method.delivery_tag, delivery_row(method, props, body)))
             self.arrived.notify_all()
 
-    def _call(self, fn):
-        """Run fn() on the I/O thread and return its result (ConsumerLost if it failed)."""
+    def _timed_out(self, what: str) -> None:
+        self._stopping = True  # the I/O thread ends (and closes) once its RPC returns, if ever
+        error = BatchTimeout(
+            f"amqp source: no progress for {self.options.batch_timeout_s:g} s (batchTimeoutMs) "
+            f"on queue '{self.queue}' ({self.options.describe()}): waiting for {what}")
+        self._fail(error)
+        raise error
+
+    def _call(self, fn, what: str):
+        """Run fn() on the I/O thread and return its result (ConsumerLost if it failed,
+        BatchTimeout if it is not done within batchTimeoutMs; `what` names it then)."""
         self._check()
         done = threading.Event()
         box: list = []
@@ -166,13 +184,18 @@ class QueueConsumer:
             self._conn.add_callback_threadsafe(job)
         except pika.exceptions.AMQPError as e:
             raise ConsumerLost(f"{self.name}: {type(e).__name__}") from e
-        while not done.wait(0.5):
+        deadline = time.monotonic() + self.options.batch_timeout_s
+        while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
             if not self._thread.is_alive():
                 break
+            if time.monotonic() >= deadline:
+                self._timed_out(what)
         self._check()
         return box[0] if box else None
 
     def _check(self) -> None:
+        if isinstance(self.error, BatchTimeout):
+            raise self.error
         if self.error is not None:
             fatal = isinstance(self.error, pika.exceptions.ChannelClosedByBroker)
             raise ConsumerLost(f"{self.name}: {type(self.error).__name__} {self.error}", fatal)
@@ -184,13 +207,15 @@ class QueueConsumer:
         """Ready messages in the queue now (queue.declare passive=True, message-count).
 
         Errors: ConsumerLost (wrapping ChannelClosedByBroker 404 when there is no queue)."""
-        ok = self._call(lambda: self._channel.queue_declare(self.queue, passive=True))
+        ok = self._call(lambda: self._channel.queue_declare(self.queue, passive=True),
+                        "queue.declare-ok (passive)")
         return ok.method.message_count
 
     def start(self) -> None:
         """Start consuming (idempotent)."""
         if not self._consuming:
-            self._call(lambda: self._channel.basic_consume(self.queue, self._on_message))
+            self._call(lambda: self._channel.basic_consume(self.queue, self._on_message),
+                       "basic.consume-ok")
             self._consuming = True
 
     def take(self, n: int, wait_s: float) -> list[tuple[int, tuple]]:
@@ -220,7 +245,8 @@ class QueueConsumer:
         Returns once the I/O thread has written the ack to the socket: Spark may destroy the
         reader process right after the call that acks (end of an availableNow query), and an
         ack still queued in this process would be lost (found by the availableNow test)."""
-        self._call(lambda: self._channel.basic_ack(delivery_tag=delivery_tag, multiple=True))
+        self._call(lambda: self._channel.basic_ack(delivery_tag=delivery_tag, multiple=True),
+                   "basic.ack to be written")
 
     def close(self) -> None:
         """Close the connection (after any ack already handed over); the broker requeues
@@ -233,7 +259,8 @@ class QueueConsumer:
                 self._conn.add_callback_threadsafe(stop)
             except pika.exceptions.AMQPError:
                 self._stopping = True
-        self._thread.join(timeout=30)
+        # An I/O thread stuck in an RPC the broker never answered is left behind (a daemon).
+        self._thread.join(timeout=0.5 if isinstance(self.error, BatchTimeout) else 30)
 
 
 class RowsPartition(InputPartition):
@@ -261,7 +288,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     first acks every held batch ending at or before `start` (Spark runs latestOffset for batch
     N+1 only after writing batch N to its commit log, and calls commit(N) only when batch N+1
     has data, so an idle query would otherwise hold its last batch forever), then takes up to
-    the read limit (ReadMaxRows(maxMessagesPerTrigger) by default) from the consumer.
+    the read limit (ReadMaxRows(maxMessagesPerTrigger) by default) from the consumer; a trigger
+    that takes nothing makes one round trip (passive queue.declare), so that a broker that
+    stopped answering fails the query with BatchTimeout after batchTimeoutMs.
     partitions(start, end) ships the held rows; a range this process does not hold (a batch
     replayed from the offset log after a restart) yields no rows: the broker redelivers them.
     Source: Spark "Python Data Source API" (DataSourceStreamReader, SupportsTriggerAvailableNow).
@@ -337,7 +366,12 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if n <= 0:
             return start
         try:
-            taken = self._get_consumer().take(n, self.options.fetch_wait_ms / 1000)
+            consumer = self._get_consumer()
+            taken = consumer.take(n, self.options.fetch_wait_ms / 1000)
+            if not taken:
+                # A paused broker looks like an empty queue to a consumer: ask it something,
+                # so that it fails the query after batchTimeoutMs instead of idling for ever.
+                consumer.depth()
         except ConsumerLost as e:
             if e.fatal:
                 raise

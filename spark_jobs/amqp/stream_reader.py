@@ -1,4 +1,4 @@
-# spark_jobs.amqp.stream_reader: the `amqp` source on a stream queue (queueType=stream):
+# spark_jobs.amqp.stream_reader: the `amqp` source on a stream queue (x-queue-type stream):
 # offsets are stream offsets, so a micro-batch is an offset range that any task can read
 # again, and a query is replayable (exactly-once into an idempotent or transactional sink).
 # Talked to by Spark through the data source (driver: offsets and partitions; executors:
@@ -11,6 +11,8 @@ import logging
 import time
 from collections.abc import Iterator
 
+import pika
+import pika.exceptions
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -19,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_jobs.amqp import deadline
 from spark_jobs.amqp.connect import open_blocking
 from spark_jobs.amqp.options import AmqpOptions
 from spark_jobs.amqp.reader import ROWS_PER_PARTITION, delivery_row
@@ -38,68 +41,100 @@ class OffsetRange(InputPartition):
 
 
 def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: int,
-             wait_s: float, name: str) -> list[tuple[int, tuple]]:
-    """Consume the stream from `offset` (an x-stream-offset value): (offset, row) pairs,
-    in order, up to (excluding) offset `until` when given, else until nothing more comes
-    for QUIET_S (or `wait_s` passes with nothing at all). Acks as it goes (a stream only
-    counts them as credit)."""
+             wait_s: float, what: str) -> list[tuple[int, tuple]]:
+    """Consume the stream from `offset` (an x-stream-offset value): (offset, row) pairs, in
+    order. With `until`: up to (excluding) offset `until`, however long that takes, as long as
+    deliveries keep coming. Without: at most `prefetch` deliveries, ending once nothing more
+    comes for QUIET_S or `wait_s` has passed (a busy stream is never quiet). Acks as it goes
+    (a stream only counts them as credit).
+    `what` names the work in errors and in the connection's name.
+
+    Errors: deadline.BatchTimeout when the broker makes no progress (connection, channel,
+    basic.qos, basic.consume, the next delivery of a range) for batchTimeoutMs; AmqpConnectError;
+    pika.exceptions.AMQPError when the broker closes the channel or connection.
+    """
     queue = options.require_queue()
-    conn = open_blocking(options, name)
-    ch = conn.channel()
+    return deadline.run(
+        lambda watch: _consume_watched(watch, options, queue, offset, until, prefetch, wait_s),
+        options.batch_timeout_s, f"{what} of stream queue '{queue}'")
+
+
+def _consume_watched(watch: deadline.Watch, options: AmqpOptions, queue: str, offset: object,
+                     until: int | None, prefetch: int,
+                     wait_s: float) -> list[tuple[int, tuple]]:
+    watch.step(f"a connection to {options.describe()}")
+    conn = open_blocking(options, "spark-amqp-stream-reader", options.batch_timeout_s)
     got: list[tuple[int, tuple]] = []
     try:
+        watch.step("channel.open-ok")
+        ch = conn.channel()
+        watch.step("basic.qos-ok")
         ch.basic_qos(prefetch_count=prefetch)
         state = {"last": time.monotonic()}
 
         def on_message(c, method, props, body: bytes) -> None:
+            if until is None and len(got) >= prefetch:
+                return  # past the probe's limit: left unacked, forgotten with the channel
             off = int((props.headers or {}).get("x-stream-offset", -1))
             row = delivery_row(method, props, body)
             got.append((off, (*row[:-1], off)))  # delivery_tag column: the stream offset
             state["last"] = time.monotonic()
+            watch.tick()
             c.basic_ack(method.delivery_tag)
 
+        watch.step(f"basic.consume-ok (x-stream-offset {offset})")
         ch.basic_consume(queue, on_message, arguments={"x-stream-offset": offset})
+        watch.step(f"deliveries from offset {offset}" if until is None else
+                   f"deliveries from offset {offset} up to offset {until}")
         start = time.monotonic()
-        while True:
+        while not watch.cancelled:
             conn.process_data_events(0.02)
             now = time.monotonic()
-            if until is not None and got and got[-1][0] >= until - 1:
+            if until is not None:
+                if got and got[-1][0] >= until - 1:
+                    break
+                continue  # the deadline ends a range that stops short, never a quiet wait
+            if len(got) >= prefetch or now - start > wait_s:
                 break
-            if until is None and got and now - state["last"] > QUIET_S:
-                break
-            if not got and now - start > wait_s:
+            if got and now - state["last"] > QUIET_S:
                 break
     finally:
-        try:
-            conn.close()
-        except Exception:  # noqa: BLE001 - closing a connection that may be gone already
-            pass
+        if conn.is_open and not watch.cancelled:
+            try:
+                conn.close()
+            except pika.exceptions.AMQPError as e:
+                log.info("amqp stream read: close failed (%s)", type(e).__name__)
     return got
 
 
 def tail(options: AmqpOptions) -> int | None:
     """The stream's next offset (one past the last message), or None when it is empty:
-    the last chunk is read from x-stream-offset "last"."""
+    the last chunk is read from x-stream-offset "last" (on a busy stream, whatever came
+    within fetchWaitMs: an offset below the true tail is still a valid end)."""
     got = _consume(options, "last", None, MAX_PREFETCH, options.fetch_wait_ms / 1000,
-                   "spark-amqp-stream-probe")
+                   "finding the tail")
     return max(off for off, _row in got) + 1 if got else None
 
 
 def first_at(options: AmqpOptions, spec: object) -> int | None:
     """The first offset a consumer starting at `spec` ("first", a timestamp) gets, or None
-    when there is none yet."""
+    when there is none yet (one delivery is taken: prefetch 1, stop after it)."""
     got = _consume(options, spec, None, 1, options.fetch_wait_ms / 1000,
-                   "spark-amqp-stream-probe")
+                   f"finding the first offset at {spec}")
     return got[0][0] if got else None
 
 
 def read_range(options: AmqpOptions, start: int, end: int) -> Iterator[tuple]:
     """The rows of offsets [start, end), in order (offsets below `start` that a broker
-    sends from the start of a chunk are skipped; offsets retention removed are gone)."""
+    sends from the start of a chunk are skipped; offsets retention removed are gone).
+
+    Errors: deadline.BatchTimeout when the deliveries stop before offset end - 1 for
+    batchTimeoutMs (a paused broker; a range retention removed with nothing after it): the
+    task fails rather than returning part of the range as if it were all of it."""
     if end <= start:
         return
-    got = _consume(options, start, end, min(MAX_PREFETCH, end - start),
-                   options.fetch_wait_ms / 1000 + 30, "spark-amqp-stream-reader")
+    got = _consume(options, start, end, min(MAX_PREFETCH, end - start), 0,
+                   f"reading offsets [{start}, {end})")
     for off, row in got:
         if start <= off < end:
             yield row
@@ -124,7 +159,7 @@ def resolve_start(options: AmqpOptions, default: str) -> int:
 
 
 class AmqpStreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """`readStream.format("amqp").option("queueType", "stream")`: offsets {"offset": n} are
+    """`readStream.format("amqp")` on a stream queue: offsets {"offset": n} are
     stream offsets (n = the next offset to read); a micro-batch [start, end) becomes ranges
     of ROWS_PER_PARTITION offsets that executors read themselves, so a batch replayed after
     a crash reads exactly the same messages. latestOffset probes the stream's tail and caps
@@ -173,7 +208,7 @@ class AmqpStreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 class AmqpStreamBatchReader(DataSourceReader):
-    """`read.format("amqp").option("queueType", "stream")`: the offsets from
+    """`read.format("amqp")` on a stream queue: the offsets from
     startingOffsets (default earliest) to endingOffsets (default latest: the tail when the
     read is planned), as ranges that executors read themselves."""
 

@@ -1,5 +1,11 @@
 """Spark test fixtures: one SparkSession per test session, AMQP helpers on the `broker` fixture.
 
+The `amqp` source learns each queue's type before reading (spark_jobs.amqp.queue_type). The
+embedded broker serves its management API on a free port, so the session exports it as
+$AMQP_MANAGEMENT_URI before Spark starts (the JVM and its Python workers inherit it); against
+RabbitMQ (BROKER_TEST_URI) nothing is exported and the AMQP probe is used, unless
+BROKER_TEST_API_URL names its API.
+
 Every test here is marked `spark`. PySpark and py4j emit a few warnings of their own (resource
 and deprecation warnings from worker sockets); they are not ours, so they are filtered here
 rather than failing the run under `filterwarnings = error`.
@@ -10,7 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import pika
 import pytest
+from amqp_helpers import connect
 
 pyspark = pytest.importorskip("pyspark", minversion="4.0")
 
@@ -33,9 +41,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def management_uri(broker) -> str | None:
+    """The management API of the broker under test, or None (RabbitMQ without
+    BROKER_TEST_API_URL: the AMQP probe applies there)."""
+    if os.environ.get("BROKER_TEST_URI"):
+        return os.environ.get("BROKER_TEST_API_URL")
+    return broker.api_url if broker.management_port else None
+
+
+@pytest.fixture(scope="session")
+def spark(management_uri) -> Iterator[object]:
     from spark_jobs.session import build_session
 
+    before = os.environ.get("AMQP_MANAGEMENT_URI")
+    if management_uri:
+        os.environ["AMQP_MANAGEMENT_URI"] = management_uri
     session = build_session("local[2]", app_name="pytest-spark", extra={
         # Progress of idle triggers is reported at once, so tests can poll for it.
         "spark.sql.streaming.noDataProgressEventInterval": "0",
@@ -45,9 +65,30 @@ def spark() -> Iterator[object]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+    if before is None:
+        os.environ.pop("AMQP_MANAGEMENT_URI", None)
+    else:
+        os.environ["AMQP_MANAGEMENT_URI"] = before
 
 
 @pytest.fixture
 def amqp_uri(broker) -> str:
     """The broker's URI for the data source's `uri` option."""
     return broker.url
+
+
+@pytest.fixture
+def queues(amqp_uri, unique):
+    """{declared x-queue-type: queue name}, each classic-like one holding one message."""
+    names = {t: unique(f"spark-type-{t}") for t in ("classic", "quorum", "stream")}
+    with connect(amqp_uri) as conn:
+        ch = conn.channel()
+        for t, name in names.items():
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": t})
+            if t != "stream":
+                ch.basic_publish("", name, b"keep me", pika.BasicProperties(delivery_mode=2))
+    yield names
+    with connect(amqp_uri) as conn:
+        ch = conn.channel()
+        for name in names.values():
+            ch.queue_delete(name)

@@ -345,3 +345,31 @@ def test_stream_reader_reconnects_after_a_lost_connection(spark, amqp_uri, topol
         query.stop()
     got = received()
     assert len(got) - total <= per  # duplicates: at most the batch held when the link broke
+
+
+def test_a_paused_broker_fails_the_query_with_the_reason(spark, amqp_uri, topology, proxy,
+                                                         tmp_path):
+    """Issue 33 item 3: the broker stops answering (the proxy forwards nothing, as a
+    SIGSTOPped broker) while the query waits for more: after batchTimeoutMs the query fails
+    naming what it waited for, instead of looking like an idle queue for ever (heartbeats
+    would notice only after two intervals, and never with heartbeat 0)."""
+    exchange, queue = topology
+    _publish_ids(amqp_uri, exchange, range(20))
+    store: dict = {}
+    query = (spark.readStream.format("amqp").option("uri", proxy.url).option("queue", queue)
+             .option("fetchWaitMs", 200).option("batchTimeoutMs", 2000)
+             .option("heartbeat", 0).load()
+             .writeStream.foreachBatch(FailAfter(store, None))
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        wait_for(lambda: sum(len(ids) for b in store.values() for ids in b) == 20, timeout=60)
+        proxy.pause()
+        _publish_ids(amqp_uri, exchange, range(20, 40))  # waiting, but out of the reader's reach
+        with pytest.raises(StreamingQueryException) as failure:
+            query.awaitTermination(30)
+    finally:
+        query.stop()
+    assert time.monotonic() - proxy.paused_at < 25
+    assert "no progress for 2 s (batchTimeoutMs)" in str(failure.value)
+    assert f"on queue '{queue}'" in str(failure.value)

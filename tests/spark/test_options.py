@@ -22,6 +22,9 @@ def test_uri_list_forms_and_defaults(monkeypatch):
     ({"maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
     ({"confirmWindow": "many"}, "confirmWindow"),
     ({"routingKey": "a", "routingKeyColumn": "b"}, "routingKey"),
+    ({"batchTimeoutMs": "50"}, "batchTimeoutMs"),
+    ({"queueType": "lazy"}, "queueType"),
+    ({"managementUri": "amqp://h:15672"}, "managementUri"),
 ])
 def test_bad_options_name_the_option(options, needle):
     with pytest.raises(AmqpOptionError) as e:
@@ -41,3 +44,14 @@ def test_credentials_from_environment_and_never_in_repr(monkeypatch):
     for text in (repr(opts), repr(in_uri), in_uri.describe()):
         assert "s3cret-pw" not in text and "pw-in-uri" not in text
     assert redact("amqp://u:pw@h:1/v") == "amqp://u:***@h:1/v"
+
+
+def test_reader_options_defaults_and_the_management_api_from_the_environment(monkeypatch):
+    monkeypatch.delenv("AMQP_MANAGEMENT_URI", raising=False)
+    opts = AmqpOptions.from_options({"queueType": "Quorum"})
+    assert (opts.queue_type, opts.management_uri, opts.batch_timeout_s) == ("quorum", None, 60)
+    assert AmqpOptions.from_options({}).queue_type is None  # detected when read
+    monkeypatch.setenv("AMQP_MANAGEMENT_URI", "http://u:api-pw@h:15672")
+    opts = AmqpOptions.from_options({"batchTimeoutMs": "2500"})
+    assert (opts.management_uri, opts.batch_timeout_s) == ("http://u:api-pw@h:15672", 2.5)
+    assert "api-pw" not in repr(opts)

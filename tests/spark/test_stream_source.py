@@ -10,8 +10,9 @@ import json
 
 import pika
 import pytest
-from amqp_helpers import connect
+from amqp_helpers import connect, wait_for
 from pyspark.errors import StreamingQueryException
+from tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -24,13 +25,26 @@ def stream_queue(amqp_uri, unique):
         conn.channel().queue_delete(name)
 
 
-def _publish(uri: str, queue: str, ids: range) -> None:
+def _publish(uri: str, queue: str, ids: range, body_size: int = 0) -> None:
+    """Publish {"id": i} (padded to `body_size` bytes) for each i, each confirmed before the
+    next is sent: one message per stream chunk."""
     with connect(uri) as conn:
         ch = conn.channel()
         ch.confirm_delivery()
         for i in ids:
+            ch.basic_publish("", queue, json.dumps({"id": i}).encode().ljust(body_size),
+                             pika.BasicProperties(message_id=str(i)))
+
+
+def _publish_unconfirmed(uri: str, queue: str, ids: range) -> None:
+    """As _publish without waiting for each confirm; returns once the stream holds them."""
+    with connect(uri) as conn:
+        ch = conn.channel()
+        for i in ids:
             ch.basic_publish("", queue, json.dumps({"id": i}).encode(),
                              pika.BasicProperties(message_id=str(i)))
+        wait_for(lambda: ch.queue_declare(queue, passive=True).method.message_count
+                 >= ids.stop, timeout=30)
 
 
 def _read(spark, uri: str, queue: str, **options):
@@ -141,3 +155,59 @@ def test_exactly_once_into_files_across_a_killed_driver(spark, amqp_uri, stream_
     assert query.exception() is None
     ids = [json.loads(r.body)["id"] for r in spark.read.parquet(out).collect()]
     assert sorted(ids) == list(range(total))  # none lost, none twice
+
+
+def test_a_stream_is_read_as_a_stream_without_queue_type(spark, amqp_uri, stream_queue,
+                                                         tmp_path):
+    """Issue 33, the reported case: no queueType, startingOffsets=earliest,
+    maxMessagesPerTrigger=2000. The source was reading the stream as a classic queue (from
+    the next message published: nothing) and never got past its first micro-batch; it must
+    find out the queue is a stream and read every message once, in batches of 2000."""
+    total, per = 5000, 2000
+    _publish_unconfirmed(amqp_uri, stream_queue, range(total))
+    store: dict = {}
+    attempts: dict = {}
+    query = (spark.readStream.format("amqp").option("uri", amqp_uri)
+             .option("queue", stream_queue).option("startingOffsets", "earliest")
+             .option("maxMessagesPerTrigger", per).load()
+             .writeStream.foreachBatch(KeyedSink(store, attempts, None))
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        wait_for(lambda: sum(len(ids) for ids in store.values()) >= total, timeout=60)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    received = [i for ids in store.values() for i in ids]
+    assert sorted(received) == list(range(total))  # every message once
+    sizes = [len(ids) for _, ids in sorted(store.items()) if ids]
+    assert sizes == [per, per, total - 2 * per]  # three micro-batches, each at most the limit
+
+
+def test_a_stream_read_stalled_by_a_paused_broker_fails_with_the_reason(
+        spark, amqp_uri, stream_queue, tmp_path):
+    """Issue 33 item 3: a task reading a stream range gets part of it, then the broker stops
+    answering (the proxy pauses once a connection has carried 1 MB from the broker). The task
+    used to wait for the rest for ever (until heartbeats noticed, after two intervals), and
+    a range that never started came back empty as if it were complete; now the batch fails
+    after batchTimeoutMs naming the range and what it waited for."""
+    _publish(amqp_uri, stream_queue, range(1000), body_size=4096)  # 4 MB, small tail chunk
+    proxy = TcpProxy(amqp_uri)
+    proxy.pause_after(1_000_000)
+    query = None
+    try:
+        query = (spark.readStream.format("amqp").option("uri", proxy.url)
+                 .option("queue", stream_queue).option("queueType", "stream")
+                 .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 1000)
+                 .option("batchTimeoutMs", 2000).load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        with pytest.raises(StreamingQueryException) as failure:
+            query.awaitTermination(30)
+    finally:
+        if query is not None:
+            query.stop()
+        proxy.close()
+    assert proxy.paused_at is not None
+    assert "no progress for 2 s (batchTimeoutMs) reading offsets [0, 1000) of stream queue " \
+           f"'{stream_queue}': waiting for deliveries from offset 0 up to offset 1000" \
+        in str(failure.value)
