@@ -313,7 +313,7 @@ def consume(ch: ChannelProcess, cmd: Command) -> None:
     if tag in ch.consumers or (ch.reply_consumer and ch.reply_consumer[0] == tag):
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
     args = m.arguments or {}
-    check_consume_arguments(queue.arguments.get("x-queue-type") or "classic", args,
+    check_consume_arguments(queue.queue_type, args,
                             f"queue '{name}' in vhost '{ch.vhost.name}'", m)
     priority = args.get("x-priority", 0)
     consumer = Consumer(tag, ch, m.no_ack, m.exclusive, priority,

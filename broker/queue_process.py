@@ -70,6 +70,10 @@ class QueueProcess(QueueDeliveries, Process):
     """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
     (AMQP 0-9-1 §1.7.2.1); `exclusive_owner` is the owning connection (or None)."""
 
+    # its type as RabbitMQ names it (x-queue-type; the management API's "type"): a classic
+    # queue, also when declared x-queue-type=quorum until quorum queues exist (issue 34)
+    queue_type = "classic"
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,

@@ -78,7 +78,7 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
         "exclusive": q.exclusive_owner is not None,
         "arguments": q.arguments,
         "node": node_name(broker),
-        "type": getattr(q, "queue_type", "classic"),
+        "type": q.queue_type,
         "state": q.flow_state() if hasattr(q, "flow_state") else "running",
         "consumers": len(q.consumers),
         "consumer_capacity": 1.0 if len(q.consumers) else 0.0,

@@ -23,9 +23,9 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
 from pyspark.sql.datasource import DataSource  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from spark_jobs.amqp import queue_type
 from spark_jobs.amqp.deadline import BatchTimeout
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
+from spark_jobs.amqp.queue_type import resolve as resolve_queue_type
 from spark_jobs.amqp.reader import SCHEMA, AmqpBatchReader, AmqpStreamReader
 from spark_jobs.amqp.stream_reader import AmqpStreamBatchReader, AmqpStreamOffsetReader
 from spark_jobs.amqp.writer import (
@@ -69,13 +69,13 @@ class AmqpDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> AmqpBatchReader | AmqpStreamBatchReader:
-        if queue_type.resolve(self.amqp, streaming=False) == "stream":
+        if resolve_queue_type(self.amqp, streaming=False) == "stream":
             return AmqpStreamBatchReader(self.amqp)
         return AmqpBatchReader(self.amqp)
 
     def streamReader(  # noqa: N802 (Spark's name)
             self, schema: StructType) -> AmqpStreamReader | AmqpStreamOffsetReader:
-        if queue_type.resolve(self.amqp, streaming=True) == "stream":
+        if resolve_queue_type(self.amqp, streaming=True) == "stream":
             return AmqpStreamOffsetReader(self.amqp)
         return AmqpStreamReader(self.amqp)
 

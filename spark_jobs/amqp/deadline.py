@@ -10,6 +10,9 @@ wait for their -ok for ever) and a consumer loop cannot tell a quiet stream from
 broker; heartbeats notice a silent peer only after two heartbeat intervals, and never when
 heartbeats are off. So the work runs on a daemon thread that reports progress on a Watch, and
 the caller gives up when the Watch has not moved for `timeout_s`.
+Callers import the names (`run_with_deadline`, `Watch`), not this module: spark_jobs is
+pickled by value to Spark's workers (spark_jobs/session.py), and a module object referenced
+from a function would be pickled whole, with the locks it holds.
 Source: pika BlockingConnection docs (call_later timers fire only inside
 process_data_events, so they cannot end a blocked RPC).
 """
@@ -48,7 +51,7 @@ class Watch:
         self.moved_at = time.monotonic()
 
 
-def run(work: Callable[[Watch], T], timeout_s: float, what: str) -> T:
+def run_with_deadline(work: Callable[[Watch], T], timeout_s: float, what: str) -> T:
     """work(watch) on a daemon thread; its result, or its exception re-raised here.
 
     `what` names the work in errors ("reading offsets [0, 100) of stream queue 'q'").

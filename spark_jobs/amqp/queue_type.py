@@ -27,12 +27,15 @@ needs configure permission. Two probes change nothing, so those are used:
    what is published from now on, which the probe leaves unacked and its channel close
    forgets: a stream loses nothing to a consumer. Needs read permission only, as any read.
    Checked against RabbitMQ 3.10.8: classic and quorum queues keep their first message
-   un-redelivered after the probe. Servers are recognised by connection.start's
-   server-properties (product RabbitMQ, platform Erlang/OTP, version >= 3.10).
+   un-redelivered after the probe. This project's broker does the same from its 0.2.0 on
+   (broker/declare_checks.py check_consume_arguments; 0.1.0 accepted x-stream-offset on a
+   classic queue and delivered to it). Servers are recognised by connection.start's
+   server-properties: RabbitMQ by product RabbitMQ, platform Erlang/OTP and version >= 3.10;
+   this broker by its copyright "pybroker-amqp authors" and version >= 0.2 (its product is
+   "pybroker-amqp", or "RabbitMQ" when configured so for kombu).
 
-Any other server (this project's broker accepts x-stream-offset on a classic queue and
-delivers to it) without a management API named is not probed: the `queueType` option is then
-taken as given, and without it the read fails with AmqpOptionError saying what to set.
+Any other server without a management API named is not probed: the `queueType` option is
+then taken as given, and without it the read fails with AmqpOptionError saying what to set.
 """
 
 from __future__ import annotations
@@ -49,28 +52,35 @@ from collections.abc import Mapping
 import pika
 import pika.exceptions
 
-from spark_jobs.amqp import deadline
 from spark_jobs.amqp.connect import open_blocking
+from spark_jobs.amqp.deadline import Watch, run_with_deadline
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 
 log = logging.getLogger("spark_jobs.amqp")
 
 _FOREIGN_ARG = re.compile(r"of queue type (\S+)")  # rabbit_amqqueue:check_arguments_key text
 MIN_RABBITMQ = (3, 10)  # first release whose check_consume_arguments knows the queue type
+MIN_PYBROKER = (0, 2)  # this project's first release that refuses them the same way
 
 
 def refuses_foreign_consumer_arguments(server_properties: Mapping) -> bool:
     """Does this server refuse x-stream-offset on a classic or quorum queue (so probe 2 is
-    safe)? True for RabbitMQ >= 3.10 by connection.start server-properties (product, platform,
-    version; values as pika decodes them, str or bytes)."""
+    safe)? True for RabbitMQ >= 3.10 and this project's broker >= 0.2, by connection.start
+    server-properties (product, platform, version; values as pika decodes them, str or
+    bytes)."""
     def text(key: str) -> str:
         value = server_properties.get(key, "")
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-    if text("product") != "RabbitMQ" or not text("platform").startswith("Erlang/OTP"):
-        return False
     numbers = re.findall(r"\d+", text("version"))[:2]
-    return len(numbers) == 2 and (int(numbers[0]), int(numbers[1])) >= MIN_RABBITMQ
+    if len(numbers) != 2:
+        return False
+    version = (int(numbers[0]), int(numbers[1]))
+    if text("copyright") == "pybroker-amqp authors":
+        return version >= MIN_PYBROKER
+    if text("product") == "RabbitMQ" and text("platform").startswith("Erlang/OTP"):
+        return version >= MIN_RABBITMQ
+    return False
 
 
 def type_from_module(module: str) -> str:
@@ -120,7 +130,7 @@ def from_management_api(options: AmqpOptions, queue: str) -> str:
     return str(data.get("type") or "classic")
 
 
-def _consume_probe(watch: deadline.Watch, options: AmqpOptions, queue: str) -> str | None:
+def _consume_probe(watch: Watch, options: AmqpOptions, queue: str) -> str | None:
     """Probe 2 (module docstring): the type, or None when the server is not known to refuse
     foreign consumer arguments (nothing was sent about the queue then)."""
     watch.step(f"a connection to {options.describe()}")
@@ -164,7 +174,7 @@ def detect(options: AmqpOptions) -> str | None:
     queue = options.require_queue()
     if options.management_uri:
         return from_management_api(options, queue)
-    return deadline.run(lambda watch: _consume_probe(watch, options, queue),
+    return run_with_deadline(lambda watch: _consume_probe(watch, options, queue),
                         options.batch_timeout_s, f"probing the type of queue '{queue}'")
 
 
@@ -181,8 +191,9 @@ def resolve(options: AmqpOptions, streaming: bool) -> str:
         if options.queue_type is None:
             raise AmqpOptionError(
                 f"option queueType: cannot tell the type of queue '{options.queue}' without "
-                f"side effects on {options.describe()}: it is not RabbitMQ >= 3.10, whose "
-                "basic.consume refuses x-stream-offset on a classic queue; set managementUri "
+                f"side effects on {options.describe()}: it is neither RabbitMQ >= 3.10 nor "
+                "pybroker-amqp >= 0.2, whose basic.consume refuses x-stream-offset on a "
+                "classic queue; set managementUri "
                 "(or $AMQP_MANAGEMENT_URI) to its management API, or queueType (classic | "
                 "quorum | stream)")
         log.info("amqp source: queue '%s' read as %s (queueType; no probe applies to %s)",

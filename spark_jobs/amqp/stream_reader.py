@@ -21,8 +21,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_jobs.amqp import deadline
 from spark_jobs.amqp.connect import open_blocking
+from spark_jobs.amqp.deadline import Watch, run_with_deadline
 from spark_jobs.amqp.options import AmqpOptions
 from spark_jobs.amqp.reader import ROWS_PER_PARTITION, delivery_row
 
@@ -54,12 +54,12 @@ def _consume(options: AmqpOptions, offset: object, until: int | None, prefetch: 
     pika.exceptions.AMQPError when the broker closes the channel or connection.
     """
     queue = options.require_queue()
-    return deadline.run(
+    return run_with_deadline(
         lambda watch: _consume_watched(watch, options, queue, offset, until, prefetch, wait_s),
         options.batch_timeout_s, f"{what} of stream queue '{queue}'")
 
 
-def _consume_watched(watch: deadline.Watch, options: AmqpOptions, queue: str, offset: object,
+def _consume_watched(watch: Watch, options: AmqpOptions, queue: str, offset: object,
                      until: int | None, prefetch: int,
                      wait_s: float) -> list[tuple[int, tuple]]:
     watch.step(f"a connection to {options.describe()}")

@@ -1,10 +1,10 @@
 """Spark test fixtures: one SparkSession per test session, AMQP helpers on the `broker` fixture.
 
 The `amqp` source learns each queue's type before reading (spark_jobs.amqp.queue_type). The
-embedded broker serves its management API on a free port, so the session exports it as
-$AMQP_MANAGEMENT_URI before Spark starts (the JVM and its Python workers inherit it); against
-RabbitMQ (BROKER_TEST_URI) nothing is exported and the AMQP probe is used, unless
-BROKER_TEST_API_URL names its API.
+session exports no $AMQP_MANAGEMENT_URI, so every read learns it as a new user's would: over
+AMQP, from basic.consume's refusal of x-stream-offset on a classic queue (this broker >= 0.2,
+RabbitMQ >= 3.10). `management_uri` names the API for the tests of the other probe
+(test_queue_type.py): the embedded broker's, or BROKER_TEST_API_URL's against another broker.
 
 Every test here is marked `spark`. PySpark and py4j emit a few warnings of their own (resource
 and deprecation warnings from worker sockets); they are not ours, so they are filtered here
@@ -50,12 +50,9 @@ def management_uri(broker) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def spark(management_uri) -> Iterator[object]:
+def spark() -> Iterator[object]:
     from spark_jobs.session import build_session
 
-    before = os.environ.get("AMQP_MANAGEMENT_URI")
-    if management_uri:
-        os.environ["AMQP_MANAGEMENT_URI"] = management_uri
     session = build_session("local[2]", app_name="pytest-spark", extra={
         # Progress of idle triggers is reported at once, so tests can poll for it.
         "spark.sql.streaming.noDataProgressEventInterval": "0",
@@ -65,10 +62,6 @@ def spark(management_uri) -> Iterator[object]:
     for query in session.streams.active:
         query.stop()
     session.stop()
-    if before is None:
-        os.environ.pop("AMQP_MANAGEMENT_URI", None)
-    else:
-        os.environ["AMQP_MANAGEMENT_URI"] = before
 
 
 @pytest.fixture

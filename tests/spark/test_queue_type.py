@@ -1,14 +1,13 @@
 """The `amqp` source learns a queue's type before it reads (issue 33 item 1), without side
 effects (the refusals that follow from it: test_type_refusals.py).
 
-The probe is the management API where one is named (the embedded broker's, through
-$AMQP_MANAGEMENT_URI, see conftest.py), else basic.consume with x-stream-offset on RabbitMQ
->= 3.10 (run these with BROKER_TEST_URI=amqp://guest:guest@127.0.0.1:5672/%2F to exercise it).
+The probe is the management API where one is named, else basic.consume with x-stream-offset
+on RabbitMQ >= 3.10 and on this broker >= 0.2 (both refuse it on a classic queue before a
+message moves); each test runs both probes against the broker under test (run them with
+BROKER_TEST_URI=amqp://guest:guest@127.0.0.1:5672/%2F and BROKER_TEST_API_URL for RabbitMQ).
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from amqp_helpers import connect
@@ -17,6 +16,8 @@ from spark_jobs.amqp import queue_type
 from spark_jobs.amqp.options import AmqpOptionError, AmqpOptions
 
 RABBITMQ_3_10 = {"product": "RabbitMQ", "platform": "Erlang/OTP 25.2.3", "version": "3.10.8"}
+PYBROKER = {"product": "pybroker-amqp", "platform": "Python 3.11.7", "version": "0.2.0",
+            "copyright": "pybroker-amqp authors"}
 
 
 @pytest.mark.parametrize("props, refuses", [
@@ -24,8 +25,10 @@ RABBITMQ_3_10 = {"product": "RabbitMQ", "platform": "Erlang/OTP 25.2.3", "versio
     ({**RABBITMQ_3_10, "version": "4.1.0"}, True),
     ({**RABBITMQ_3_10, "version": b"3.13.7"}, True),
     ({**RABBITMQ_3_10, "version": "3.9.29"}, False),  # streams, but no type-aware check
-    ({**RABBITMQ_3_10, "platform": "Python 3.11.7"}, False),  # a broker calling itself RabbitMQ
-    ({"product": "pybroker-amqp", "platform": "Python 3.11.7", "version": "0.9"}, False),
+    ({**RABBITMQ_3_10, "platform": "Python 3.11.7"}, False),  # another calling itself RabbitMQ
+    (PYBROKER, True),
+    ({**PYBROKER, "product": "RabbitMQ"}, True),  # this broker with product = RabbitMQ
+    ({**PYBROKER, "version": "0.1.0"}, False),  # accepted x-stream-offset on classic queues
     ({}, False),
 ])
 def test_the_amqp_probe_is_used_only_where_the_server_refuses_foreign_arguments(props,
@@ -35,7 +38,14 @@ def test_the_amqp_probe_is_used_only_where_the_server_refuses_foreign_arguments(
 
 def _server_is_rabbitmq(uri: str) -> bool:
     with connect(uri) as conn:
-        return queue_type.refuses_foreign_consumer_arguments(conn._impl.server_properties)
+        return conn._impl.server_properties.get("product") == "RabbitMQ" and str(
+            conn._impl.server_properties.get("platform", "")).startswith("Erlang")
+
+
+def _probes(management_uri: str | None) -> list[dict[str, str]]:
+    """Options for each probe the broker under test answers: the AMQP one (no managementUri),
+    and the management API's when there is one."""
+    return [{}] + ([{"managementUri": management_uri}] if management_uri else [])
 
 
 def _options(uri: str, queue: str, **extra: str) -> AmqpOptions:
@@ -44,15 +54,15 @@ def _options(uri: str, queue: str, **extra: str) -> AmqpOptions:
 
 
 def test_the_probe_names_each_type_and_leaves_the_queue_as_it_was(amqp_uri, management_uri,
-                                                                  queues):
-    if management_uri is None and not _server_is_rabbitmq(amqp_uri):
-        pytest.skip("no management API named and not RabbitMQ >= 3.10: no probe applies")
-    extra = {"managementUri": management_uri} if management_uri else {}
+                                                                  queues, monkeypatch):
+    monkeypatch.delenv("AMQP_MANAGEMENT_URI", raising=False)
     rabbitmq = _server_is_rabbitmq(amqp_uri)
-    found = {t: queue_type.detect(_options(amqp_uri, q, **extra)) for t, q in queues.items()}
-    # this project's broker has no quorum queues: it declares them as classic ones
-    assert found == {"classic": "classic", "quorum": "quorum" if rabbitmq else "classic",
-                     "stream": "stream"}
+    for extra in _probes(management_uri):
+        found = {t: queue_type.detect(_options(amqp_uri, q, **extra))
+                 for t, q in queues.items()}
+        # this project's broker has no quorum queues yet: it declares them as classic ones
+        assert found == {"classic": "classic", "quorum": "quorum" if rabbitmq else "classic",
+                         "stream": "stream"}, extra
     with connect(amqp_uri) as conn:
         ch = conn.channel()
         for t in ("classic", "quorum"):
@@ -62,9 +72,9 @@ def test_the_probe_names_each_type_and_leaves_the_queue_as_it_was(amqp_uri, mana
 
 def test_without_a_probe_queue_type_must_be_given_and_nothing_is_touched(
         amqp_uri, queues, monkeypatch):
-    if os.environ.get("BROKER_TEST_URI") and _server_is_rabbitmq(amqp_uri):
-        pytest.skip("RabbitMQ >= 3.10 is probed over AMQP")
+    """A server the AMQP probe does not know (RabbitMQ < 3.10, say), no management API."""
     monkeypatch.delenv("AMQP_MANAGEMENT_URI", raising=False)
+    monkeypatch.setattr(queue_type, "refuses_foreign_consumer_arguments", lambda props: False)
     with pytest.raises(AmqpOptionError) as e:
         queue_type.resolve(_options(amqp_uri, queues["stream"]), streaming=True)
     assert "queueType" in str(e.value) and "managementUri" in str(e.value)
@@ -75,11 +85,10 @@ def test_without_a_probe_queue_type_must_be_given_and_nothing_is_touched(
         assert method.redelivered is False
 
 
-def test_a_missing_queue_is_named(amqp_uri, management_uri, unique):
-    if management_uri is None and not _server_is_rabbitmq(amqp_uri):
-        pytest.skip("no probe applies")
-    extra = {"managementUri": management_uri} if management_uri else {}
+def test_a_missing_queue_is_named(amqp_uri, management_uri, unique, monkeypatch):
+    monkeypatch.delenv("AMQP_MANAGEMENT_URI", raising=False)
     name = unique("spark-missing")
-    with pytest.raises(AmqpOptionError) as e:
-        queue_type.detect(_options(amqp_uri, name, **extra))
-    assert f"no queue '{name}'" in str(e.value)
+    for extra in _probes(management_uri):
+        with pytest.raises(AmqpOptionError) as e:
+            queue_type.detect(_options(amqp_uri, name, **extra))
+        assert f"no queue '{name}'" in str(e.value), extra
