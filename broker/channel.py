@@ -125,6 +125,10 @@ class ChannelProcess(Process):
         assert writer is not None and vhost is not None and access_control is not None
         self.conn = conn  # the connection (reader) this channel belongs to
         self.handlers = handlers  # method class -> handler, and the publish paths
+        # the three read per method or per publish run, held here (one attribute load each)
+        self._methods = handlers.methods
+        self._publish = handlers.publish
+        self._publish_alike = handlers.publish_alike
         self.number = number  # channel number on the wire
         self.writer = writer  # outbound frames of the connection
         self.vhost = vhost  # where exchanges and queues are looked up
@@ -214,7 +218,7 @@ class ChannelProcess(Process):
         when queue.delete removes our own consumer) go out after its reply, as in RabbitMQ
         where the queue's cancel reaches the channel process after it has replied."""
         method = cmd.method
-        handler = self.handlers.methods.get(method.__class__)
+        handler = self._methods.get(method.__class__)
         self._holding = True
         try:
             if handler is None:
@@ -257,10 +261,10 @@ class ChannelProcess(Process):
                 stop += 1
             try:
                 if stop - handled == 1:
-                    self.handlers.publish(self, cmd)
+                    self._publish(self, cmd)
                     handled += 1
                 else:
-                    handled += self.handlers.publish_alike(self, run, handled, stop)
+                    handled += self._publish_alike(self, run, handled, stop)
             except errors.SoftError as exc:
                 handled += 1
                 self.close_with_error(exc)
