@@ -313,8 +313,12 @@ def consume(ch: ChannelProcess, cmd: Command) -> None:
     if tag in ch.consumers or (ch.reply_consumer and ch.reply_consumer[0] == tag):
         raise errors.amqp_error(errors.NotAllowed, f"attempt to reuse consumer tag '{tag}'", m)
     args = m.arguments or {}
-    check_consume_arguments(queue.queue_type, args,
-                            f"queue '{name}' in vhost '{ch.vhost.name}'", m)
+    what = f"queue '{name}' in vhost '{ch.vhost.name}'"
+    if queue.queue_type == "quorum" and ch.limiter.prefetch_count:
+        # rabbit_quorum_queue:consume refuses a channel whose limiter is active (global qos)
+        raise errors.amqp_error(errors.NotImplemented_, f"{what} does not support global qos",
+                                m)
+    check_consume_arguments(queue.queue_type, args, what, m)
     priority = args.get("x-priority", 0)
     consumer = Consumer(tag, ch, m.no_ack, m.exclusive, priority,
                         ch.limiter.consumer_prefetch, args)

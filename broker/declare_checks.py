@@ -22,17 +22,6 @@ from broker.ttl import MAX_EXPIRY
 # x-overflow values (rabbitmq.com/maxlength.html); reject-publish-dlx behaves as
 # reject-publish until dead-lettering exists
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-# queue arguments that must be non-negative integers (rabbit_amqqueue:declare_args)
-_NON_NEGATIVE_INT_ARGS = ("x-max-length", "x-max-length-bytes", "x-message-ttl",
-                          "x-max-priority")
-
-
-# queue arguments compared on redeclare (rabbit_amqqueue:assert_equivalence / declare_args)
-EQUIVALENCE_ARGS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
-    "x-queue-type", "x-queue-version", "x-single-active-consumer", "x-confirm-on",
-)
 
 
 def bool_text(v: object) -> str:
@@ -59,65 +48,178 @@ def check_args(keys: tuple[str, ...], new_args: dict, old_args: dict, what: str,
 
 
 
-def validate_queue_arguments(arguments: dict, what: str, method: Any) -> None:
-    """queue.declare's argument checks before anything is created: 406 "invalid arg 'KEY'
-    for `what`: REASON" with rabbit_amqqueue:declare_args's reasons (ill-typed or negative
-    numbers, an unknown x-queue-type or x-overflow, a dead-letter routing key without an
-    exchange, a non-boolean x-single-active-consumer) and for an unknown x-confirm-on."""
-    for key in _NON_NEGATIVE_INT_ARGS + ("x-expires",):
-        if key not in arguments:
-            continue
-        value = arguments[key]
-        if not isinstance(value, int) or isinstance(value, bool):
-            why = f'"expected integer, got {field_kind(value)}"'
-        elif value < 0:
-            why = f"{{value_negative,{value}}}"
-        elif key == "x-expires" and value == 0:
-            why = "{value_zero,0}"
-        elif key == "x-max-priority" and value > MAX_SUPPORTED_PRIORITY:
-            why = f"{{max_value_exceeded,{value}}}"
-        elif key in ("x-message-ttl", "x-expires") and value > MAX_EXPIRY:
-            why = f"{{value_too_large,{value}}}"  # rabbit_misc:check_expiry
-        else:
-            continue
+# the queue arguments each queue type takes (RabbitMQ 3.10.8: the `queue_arguments` of
+# rabbit_classic_queue, rabbit_quorum_queue and rabbit_stream_queue capabilities/0), plus this
+# broker's x-confirm-on, a classic queue's only (docs/architecture.md §6)
+QUEUE_ARGUMENTS = {
+    "classic": ("x-expires", "x-message-ttl", "x-dead-letter-exchange",
+                "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
+                "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+                "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+                "x-confirm-on"),
+    "quorum": ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+               "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+               "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer",
+               "x-queue-type", "x-quorum-initial-group-size", "x-delivery-limit",
+               "x-message-ttl", "x-queue-leader-locator"),
+    "stream": ("x-max-length-bytes", "x-queue-type", "x-max-age",
+               "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+               "x-queue-leader-locator"),
+}
+_ANY_QUEUE_ARGUMENT = frozenset(k for keys in QUEUE_ARGUMENTS.values() for k in keys)
+DLX_STRATEGIES = ("at-most-once", "at-least-once")  # ?KNOWN_DLX_STRATEGIES
+# rabbit_queue_location:queue_leader_locators() (3.10: two names and their older aliases)
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+
+
+def _integer(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return f'"expected integer, got {field_kind(value)}"'  # check_int_arg
+
+
+def _non_negative(value: Any, _args: dict) -> str | None:  # check_non_neg_int_arg
+    return _integer(value) or (f"{{value_negative,{value}}}" if value < 0 else None)
+
+
+def _expiry(value: Any, _args: dict) -> str | None:  # check_message_ttl_arg, check_expiry
+    return _non_negative(value, _args) or (
+        f"{{value_too_large,{value}}}" if value > MAX_EXPIRY else None)
+
+
+def _expires(value: Any, _args: dict) -> str | None:  # check_expires_arg
+    if _integer(value) is None and value == 0:
+        return "{value_zero,0}"
+    return _expiry(value, _args)
+
+
+def _max_priority(value: Any, _args: dict) -> str | None:  # check_max_priority_arg
+    return _non_negative(value, _args) or (
+        f"{{max_value_exceeded,{value}}}" if value > MAX_SUPPORTED_PRIORITY else None)
+
+
+def _group_size(value: Any, _args: dict) -> str | None:  # check_initial_cluster_size_arg
+    if _integer(value) is None and value == 0:
+        return "{value_zero,0}"
+    return _non_negative(value, _args)
+
+
+def _text(value: Any) -> str | None:  # check_dlxname_arg
+    return None if isinstance(value, str) else f"{{unacceptable_type,{field_kind(value)}}}"
+
+
+def _dlx_routing_key(value: Any, args: dict) -> str | None:  # check_dlxrk_arg
+    if _text(value) is not None:
+        return _text(value)
+    return None if "x-dead-letter-exchange" in args else "routing_key_but_no_dlx_defined"
+
+
+def _one_of(known: tuple[str, ...], reason: str) -> Any:
+    def check(value: Any, _args: dict) -> str | None:  # check_overflow and its kind
+        if not isinstance(value, str):
+            return f"{{unacceptable_type,{field_kind(value)}}}"
+        return None if value in known else reason
+    return check
+
+
+def _boolean(value: Any, _args: dict) -> str | None:  # check_single_active_consumer_arg
+    return None if isinstance(value, bool) else f"{{unacceptable_type,{field_kind(value)}}}"
+
+
+def _confirm_mode(value: Any, _args: dict) -> str | None:  # ours, checked as x-queue-mode is
+    if value in CONFIRM_MODES:
+        return None
+    return (f"{{unsupported_confirm_mode,{describe(value)}}}; expected one of "
+            f"{', '.join(CONFIRM_MODES)}")
+
+
+# rabbit_amqqueue:declare_args/0's validators in its order (the first refusal is the one
+# answered); a stream's own keys (x-max-age, segment size, initial cluster size) are checked
+# by broker/stream/arguments.py, and x-queue-mode / x-queue-version are not checked here
+_VALIDATORS: tuple[tuple[str, Any], ...] = (
+    ("x-expires", _expires),
+    ("x-message-ttl", _expiry),
+    ("x-dead-letter-exchange", lambda v, _a: _text(v)),
+    ("x-dead-letter-routing-key", _dlx_routing_key),
+    ("x-dead-letter-strategy", _one_of(DLX_STRATEGIES, "invalid_dlx_strategy")),
+    ("x-max-length", _non_negative),
+    ("x-max-length-bytes", _non_negative),
+    ("x-max-in-memory-length", _non_negative),
+    ("x-max-in-memory-bytes", _non_negative),
+    ("x-max-priority", _max_priority),
+    ("x-overflow", _one_of(OVERFLOW_MODES, "invalid_overflow")),
+    ("x-single-active-consumer", _boolean),
+    ("x-quorum-initial-group-size", _group_size),
+    ("x-queue-leader-locator", _one_of(LEADER_LOCATORS, "invalid_queue_locator_arg")),
+    ("x-confirm-on", _confirm_mode),
+)
+
+
+def check_server_named(queue_type: str, method: Any) -> None:
+    """A server-named (empty name) declare of a type that refuses it (quorum, stream:
+    `server_named => false`): 406 "Cannot declare a server-named queue for type
+    rabbit_..._queue", before any argument is looked at (rabbit_channel, RabbitMQ 3.10.8)."""
+    if queue_type != "classic":
         raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
-    for key in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
-        value = arguments.get(key)
-        if value is not None and not isinstance(value, str):
-            raise errors.amqp_error(
-                errors.PreconditionFailed,
-                f"invalid arg '{key}' for {what}: {{unacceptable_type,{field_kind(value)}}}", method)
+            errors.PreconditionFailed,
+            f"Cannot declare a server-named queue for type {QUEUE_TYPE_MODULES[queue_type]}",
+            method)
+
+
+def check_replicated_properties(queue_type: str, what: str, durable: bool, exclusive: bool,
+                                auto_delete: bool, method: Any) -> None:
+    """A new quorum queue or stream must be durable, not exclusive and not auto-delete:
+    406 "invalid property 'auto-delete' | 'exclusive-owner' | 'non-durable' for `what`",
+    checked in that order (rabbit_queue_type_util check_auto_delete, check_exclusive,
+    check_non_durable, run by rabbit_quorum_queue:declare and rabbit_stream_queue:declare
+    after the arguments). A classic queue: nothing to check."""
+    if queue_type == "classic":
+        return
+    for flag, refused in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
+                          (not durable, "non-durable")):
+        if flag:
+            raise errors.amqp_error(errors.PreconditionFailed,
+                                    f"invalid property '{refused}' for {what}", method)
+
+
+def queue_type_of(arguments: dict) -> str:
+    """"classic", "quorum" or "stream": the queue type `arguments` declare (x-queue-type;
+    classic when absent)."""
     qtype = arguments.get("x-queue-type")
-    if qtype is not None and qtype not in ("classic", "quorum", "stream"):
+    return qtype if qtype in QUEUE_ARGUMENTS else "classic"
+
+
+def validate_queue_arguments(arguments: dict, what: str, method: Any) -> None:
+    """queue.declare's argument checks before anything is created, as
+    rabbit_amqqueue:check_declare_arguments/2 in RabbitMQ 3.10.8: first x-queue-type
+    ("unsupported queue type"), then the values of the arguments the queue's type takes, in
+    declare_args/0's order (ill-typed or negative numbers, an unknown x-overflow,
+    x-dead-letter-strategy or x-queue-leader-locator, a dead-letter routing key without an
+    exchange, a non-boolean x-single-active-consumer; this broker's x-confirm-on), then 406
+    "invalid arg 'KEY' for `what` of queue type rabbit_..._queue" for an argument only
+    another type takes (x-max-priority on a quorum queue, x-delivery-limit on a classic
+    one). Arguments no type knows are ignored, as RabbitMQ ignores them. Each refusal is 406
+    "invalid arg 'KEY' for `what`: REASON" with RabbitMQ's reason."""
+    qtype = arguments.get("x-queue-type")
+    if qtype is not None and qtype not in QUEUE_ARGUMENTS:
         raise errors.amqp_error(  # rabbit_amqqueue check_queue_type
             errors.PreconditionFailed,
             f"invalid arg 'x-queue-type' for {what}: \"unsupported queue type '{qtype}'\"",
             method)
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-        raise errors.amqp_error(  # rabbit_amqqueue check_dlxrk_arg
-            errors.PreconditionFailed,
-            f"invalid arg 'x-dead-letter-routing-key' for {what}: "
-            "routing_key_but_no_dlx_defined", method)
-    sac = arguments.get("x-single-active-consumer")
-    if sac is not None and not isinstance(sac, bool):  # check_single_active_consumer_arg
-        raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg 'x-single-active-consumer' for {what}: "
-            f"{{unacceptable_type,{field_kind(sac)}}}", method)
-    overflow = arguments.get("x-overflow")
-    if overflow is not None and overflow not in OVERFLOW_MODES:
-        # rabbit_amqqueue check_overflow
-        why = "invalid_overflow" if isinstance(overflow, str) else (
-            f"{{unacceptable_type,{field_kind(overflow)}}}")
-        raise errors.amqp_error(
-            errors.PreconditionFailed, f"invalid arg 'x-overflow' for {what}: {why}", method)
-    mode = arguments.get("x-confirm-on")
-    if mode is not None and mode not in CONFIRM_MODES:
-        # our extension (docs/architecture.md §6), checked like RabbitMQ checks x-queue-mode
-        raise errors.amqp_error(
-            errors.PreconditionFailed,
-            f"invalid arg 'x-confirm-on' for {what}: {{unsupported_confirm_mode,"
-            f"{describe(mode)}}}; expected one of {', '.join(CONFIRM_MODES)}", method)
+    queue_type = queue_type_of(arguments)
+    allowed = QUEUE_ARGUMENTS[queue_type]
+    for key, check in _VALIDATORS:
+        if key in arguments and key in allowed:
+            why = check(arguments[key], arguments)
+            if why is not None:
+                raise errors.amqp_error(
+                    errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
+    for key in arguments:
+        if key in _ANY_QUEUE_ARGUMENT and key not in allowed:
+            raise errors.amqp_error(
+                errors.PreconditionFailed,
+                f"invalid arg '{key}' for {what} of queue type {QUEUE_TYPE_MODULES[queue_type]}",
+                method)
 
 
 def field_kind(value: Any) -> str:

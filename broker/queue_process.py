@@ -70,8 +70,8 @@ class QueueProcess(QueueDeliveries, Process):
     """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
     (AMQP 0-9-1 §1.7.2.1); `exclusive_owner` is the owning connection (or None)."""
 
-    # its type as RabbitMQ names it (x-queue-type; the management API's "type"): a classic
-    # queue, also when declared x-queue-type=quorum until quorum queues exist (issue 34)
+    # its type as RabbitMQ names it (x-queue-type; the management API's "type"): "classic", or
+    # "quorum" for one declared so (set in __init__)
     queue_type = "classic"
 
     def __init__(
@@ -98,6 +98,10 @@ class QueueProcess(QueueDeliveries, Process):
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.exclusive_owner = exclusive_owner  # owning connection, or None
         self.arguments = arguments  # queue.declare arguments as given
+        if arguments.get("x-queue-type") == "quorum":
+            # declared a quorum queue: RabbitMQ's rules for its arguments, consumers and
+            # deletes apply; its messages are kept as a classic durable queue's (issue 34)
+            self.queue_type = "quorum"
         self.policy = policy  # the policy that applies (rabbitmq.com/parameters.html#policies)
         self.operator_policy: PolicyDef | None = None  # the operator policy that applies
         # the arguments in force: declared ones with the policy folded in (broker/policies.py)

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from broker import errors, limits, sharding
 from broker.declare_checks import (
-    EQUIVALENCE_ARGS,
+    QUEUE_ARGUMENTS,
     bool_text,
     check_args,
+    check_replicated_properties,
+    check_server_named,
+    queue_type_of,
     validate_queue_arguments,
 )
 from broker.definitions import (
@@ -286,6 +289,7 @@ class VHost:
         if not name:
             if passive:
                 raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
+            check_server_named(queue_type_of(arguments), method)
             name = "amq.gen-" + uuid.uuid4().hex[:22]
         elif name.startswith("amq.") and not passive:
             raise errors.amqp_error(
@@ -300,9 +304,12 @@ class VHost:
             authorize(name, existing is not None)
         self.churn.queues_declared += 1
         validate_queue_arguments(arguments, self._q(name), method)
-        if stream_arguments.is_stream(arguments) and existing is None:
-            stream_arguments.check_declare(self._q(name), durable, exclusive, auto_delete,
-                                           arguments, method)
+        queue_type = queue_type_of(arguments)
+        if existing is None and queue_type != "classic":
+            if queue_type == "stream":
+                stream_arguments.check_declare(self._q(name), arguments, method)
+            check_replicated_properties(queue_type, self._q(name), durable, exclusive,
+                                        auto_delete, method)
         durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked
@@ -315,9 +322,7 @@ class VHost:
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 limits.vhost_queues_text(name, self.name, max_queues), method)
-        if stream_arguments.is_stream(arguments):
-            stream_arguments.check_declare(self._q(name), durable, exclusive, auto_delete,
-                                           arguments, method)
+        if queue_type == "stream":
             from broker.stream.queue import StreamQueue  # streams only when declared
 
             queue = StreamQueue(
@@ -357,14 +362,28 @@ class VHost:
                     errors.PreconditionFailed,
                     f"inequivalent arg '{field}' for {self._q(q.name)}: "
                     f"received '{bool_text(new)}' but current is '{bool_text(old)}'", method)
-        check_args(EQUIVALENCE_ARGS, arguments, q.arguments, self._q(q.name), method)
+        # the existing queue's type's arguments, in its list's order (rabbit_amqqueue:
+        # assert_args_equivalence); a classic queue is classic with or without x-queue-type
+        new_args, old_args = arguments, q.arguments
+        if q.queue_type == "classic":
+            new_args = {"x-queue-type": "classic", **arguments}
+            old_args = {"x-queue-type": "classic", **q.arguments}
+        check_args(QUEUE_ARGUMENTS[q.queue_type], new_args, old_args, self._q(q.name), method)
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: ExclusiveOwner | None = None,
                      method: Any = None) -> int:
-        """queue.delete; returns the ready message count; a missing queue → 0 (RabbitMQ)."""
+        """queue.delete; returns the ready message count; a missing queue → 0 (RabbitMQ).
+        A quorum queue refuses if-unused and if-empty with 540 (rabbit_quorum_queue:delete/4,
+        RabbitMQ 3.10.8's texts)."""
         if name not in self.queues:
             return 0
         queue = self.get_queue(name, owner, method)
+        if queue.queue_type == "quorum" and (if_unused or if_empty):
+            flag = "if-unused" if if_unused else "if-empty"
+            raise errors.amqp_error(
+                errors.NotImplemented_,
+                f"cannot delete {self._q(name)}. queue.delete operations with {flag} flag set "
+                "are not supported by quorum queues", method)
         queue.call(queue.check_delete, if_unused, if_empty)  # drains its mailbox first
         return self.delete_queue_now(queue)
 

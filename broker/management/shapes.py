@@ -118,6 +118,11 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
     }
     if q.exclusive_owner is not None:
         out["owner_pid_details"] = connection_details(q.exclusive_owner)
+    if q.queue_type == "quorum":
+        # rabbit_quorum_queue's info keys: its Raft group's leader and members; one node
+        # here, the leader and only member (a replicated cluster is issue 35's)
+        node = node_name(broker)
+        out.update(leader=node, members=[node], online=[node])
     return out
 
 

@@ -34,20 +34,11 @@ def max_age_ms(value: Any) -> int | None:
     return int(m.group(1)) * _AGE_UNITS_MS[m.group(2)]
 
 
-def check_declare(what: str, durable: bool, exclusive: bool, auto_delete: bool,
-                  arguments: dict, method: Any = None) -> None:
-    """406 PRECONDITION_FAILED as RabbitMQ 3.10.8 for a stream that is auto-delete,
-    exclusive or not durable (in that order), has a bad x-max-age, or a segment size
-    over the maximum. `what` is "queue 'q' in vhost '/'"."""
-    if auto_delete:
-        raise errors.amqp_error(errors.PreconditionFailed,
-                                f"invalid property 'auto-delete' for {what}", method)
-    if exclusive:
-        raise errors.amqp_error(errors.PreconditionFailed,
-                                f"invalid property 'exclusive-owner' for {what}", method)
-    if not durable:
-        raise errors.amqp_error(errors.PreconditionFailed,
-                                f"invalid property 'non-durable' for {what}", method)
+def check_declare(what: str, arguments: dict, method: Any = None) -> None:
+    """406 PRECONDITION_FAILED as RabbitMQ 3.10.8 for a stream's own arguments: a bad
+    x-max-age, a bad segment size or initial cluster size, a segment size over the maximum.
+    `what` is "queue 'q' in vhost '/'". (Auto-delete, exclusive and non-durable streams are
+    refused by broker/declare_checks.py's check_replicated_properties, after this.)"""
     if "x-max-age" in arguments and max_age_ms(arguments["x-max-age"]) is None:
         value = arguments["x-max-age"]
         reason = "invalid_max_age" if isinstance(value, str) else "{unacceptable_type,long}"

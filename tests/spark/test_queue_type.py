@@ -36,12 +36,6 @@ def test_the_amqp_probe_is_used_only_where_the_server_refuses_foreign_arguments(
     assert queue_type.refuses_foreign_consumer_arguments(props) is refuses
 
 
-def _server_is_rabbitmq(uri: str) -> bool:
-    with connect(uri) as conn:
-        return conn._impl.server_properties.get("product") == "RabbitMQ" and str(
-            conn._impl.server_properties.get("platform", "")).startswith("Erlang")
-
-
 def _probes(management_uri: str | None) -> list[dict[str, str]]:
     """Options for each probe the broker under test answers: the AMQP one (no managementUri),
     and the management API's when there is one."""
@@ -56,13 +50,10 @@ def _options(uri: str, queue: str, **extra: str) -> AmqpOptions:
 def test_the_probe_names_each_type_and_leaves_the_queue_as_it_was(amqp_uri, management_uri,
                                                                   queues, monkeypatch):
     monkeypatch.delenv("AMQP_MANAGEMENT_URI", raising=False)
-    rabbitmq = _server_is_rabbitmq(amqp_uri)
     for extra in _probes(management_uri):
         found = {t: queue_type.detect(_options(amqp_uri, q, **extra))
                  for t, q in queues.items()}
-        # this project's broker has no quorum queues yet: it declares them as classic ones
-        assert found == {"classic": "classic", "quorum": "quorum" if rabbitmq else "classic",
-                         "stream": "stream"}, extra
+        assert found == {"classic": "classic", "quorum": "quorum", "stream": "stream"}, extra
     with connect(amqp_uri) as conn:
         ch = conn.channel()
         for t in ("classic", "quorum"):
