@@ -303,13 +303,21 @@ class VHost:
         if authorize is not None:
             authorize(name, existing is not None)
         self.churn.queues_declared += 1
-        validate_queue_arguments(arguments, self._q(name), method)
         queue_type = queue_type_of(arguments)
-        if existing is None and queue_type != "classic":
-            if queue_type == "stream":
-                stream_arguments.check_declare(self._q(name), arguments, method)
-            check_replicated_properties(queue_type, self._q(name), durable, exclusive,
-                                        auto_delete, method)
+        try:
+            validate_queue_arguments(arguments, self._q(name), method)
+            if existing is None and queue_type != "classic":
+                if queue_type == "stream":
+                    stream_arguments.check_declare(self._q(name), arguments, method)
+                check_replicated_properties(queue_type, self._q(name), durable, exclusive,
+                                            auto_delete, method)
+        except errors.AMQPError as exc:
+            if not recovering:
+                raise
+            # stored by an earlier version whose declare allowed it: kept as it was stored,
+            # messages and all, rather than lost at boot
+            log.warning("%s was stored with what a declare now refuses (%s); recovered as "
+                        "stored", self._q(name), errors.close_args(exc)[1])
         durable = durable and not exclusive  # rabbit_channel: an exclusive queue never is
         if existing is not None:
             self.get_queue(name, owner, method)  # 405 if locked

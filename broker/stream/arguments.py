@@ -20,10 +20,6 @@ _AGE_UNITS_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000,
 _AGE = re.compile(r"^([0-9]*)(.*)$")
 
 
-def is_stream(arguments: dict | None) -> bool:
-    return bool(arguments) and arguments.get("x-queue-type") == "stream"  # type: ignore[union-attr]
-
-
 def max_age_ms(value: Any) -> int | None:
     """rabbit_amqqueue:check_max_age: "<positive integer><Y|M|D|h|m|s>" in ms, else None."""
     if not isinstance(value, str):
