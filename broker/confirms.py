@@ -175,17 +175,20 @@ class PersistConfirms:
 
     tracks_deliveries = False  # the queue need not call on_deliver/on_ack/on_requeue/...
 
-    def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool) -> None:
+    def __init__(self, bq: BackingQueue, owe: Owe, nack: Owe, persists: bool,
+                 persist_all: bool = False) -> None:
         self._bq = bq  # the queue's backing queue (drain_confirmed)
         self._owe = owe  # release (channel, seq) at the end of the queue's batch
         self._persists = persists  # durable queue on a backing queue that confirms on disk
+        # every message counts as persistent (a quorum queue): confirmed once on disk
+        self._persist_all = persist_all
         # msg_id -> [(channel, msg_seq_no)] waiting for the backing queue's fsync
         self._unconfirmed: dict[bytes, list[tuple[ChannelFacade, int]]] = {}
 
     def on_publish(self, channel: ChannelFacade, message: Message, seq: int,
                    props: MessageProps) -> None:
         """A publish that owes `channel` a confirm for `seq` was enqueued here."""
-        if self._persists and message.persistent:
+        if self._persists and (message.persistent or self._persist_all):
             props.needs_confirming = True
             self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
         else:
@@ -385,6 +388,10 @@ QUEUE_MODES: dict[str, type[PersistConfirms] | type[AckConfirms]] = {
 
 
 def queue_confirms(mode: str, bq: BackingQueue, owe: Owe, nack: Owe,
-                   persists: bool) -> QueueConfirms:
-    """The queue-side strategy for confirm mode `mode` (one of CONFIRM_MODES)."""
+                   persists: bool, persist_all: bool = False) -> QueueConfirms:
+    """The queue-side strategy for confirm mode `mode` (one of CONFIRM_MODES); with
+    `persist_all` (a quorum queue, `persist` mode only) every message is confirmed once it
+    is on disk, whatever its delivery_mode."""
+    if persist_all:
+        return PersistConfirms(bq, owe, nack, persists, persist_all=True)
     return QUEUE_MODES[mode](bq, owe, nack, persists)

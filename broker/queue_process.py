@@ -119,10 +119,15 @@ class QueueProcess(QueueDeliveries, Process):
         self._confirm_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos released this batch
         self._nack_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos rejected this batch
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
-        # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6)
-        self.confirm_mode = effective.get("x-confirm-on") or confirm_on
+        # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6);
+        # a quorum queue keeps and confirms every message as persistent, in persist mode
+        # whatever confirm_on says (rabbit_fifo: every enqueue is in the log before it is
+        # settled)
+        quorum = self.queue_type == "quorum"
+        self.confirm_mode = "persist" if quorum else (
+            effective.get("x-confirm-on") or confirm_on)
         self.confirms = queue_confirms(self.confirm_mode, self.bq, self._owe_confirm,
-                                       self._owe_nack, self._persists)
+                                       self._owe_nack, self._persists, persist_all=quorum)
         self._tracks = self.confirms.tracks_deliveries  # the mode follows every delivery
         self._had_consumers = False  # auto-delete only after a first consumer came and went
         # some message may carry an expiry: check the head before each delivery (a queue

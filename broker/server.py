@@ -83,9 +83,11 @@ class Broker:
     def _bq_factory(self, name: tuple[str, str], durable: bool,
                     notify: Callable[[], None] | None, arguments: dict) -> BackingQueue:
         """Every queue gets a variable queue over its vhost's stores; `x-queue-mode=lazy`
-        pins its RAM target at 0 (RabbitMQ 3.6–3.11 lazy queues)."""
+        pins its RAM target at 0 (RabbitMQ 3.6–3.11 lazy queues); a quorum queue's keeps
+        every message as persistent."""
         cfg = self.config
         mode = "lazy" if arguments.get("x-queue-mode") == "lazy" else "default"
+        persist_all = arguments.get("x-queue-type") == "quorum"
         stores = self.vhosts[name[0]].stores
 
         def variable_queue(vq_name: tuple[str, str], vq_durable: bool,
@@ -94,7 +96,7 @@ class Broker:
                 vq_name, vq_durable, vq_notify, stores=stores,
                 queue_index_embed_msgs_below=cfg.queue_index_embed_msgs_below,
                 queue_index_max_journal_entries=cfg.queue_index_max_journal_entries,
-                mode=mode, fsync=cfg.fsync,
+                mode=mode, fsync=cfg.fsync, persist_all=persist_all,
                 msg_store_credit_disc_bound=(cfg.msg_store_credit_disc_bound_initial,
                                              cfg.msg_store_credit_disc_bound_more_after))
 

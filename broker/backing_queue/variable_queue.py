@@ -104,11 +104,14 @@ class VariableQueue(VqDisk):
         io_batch_size: int = IO_BATCH_SIZE,
         msg_store_credit_disc_bound: tuple[int, int] | None = None,
         page_pass_limit: int = PAGE_PASS_LIMIT,
+        persist_all: bool = False,
     ) -> None:
         if mode not in ("default", "lazy"):
             raise ValueError(f"unknown queue mode {mode!r}")
         self.name = name  # (vhost, queue), for logs and the index directory
         self.durable = durable  # persistent messages survive a restart only if True
+        # every message is kept as persistent, whatever its delivery_mode (a quorum queue)
+        self.persist_all = persist_all
         self._notify = notify or (lambda: None)  # wakes the queue process (thread-safe)
         self.embed_below = queue_index_embed_msgs_below  # bytes; smaller -> embedded
         self.mode = mode  # "lazy" keeps nothing in RAM
@@ -173,7 +176,8 @@ class VariableQueue(VqDisk):
         self._next_seq_id += 1
         size = storage_codec.encoded_size(message)
         persist_to = QUEUE_INDEX if size < self.embed_below else MSG_STORE
-        is_persistent = self.durable and message.persistent and not props.skip_persist
+        is_persistent = (self.durable and (message.persistent or self.persist_all)
+                         and not props.skip_persist)
         ms = MsgStatus(
             seq_id, message.msg_id, message, is_persistent, delivered, persist_to,
             len(message.body), props,
