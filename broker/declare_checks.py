@@ -87,21 +87,22 @@ def _expiry(value: Any, _args: dict) -> str | None:  # check_message_ttl_arg, ch
         f"{{value_too_large,{value}}}" if value > MAX_EXPIRY else None)
 
 
-def _expires(value: Any, _args: dict) -> str | None:  # check_expires_arg
-    if _integer(value) is None and value == 0:
-        return "{value_zero,0}"
-    return _expiry(value, _args)
+def _nonzero(check: Any) -> Any:
+    """`check`, with an integer 0 refused first as {value_zero,0}."""
+    def nonzero_check(value: Any, args: dict) -> str | None:
+        if _integer(value) is None and value == 0:
+            return "{value_zero,0}"
+        return check(value, args)  # type: ignore[no-any-return]
+    return nonzero_check
+
+
+_expires = _nonzero(_expiry)  # check_expires_arg
+_group_size = _nonzero(_non_negative)  # check_initial_cluster_size_arg
 
 
 def _max_priority(value: Any, _args: dict) -> str | None:  # check_max_priority_arg
     return _non_negative(value, _args) or (
         f"{{max_value_exceeded,{value}}}" if value > MAX_SUPPORTED_PRIORITY else None)
-
-
-def _group_size(value: Any, _args: dict) -> str | None:  # check_initial_cluster_size_arg
-    if _integer(value) is None and value == 0:
-        return "{value_zero,0}"
-    return _non_negative(value, _args)
 
 
 def _text(value: Any) -> str | None:  # check_dlxname_arg
