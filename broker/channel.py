@@ -124,8 +124,7 @@ class ChannelProcess(Process):
         # channel.open is only accepted after connection.open: all three are set by then
         assert writer is not None and vhost is not None and access_control is not None
         self.conn = conn  # the connection (reader) this channel belongs to
-        self.handlers = handlers  # method class -> handler, and the publish paths
-        # the three read per method or per publish run, held here (one attribute load each)
+        # the dispatch table's three entries, read per method or per publish run
         self._methods = handlers.methods
         self._publish = handlers.publish
         self._publish_alike = handlers.publish_alike

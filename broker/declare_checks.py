@@ -67,6 +67,9 @@ QUEUE_ARGUMENTS = {
                "x-queue-leader-locator"),
 }
 _ANY_QUEUE_ARGUMENT = frozenset(k for keys in QUEUE_ARGUMENTS.values() for k in keys)
+# the module each type's refusals name
+QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
+                      "stream": "rabbit_stream_queue"}
 DLX_STRATEGIES = ("at-most-once", "at-least-once")  # ?KNOWN_DLX_STRATEGIES
 # rabbit_queue_location:queue_leader_locators() (3.10: two names and their older aliases)
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
@@ -208,15 +211,25 @@ def validate_queue_arguments(arguments: dict, what: str, method: Any) -> None:
             f"invalid arg 'x-queue-type' for {what}: \"unsupported queue type '{qtype}'\"",
             method)
     queue_type = queue_type_of(arguments)
-    allowed = QUEUE_ARGUMENTS[queue_type]
-    for key, check in _VALIDATORS:
+    _check_arguments(arguments, QUEUE_ARGUMENTS[queue_type], _ANY_QUEUE_ARGUMENT, _VALIDATORS,
+                     queue_type, what, method)
+
+
+def _check_arguments(arguments: dict, allowed: tuple[str, ...], known: frozenset[str],
+                     validators: tuple[tuple[str, Any], ...], queue_type: str, what: str,
+                     method: Any) -> None:
+    """RabbitMQ's two passes over declare or consume arguments (rabbit_amqqueue
+    check_arguments_type_and_value, then check_arguments_key): the value of each argument
+    the type takes, in `validators`' order; then 406 "... of queue type rabbit_X_queue" for
+    the first argument of `known` (every type's) that this type does not take."""
+    for key, check in validators:
         if key in arguments and key in allowed:
             why = check(arguments[key], arguments)
             if why is not None:
                 raise errors.amqp_error(
                     errors.PreconditionFailed, f"invalid arg '{key}' for {what}: {why}", method)
     for key in arguments:
-        if key in _ANY_QUEUE_ARGUMENT and key not in allowed:
+        if key in known and key not in allowed:
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 f"invalid arg '{key}' for {what} of queue type {QUEUE_TYPE_MODULES[queue_type]}",
@@ -240,16 +253,19 @@ def describe(value: Any) -> str:
 
 
 # consumer arguments each queue type takes (RabbitMQ 3.10.8: the `consumer_arguments` of
-# rabbit_classic_queue, rabbit_quorum_queue and rabbit_stream_queue capabilities/0), and the
-# module name RabbitMQ's refusal names
+# rabbit_classic_queue, rabbit_quorum_queue and rabbit_stream_queue capabilities/0)
 CONSUMER_ARGUMENTS = {
     "classic": ("x-cancel-on-ha-failover", "x-priority", "x-credit"),
     "quorum": ("x-priority", "x-credit"),
     "stream": ("x-stream-offset", "x-credit"),
 }
-QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
-                      "stream": "rabbit_stream_queue"}
 _ANY_CONSUMER_ARGUMENT = frozenset(k for keys in CONSUMER_ARGUMENTS.values() for k in keys)
+# rabbit_amqqueue:consume_args/0 (a stream's x-stream-offset is the stream queue's to check)
+_CONSUME_VALIDATORS: tuple[tuple[str, Any], ...] = (
+    ("x-priority", lambda v, _a: _integer(v)),  # check_int_arg
+    ("x-cancel-on-ha-failover", lambda v, _a: None if isinstance(v, bool)  # check_bool_arg
+     else f'"expected boolean, got {field_kind(v)}"'),
+)
 
 
 def check_consume_arguments(queue_type: str, arguments: dict, what: str, method: Any) -> None:
@@ -260,21 +276,5 @@ def check_consume_arguments(queue_type: str, arguments: dict, what: str, method:
     arg 'KEY' for `what` of queue type rabbit_..._queue" for a consumer argument of another
     type (x-stream-offset on a classic queue, x-priority on a stream). Arguments no queue
     type knows are ignored, as RabbitMQ ignores them."""
-    allowed = CONSUMER_ARGUMENTS.get(queue_type, CONSUMER_ARGUMENTS["classic"])
-    for key, expected in (("x-priority", "integer"), ("x-cancel-on-ha-failover", "boolean")):
-        if key not in allowed or key not in arguments:
-            continue
-        value = arguments[key]
-        is_int = isinstance(value, int) and not isinstance(value, bool)
-        if (expected == "integer" and not is_int) or (
-                expected == "boolean" and not isinstance(value, bool)):
-            raise errors.amqp_error(
-                errors.PreconditionFailed,
-                f"invalid arg '{key}' for {what}: \"expected {expected}, got "
-                f"{field_kind(value)}\"", method)
-    for key in arguments:
-        if key in _ANY_CONSUMER_ARGUMENT and key not in allowed:
-            module = QUEUE_TYPE_MODULES.get(queue_type, "rabbit_classic_queue")
-            raise errors.amqp_error(
-                errors.PreconditionFailed,
-                f"invalid arg '{key}' for {what} of queue type {module}", method)
+    _check_arguments(arguments, CONSUMER_ARGUMENTS[queue_type], _ANY_CONSUMER_ARGUMENT,
+                     _CONSUME_VALIDATORS, queue_type, what, method)

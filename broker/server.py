@@ -291,13 +291,13 @@ class Broker:
         where = []
         try:
             if cfg.listeners_tcp.strip().lower() != "none":
-                server = await self._listen(listeners.AMQP, cfg.host, cfg.port)
+                server = await self._listen(serving, listeners.AMQP, cfg.host, cfg.port)
                 self.port = server.sockets[0].getsockname()[1]
                 where.append(f"{cfg.host}:{self.port}")
             if cfg.listeners_ssl_default:
                 host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
                 server = await self._listen(
-                    listeners.AMQPS, host, port, ssl=tls.server_context(cfg),
+                    serving, listeners.AMQPS, host, port, ssl=tls.server_context(cfg),
                     ssl_handshake_timeout=cfg.handshake_timeout)
                 self.ssl_port = server.sockets[0].getsockname()[1]
                 where.append(f"{host}:{self.ssl_port} (amqps)")
@@ -324,12 +324,11 @@ class Broker:
         self.ready.set()
         log.info("ready to accept connections on %s", ", ".join(where))
 
-    async def _listen(self, listener: str, host: str, port: int,
-                      **kwargs: Any) -> asyncio.Server:
-        """Bind an AMQP(S) listener serving readers; ListenerError (which listener, where,
-        the setting that moves it) when the address cannot be bound."""
+    async def _listen(self, serving: ServingBroker[Reader], listener: str, host: str,
+                      port: int, **kwargs: Any) -> asyncio.Server:
+        """Bind an AMQP(S) listener whose readers hold `serving`; ListenerError (which
+        listener, where, the setting that moves it) when the address cannot be bound."""
         assert self.loop is not None
-        serving = self.serving()
         try:
             server = await self.loop.create_server(
                 lambda: Reader(serving), host, port, reuse_address=True, **kwargs)
