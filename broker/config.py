@@ -80,6 +80,9 @@ class BrokerConfig:
 
     # publisher confirms: persist (RabbitMQ), ack, ack-lite (docs/architecture.md §6)
     confirm_on: str = "persist"
+    # quorum queues' at-least-once dead-lettering: ms a dead letter waits for its targets'
+    # confirms before it is published again (RabbitMQ's rabbit app env of this name)
+    dead_letter_worker_publisher_confirm_timeout: int = 180000
 
     # storage (issue 4)
     queue_index_embed_msgs_below: int = 4096

@@ -9,6 +9,9 @@ definition into `x-` arguments with RabbitMQ's rule for each key
 `max-length` and `max-length-bytes` the lower of the argument and the policy wins; for
 `dead-letter-exchange`, `dead-letter-routing-key`, `overflow`, `queue-mode`,
 `confirm-on` (ours) and the exchanges' `alternate-exchange` the declared argument wins.
+A quorum queue has its own table (QUORUM_RULES, rabbit_quorum_queue 3.10.8): the lower value
+for the limits, `delivery-limit` and `message-ttl`, the policy's for `overflow` and
+`expires`, the argument's for dead-lettering; every other key is ignored on it.
 Operator policies (`validate_operator`, `merged_definition`) hold only numeric limits and
 merge with both by the lower value, as rabbit_policy does.
 Pure: no I/O; the vhost applies the result (broker/vhost.py).
@@ -32,13 +35,22 @@ ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", 
                  "confirm-on")
 EXCHANGE_KEYS = ("alternate-exchange", *SHARDING_KEYS)
 FEDERATION = FEDERATION_KEYS  # federation-upstream, -set, -pattern (exchanges and queues)
-# keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, quorum
-# queues, streams): accepted so definitions from a RabbitMQ import, and ignored
+# a quorum queue's keys (rabbit_quorum_queue:ra_machine_config/1 and dead_letter_handler/2 at
+# 3.10.8): (the lower of argument and policy wins, the policy wins, the argument wins); every
+# other key is ignored on a quorum queue (its unsupported_policies and the classic-only ones)
+QUORUM_RULES = (("max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes",
+                 "delivery-limit", "message-ttl"),
+                ("overflow", "expires"),
+                ("dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy"))
+QUORUM_KEYS = ("delivery-limit", "dead-letter-strategy", "max-in-memory-length",
+               "max-in-memory-bytes")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+# keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, streams'
+# segment size, placement): accepted so definitions from a RabbitMQ import, and ignored
 IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
                 "ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "queue-leader-locator",
-                "delivery-limit", "dead-letter-strategy", "max-age",
-                "stream-max-segment-size-bytes", "initial-cluster-size", "max-in-memory-length",
-                "max-in-memory-bytes", "single-active-consumer")
+                "max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
+                "single-active-consumer")
 # operator policies (rabbitmq.com/parameters.html#operator-policy): the keys rabbit_policies
 # 3.10.8 registers as operator_policy_validator; each merges with a user policy's value and
 # with a declare argument by taking the lower (policy_merge_strategy, merge_policy_value)
@@ -70,13 +82,17 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
     if not isinstance(definition, dict) or not definition:
         raise ValueError("definition must be a non-empty object")
     known = (set(LOWER_WINS) | set(ARGUMENT_WINS) | set(EXCHANGE_KEYS) | set(IGNORED_KEYS)
-             | set(FEDERATION))
+             | set(FEDERATION) | set(QUORUM_KEYS))
     unknown = sorted(k for k in definition if k not in known)
     if unknown:
         raise ValueError(f"Validation failed\n\n{unknown} are not recognised policy settings")
     for key, value in definition.items():
-        if key in ("message-ttl", "max-length", "max-length-bytes"):
+        if key in ("message-ttl", "max-length", "max-length-bytes", "delivery-limit",
+                   "max-in-memory-length", "max-in-memory-bytes"):
             _non_negative(key, value)
+        elif key == "dead-letter-strategy" and value not in DEAD_LETTER_STRATEGIES:
+            raise ValueError(f"dead-letter-strategy: one of "
+                             f"{', '.join(DEAD_LETTER_STRATEGIES)} expected")
         elif key == "expires":
             _non_negative(key, value, positive=True)
         elif key in ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange"):
@@ -148,18 +164,25 @@ def _neg(name: str) -> tuple[int, ...]:
 
 
 def effective_queue_arguments(arguments: dict[str, Any], policy: PolicyDef | None,
-                              operator: PolicyDef | None = None) -> dict[str, Any]:
+                              operator: PolicyDef | None = None,
+                              queue_type: str = "classic") -> dict[str, Any]:
     """The queue's `x-` arguments with the policy and the operator policy folded in (see
-    the module docstring; an operator policy's value only ever lowers a limit)."""
+    the module docstring; an operator policy's value only ever lowers a limit). A quorum
+    queue (`queue_type` "quorum") takes its own keys by its own rules (QUORUM_RULES) and
+    ignores the rest."""
     if policy is None and operator is None:
         return arguments
+    lower, policy_wins, argument_wins = (
+        QUORUM_RULES if queue_type == "quorum" else (LOWER_WINS, (), ARGUMENT_WINS))
     out = dict(arguments)
     for key, value in merged_definition(policy, operator).items():
         arg = f"x-{key}"
-        if key in LOWER_WINS:
+        if key in lower:
             current = out.get(arg)
             out[arg] = value if current is None else min(current, value)
-        elif key in ARGUMENT_WINS and arg not in out:
+        elif key in policy_wins:
+            out[arg] = value
+        elif key in argument_wins and arg not in out:
             out[arg] = value
     return out
 

@@ -64,6 +64,8 @@ class QueueDeliveries:
         def _drop_head(self) -> None: ...
         def _flush_confirms(self) -> None: ...
         def _maybe_auto_delete(self) -> bool: ...
+        def _requeue(self, tags: list[int]) -> None: ...
+        _on_fetch: Callable[[Fetched, bool], bool] | None
 
     # -- delivering -------------------------------------------------------------------------
     def _run_deliveries(self) -> None:
@@ -78,6 +80,7 @@ class QueueDeliveries:
         if not len(consumers):
             return
         expiring = self._expiring
+        on_fetch = self._on_fetch
         budget = DELIVERIES_PER_TURN
         while not bq.is_empty():
             if budget == 0:
@@ -94,6 +97,8 @@ class QueueDeliveries:
             fetched = bq.fetch(not consumer.no_ack)
             if fetched is None:  # pragma: no cover - is_empty said otherwise
                 return
+            if on_fetch is not None and not on_fetch(fetched, False):
+                continue  # taken (a quorum queue dead-letters one past its delivery limit)
             tag: int | LiteRef | None  # a LiteRef once an ack-lite mode hands it out
             tag = fetched.ack_tag
             stats = self.message_stats
@@ -154,12 +159,7 @@ class QueueDeliveries:
         self._confirm_out.pop(channel, None)
         self._deferred.pop(channel, None)
         if unacked:
-            if self._tracks:
-                self.confirms.on_requeue(unacked)
-            self.bq.requeue(unacked)
-            self._expiring = True
-            if self._drops_head and self.settings.over_limit(self.bq):
-                self._drop_head()
+            self._requeue(unacked)
         if not self._maybe_auto_delete():
             self.cast((RUN,))
 
@@ -169,10 +169,14 @@ class QueueDeliveries:
         self.lease.touch()
         if self._expiring:
             self._drop_expired()
-        fetched = self.bq.fetch(not no_ack)
-        if fetched is None:
-            self.message_stats.get_empty += 1
-            return None
+        on_fetch = self._on_fetch
+        while True:
+            fetched = self.bq.fetch(not no_ack)
+            if fetched is None:
+                self.message_stats.get_empty += 1
+                return None
+            if on_fetch is None or on_fetch(fetched, True):
+                break
         stats = self.message_stats
         if no_ack:
             stats.get_no_ack += 1

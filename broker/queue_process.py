@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker import errors
-from broker.backing_queue.base import BackingQueue, MessageProps
+from broker.backing_queue.base import BackingQueue, Fetched, MessageProps
 from broker.confirms import queue_confirms
 from broker.consumers import ConsumerSet
 from broker.credit_flow import CreditFlow
@@ -70,9 +70,12 @@ class QueueProcess(QueueDeliveries, Process):
     """One queue. `name`/`vhost_name` identify it; flags are those of queue.declare
     (AMQP 0-9-1 §1.7.2.1); `exclusive_owner` is the owning connection (or None)."""
 
-    # its type as RabbitMQ names it (x-queue-type; the management API's "type"): "classic", or
-    # "quorum" for one declared so (set in __init__)
+    # its type as RabbitMQ names it (x-queue-type; the management API's "type"): "classic"
+    # here, "quorum" in broker/quorum/queue.py's subclass
     queue_type = "classic"
+    # a subclass's look at each fetched message before it is delivered or got: may change
+    # its message and redelivered flag, or take it (returns False: not delivered); None here
+    _on_fetch: Callable[[Fetched, bool], bool] | None = None
 
     def __init__(
         self,
@@ -98,14 +101,10 @@ class QueueProcess(QueueDeliveries, Process):
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.exclusive_owner = exclusive_owner  # owning connection, or None
         self.arguments = arguments  # queue.declare arguments as given
-        if arguments.get("x-queue-type") == "quorum":
-            # declared a quorum queue: RabbitMQ's rules for its arguments, consumers and
-            # deletes apply; its messages are kept as a classic durable queue's (issue 34)
-            self.queue_type = "quorum"
         self.policy = policy  # the policy that applies (rabbitmq.com/parameters.html#policies)
         self.operator_policy: PolicyDef | None = None  # the operator policy that applies
         # the arguments in force: declared ones with the policy folded in (broker/policies.py)
-        effective = effective_queue_arguments(arguments, policy)
+        effective = effective_queue_arguments(arguments, policy, None, self.queue_type)
         self.bq: BackingQueue = bq_factory(
             (vhost.name, name), durable, self._bq_notify, effective
         )  # where messages live
@@ -183,7 +182,8 @@ class QueueProcess(QueueDeliveries, Process):
         under)."""
         self.policy = policy
         self.operator_policy = operator_policy
-        self._apply(effective_queue_arguments(self.arguments, policy, operator_policy))
+        self._apply(effective_queue_arguments(self.arguments, policy, operator_policy,
+                                              self.queue_type))
         if self._drops_head and self.settings.over_limit(self.bq):
             self._drop_head()
         self._flush_confirms()
@@ -209,14 +209,7 @@ class QueueProcess(QueueDeliveries, Process):
                 self.confirms.on_ack(tags)
             self.bq.ack(tags)
         elif kind == REQUEUE:
-            tags = self._settle(msg[1], msg[2])
-            if self._tracks:
-                self.confirms.on_requeue(tags)
-            self.bq.requeue(tags)
-            self._expiring = True  # a requeued message may carry an expiry: look again
-            # drop-head enforces the limit after a requeue too (3.10.8, checked)
-            if self._drops_head and self.settings.over_limit(self.bq):
-                self._drop_head()
+            self._requeue(self._settle(msg[1], msg[2]))
         elif kind == DISCARD:  # reject/nack without requeue: dead-lettered as "rejected"
             tags = self._settle(msg[1], msg[2])
             if self._tracks:
@@ -239,6 +232,21 @@ class QueueProcess(QueueDeliveries, Process):
                 self.ram.report(self.bq)
         elif kind == RAM_TARGET:
             self.bq.set_ram_duration_target(msg[1])
+
+    def _requeue(self, tags: list[int]) -> None:
+        """Pending acks `tags` back to the ready list (reject or nack with requeue, a
+        channel closing with them unacked), in their original order, redelivered."""
+        if self._tracks:
+            self.confirms.on_requeue(tags)
+        self.bq.requeue(tags)
+        self._expiring = True  # a requeued message may carry an expiry: look again
+        # drop-head enforces the limit after a requeue too (3.10.8, checked)
+        if self._drops_head and self.settings.over_limit(self.bq):
+            self._drop_head()
+
+    def _overflows(self, size: int) -> bool:
+        """reject-publish: would one more message of `size` body bytes pass a limit?"""
+        return self.settings.would_overflow(self.bq, size)
 
     def after_batch(self) -> None:
         if not self.deleted:
@@ -364,8 +372,7 @@ class QueueProcess(QueueDeliveries, Process):
             props.expiry = expiry_ms(int(now * 1000), self.message_ttl, msg_ttl)
             self._expiring = True
         bq = self.bq
-        if (self._rejects and self._limited
-                and self.settings.would_overflow(bq, len(message.body))):
+        if self._rejects and self._limited and self._overflows(len(message.body)):
             # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:

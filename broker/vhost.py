@@ -340,7 +340,15 @@ class VHost:
                 credit_more_after=self._config.credit_flow_more_after,
                 policy=self.policy_for("queues", name))
         else:
-            queue = QueueProcess(
+            cls: type[QueueProcess] = QueueProcess
+            extra: dict[str, Any] = {}
+            if queue_type == "quorum":
+                from broker.quorum.queue import QuorumQueue  # quorum only when declared
+
+                cls = QuorumQueue
+                extra["settle_timeout"] = (
+                    self._config.dead_letter_worker_publisher_confirm_timeout)
+            queue = cls(
                 self._loop, self, name, durable=durable, auto_delete=auto_delete,
                 exclusive_owner=owner if exclusive else None, arguments=arguments,
                 bq_factory=self._bq_factory,
@@ -348,7 +356,7 @@ class VHost:
                 credit_more_after=self._config.credit_flow_more_after,
                 confirm_on=self._config.confirm_on,
                 policy=self.policy_for("queues", name),
-                memory_monitor=self._memory_monitor)
+                memory_monitor=self._memory_monitor, **extra)
         operator = self.operator_policy_for("queues", name)
         if operator is not None:
             queue.apply_policy(queue.policy, operator)

@@ -53,13 +53,15 @@ class MessageProps:
 
 @dataclass(slots=True)
 class Fetched:
-    """What `fetch` returns: the message, whether it was delivered before, and its ack tag
-    (None when fetched with need_ack=False, in which case the message is already gone)."""
+    """What `fetch` returns: the message, whether it was delivered before, its ack tag
+    (None when fetched with need_ack=False, in which case the message is already gone) and
+    its seq_id whichever way it was fetched (a quorum queue keys delivery counts by it)."""
 
     message: Message
     redelivered: bool
     ack_tag: AckTag | None
     props: MessageProps
+    seq_id: int = -1
 
 
 class BackingQueue(Protocol):

@@ -60,9 +60,9 @@ class MemoryBackingQueue:
         self._ready_bytes -= len(message.body)
         if need_ack:
             self._pending[seq_id] = (message, props)
-            return Fetched(message, delivered, seq_id, props)
+            return Fetched(message, delivered, seq_id, props, seq_id)
         self._bytes -= len(message.body)
-        return Fetched(message, delivered, None, props)
+        return Fetched(message, delivered, None, props, seq_id)
 
     def ack(self, ack_tags: Iterable[AckTag]) -> list[bytes]:
         out = []

@@ -144,8 +144,10 @@ class PriorityBackingQueue:
         if p is None:
             return None
         got = self.inner[p].fetch(need_ack)
-        if got is not None and got.ack_tag is not None:
-            got.ack_tag = got.ack_tag << _SHIFT | p
+        if got is not None:
+            got.seq_id = got.seq_id << _SHIFT | p
+            if got.ack_tag is not None:
+                got.ack_tag = got.ack_tag << _SHIFT | p
         return got
 
     def ack(self, ack_tags: Iterable[AckTag]) -> list[bytes]:

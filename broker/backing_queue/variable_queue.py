@@ -155,6 +155,9 @@ class VariableQueue(VqDisk):
         self._tclient = stores.transient.register_client(
             lambda _ids: None, self._on_store_credit_transient)
         qdir = os.path.join(stores.queues_dir, queue_dir_name(*name))
+        # the queue's directory (index files; a quorum queue keeps its delivery counts and
+        # dead letters in flight beside them); removed with the queue
+        self.queue_dir = qdir
         self._qi = QueueIndex(
             qdir, self._on_index_sync, max_journal_entries=queue_index_max_journal_entries,
             fsync=fsync,
@@ -286,14 +289,14 @@ class VariableQueue(VqDisk):
         self._rates.counts[1] += 1
         if not need_ack:
             self._forget([ms])
-            return Fetched(msg, redelivered, None, ms.props)
+            return Fetched(msg, redelivered, None, ms.props, ms.seq_id)
         if ms.index_on_disk and not ms.is_delivered:
             self._qi.deliver([ms.seq_id])
         ms.is_delivered = True
         ms.msg = msg
         self._record_pending(ms)
         self._reduce_memory_use()
-        return Fetched(msg, redelivered, ms.seq_id, ms.props)
+        return Fetched(msg, redelivered, ms.seq_id, ms.props, ms.seq_id)
 
     def ack(self, ack_tags: Iterable[AckTag]) -> list[bytes]:
         """Forget acked messages; returns their msg_ids (unknown tags ignored)."""

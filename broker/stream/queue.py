@@ -32,8 +32,7 @@ from broker.backing_queue.memory import MemoryBackingQueue
 from broker.consumers import Consumer
 from broker.message import Message
 from broker.msg_store.vhost import vhost_dir_name
-from broker.protocol.encoding import LongLong, encode_properties
-from broker.protocol.framing import decode_properties
+from broker.protocol.header_edit import with_long_header
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, QueueProcess
 from broker.stream import arguments as sa
@@ -75,32 +74,10 @@ def entry_bytes(message: Message) -> bytes:
                      message.body))
 
 
-_OFFSET_FIELD = b"\x0fx-stream-offsetl"  # shortstr key, then type `l` (a long)
-_I64 = struct.Struct(">q")
-
-
 def with_offset_header(raw: bytes, offset: int) -> bytes:
     """Encoded properties `raw` with `x-stream-offset` (a long) added to the headers table,
-    without decoding them: the field is appended to the table (a table that had one
-    already gets the new value last, which decoders keep), or a table is inserted after
-    content-type / content-encoding when there was none."""
-    flags = raw[0] << 8 | raw[1]
-    if raw[1] & 1:  # a second flags word (not in 0-9-1): decode and re-encode
-        props = decode_properties(raw)
-        props.headers = {**(props.headers or {}), "x-stream-offset": LongLong(offset)}
-        return encode_properties(props)
-    pos = 2
-    for flag in (0x8000, 0x4000):  # content-type, content-encoding come first
-        if flags & flag:
-            pos += 1 + raw[pos]
-    field = _OFFSET_FIELD + _I64.pack(offset)
-    if flags & 0x2000:
-        (size,) = _U32.unpack_from(raw, pos)
-        end = pos + 4 + size
-        return b"".join((raw[:pos], _U32.pack(size + len(field)), raw[pos + 4:end], field,
-                         raw[end:]))
-    return b"".join((struct.pack(">H", flags | 0x2000), raw[2:pos], _U32.pack(len(field)),
-                     field, raw[pos:]))
+    without decoding them (broker/protocol/header_edit.py)."""
+    return with_long_header(raw, "x-stream-offset", offset)
 
 
 def entry_message(entry: bytes, offset: int) -> Message:
