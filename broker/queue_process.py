@@ -244,8 +244,9 @@ class QueueProcess(QueueDeliveries, Process):
         if self._drops_head and self.settings.over_limit(self.bq):
             self._drop_head()
 
-    def _overflows(self, size: int) -> bool:
-        """reject-publish: would one more message of `size` body bytes pass a limit?"""
+    def _overflows(self, channel: ChannelFacade | None, size: int) -> bool:
+        """reject-publish: would one more message of `size` body bytes from `channel` pass
+        a limit?"""
         return self.settings.would_overflow(self.bq, size)
 
     def after_batch(self) -> None:
@@ -372,7 +373,7 @@ class QueueProcess(QueueDeliveries, Process):
             props.expiry = expiry_ms(int(now * 1000), self.message_ttl, msg_ttl)
             self._expiring = True
         bq = self.bq
-        if self._rejects and self._limited and self._overflows(len(message.body)):
+        if self._rejects and self._limited and self._overflows(channel, len(message.body)):
             # reject-publish: the queue is full; a publisher with confirms gets basic.nack,
             # others lose the message silently (rabbitmq.com/maxlength.html)
             if seq is not None:

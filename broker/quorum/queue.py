@@ -27,6 +27,7 @@ requeue), where rabbit_fifo serves returns first in the order they came back.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from broker.message import Message
@@ -37,12 +38,14 @@ from broker.quorum.delivery_counts import DeliveryCounts
 
 if TYPE_CHECKING:
     from broker.backing_queue.base import Fetched
+    from broker.facades import ChannelFacade
 
 log = logging.getLogger("broker.queue")
 
 DLX_EVENT = 200  # (DLX_EVENT, "confirm" | "reject", target queue, [seq]) from a target
 DLX_RETRY = 201  # (DLX_RETRY,) the at-least-once retry timer fired
 SETTLE_TIMEOUT = 180_000  # ms: dead_letter_worker_publisher_confirm_timeout's default
+SOFT_LIMIT = 0.8  # reject-publish lets publishers go at 80 % of a limit (rabbit_fifo ?LOW_LIMIT)
 
 
 def with_delivery_count(message: Message, count: int) -> Message:
@@ -69,6 +72,10 @@ class QuorumQueue(QueueProcess):
         self._at_least_once: AtLeastOnce | None = None
         self._settle_timeout = settle_timeout
         self._warned: set[str] = set()
+        # reject-publish: each publishing channel, blocked or not (rabbit_fifo's enqueuers);
+        # weak: a channel that only published is never told to the queue when it closes
+        self._blocked: weakref.WeakKeyDictionary[ChannelFacade, bool] = (
+            weakref.WeakKeyDictionary())
         super().__init__(*args, **kwargs)
         directory = getattr(self.bq, "queue_dir", None)
         self.counts = DeliveryCounts(directory)  # seq_id -> returns, for returned messages
@@ -180,19 +187,44 @@ class QuorumQueue(QueueProcess):
             return
         super()._dead_letter(items, reason)
 
-    def _overflows(self, size: int) -> bool:
-        """reject-publish counts the dead letters held for their targets too (rabbit_fifo
-        is_over_limit)."""
+    def _overflows(self, channel: ChannelFacade | None, size: int) -> bool:
+        """reject-publish as rabbit_fifo 3.10.8 has it: a publish is refused only once the
+        queue is past its limit, counting the dead letters held for their targets
+        (`is_over_limit`): the one that takes it past is accepted, every publisher known
+        then is blocked (`evaluate_limit`), a new one only if the queue is past the limit
+        when it first publishes (`register_enqueuer`), and all are let go once the queue is
+        at or below 80 % of its limits (`is_below_soft_limit`)."""
+        blocked = self._blocked
+        if self._over_limit(1.0):
+            for known in blocked:
+                blocked[known] = True
+        elif any(blocked.values()) and not self._over_limit(SOFT_LIMIT):
+            for known in blocked:
+                blocked[known] = False
+        if channel is None:  # a dead-lettered copy: no enqueuer to block
+            return self._over_limit(1.0)
+        state = blocked.get(channel)
+        if state is None:
+            state = blocked[channel] = self._over_limit(1.0)
+        return state
+
+    def _over_limit(self, fraction: float) -> bool:
+        """Ready messages plus held dead letters (or their bytes) above `fraction` of the
+        limit (1.0: past it; SOFT_LIMIT: not yet back under the soft limit)."""
         settings = self.settings
-        held = len(self._dead_letters)
-        if not held:
-            return settings.would_overflow(self.bq, size)
         bq = self.bq
-        return ((settings.max_length is not None
-                 and bq.len() + held + 1 > settings.max_length)
-                or (settings.max_length_bytes is not None
-                    and bq.ready_bytes() + self._dead_letters.bytes + size
-                    > settings.max_length_bytes))
+        held = self._dead_letters
+        if settings.max_length is not None:
+            if bq.len() + len(held) > int(settings.max_length * fraction):
+                return True
+        if settings.max_length_bytes is not None:
+            if bq.ready_bytes() + held.bytes > int(settings.max_length_bytes * fraction):
+                return True
+        return False
+
+    def channel_down(self, channel: ChannelFacade, unacked: list[int]) -> None:
+        self._blocked.pop(channel, None)
+        super().channel_down(channel, unacked)
 
     # -- durability ------------------------------------------------------------------------
     def on_mailbox_empty(self) -> None:

@@ -248,6 +248,7 @@ def test_counts_survive_kill_9(tmp_path, embedded_only):
         time.sleep(0.5)  # the index's 200 ms sync has the deliveries
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        _drop(conn)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         conn = wait_for(lambda: _try_connect(url), timeout=30)
         ch = conn.channel()
@@ -261,6 +262,18 @@ def test_counts_survive_kill_9(tmp_path, embedded_only):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def _drop(conn):
+    """Let go of a connection whose broker was killed (its socket is closed here)."""
+    try:
+        conn.process_data_events(time_limit=0.2)  # reads the EOF
+    except pika.exceptions.AMQPError:
+        pass
+    try:
+        conn.close()
+    except pika.exceptions.AMQPError:
+        pass
 
 
 def _free_port():
