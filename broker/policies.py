@@ -45,6 +45,26 @@ QUORUM_RULES = (("max-length", "max-length-bytes", "max-in-memory-length", "max-
 QUORUM_KEYS = ("delivery-limit", "dead-letter-strategy", "max-in-memory-length",
                "max-in-memory-bytes")
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+# what each queue type's capabilities() call unsupported_policies at 3.10.8: a policy whose
+# definition holds one of these keys does not apply to a queue of that type at all, so a
+# lower-priority policy may match instead (rabbit_queue_type:is_policy_applicable/2, used by
+# rabbit_policy:matches/2 for policies and operator policies). `confirm-on` is this broker's
+# and only a classic queue takes it.
+_STREAM_KEYS = ("max-age", "stream-max-segment-size-bytes", "queue-leader-locator",
+                "initial-cluster-size")
+_MIRRORING_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
+                   "ha-promote-on-failure", "queue-master-locator")
+UNSUPPORTED_POLICIES: dict[str, frozenset[str]] = {
+    "classic": frozenset((*_STREAM_KEYS, "delivery-limit", "dead-letter-strategy")),
+    "quorum": frozenset(("max-priority", "queue-mode", "single-active-consumer",
+                         *_MIRRORING_KEYS, "max-age", "stream-max-segment-size-bytes",
+                         "initial-cluster-size", "confirm-on")),
+    "stream": frozenset(("expires", "message-ttl", "dead-letter-exchange",
+                         "dead-letter-routing-key", "max-length", "max-in-memory-length",
+                         "max-in-memory-bytes", "max-priority", "overflow", "queue-mode",
+                         "single-active-consumer", "delivery-limit", *_MIRRORING_KEYS,
+                         "dead-letter-strategy", "confirm-on")),
+}
 # keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, streams'
 # segment size, placement): accepted so definitions from a RabbitMQ import, and ignored
 IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
@@ -137,21 +157,26 @@ def merged_definition(policy: PolicyDef | None, operator: PolicyDef | None) -> d
     return out
 
 
-def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str) -> PolicyDef | None:
+def match(policies: Iterable[PolicyDef], vhost: str, name: str, kind: str,
+          queue_type: str | None = None) -> PolicyDef | None:
     """The policy of `vhost` for the queue or exchange `name` (`kind` "queues" or
     "exchanges"): the highest priority among those whose apply-to covers the kind and whose
     pattern matches the name (re.search, as RabbitMQ's re:run); ties go to the policy name
-    that sorts first. None if no policy applies. The predeclared `amq.*` exchanges get
+    that sorts first; for a queue of `queue_type`, only policies with no key in that type's
+    UNSUPPORTED_POLICIES. None if no policy applies. The predeclared `amq.*` exchanges get
     policies as any other (RabbitMQ 3.10.8: a policy for ^amq[.]direct$ shows on it, and
     rabbit-hole's spec federates amq.topic by one); the default exchange "" gets none here
     (RabbitMQ lists a matching policy on it, but routes by it without one: no alternate
     exchange, no federation)."""
     if kind == "exchanges" and not name:
         return None
+    unsupported = UNSUPPORTED_POLICIES.get(queue_type or "", frozenset())
     best: PolicyDef | None = None
     for p in policies:
         if p.vhost != vhost or p.apply_to not in ("all", kind):
             continue
+        if unsupported and not unsupported.isdisjoint(p.definition):
+            continue  # a key this queue type does not support: not for it
         if not re.search(p.pattern, name):
             continue
         if best is None or (p.priority, _neg(p.name)) > (best.priority, _neg(best.name)):

@@ -338,7 +338,7 @@ class VHost:
                 data_dir=self._config.data_dir, fsync=self._config.fsync,
                 credit_initial=self._config.credit_flow_initial,
                 credit_more_after=self._config.credit_flow_more_after,
-                policy=self.policy_for("queues", name))
+                policy=self.policy_for("queues", name, queue_type))
         else:
             cls: type[QueueProcess] = QueueProcess
             extra: dict[str, Any] = {}
@@ -355,9 +355,9 @@ class VHost:
                 credit_initial=self._config.credit_flow_initial,
                 credit_more_after=self._config.credit_flow_more_after,
                 confirm_on=self._config.confirm_on,
-                policy=self.policy_for("queues", name),
+                policy=self.policy_for("queues", name, queue_type),
                 memory_monitor=self._memory_monitor, **extra)
-        operator = self.operator_policy_for("queues", name)
+        operator = self.operator_policy_for("queues", name, queue_type)
         if operator is not None:
             queue.apply_policy(queue.policy, operator)
         self.queues[name] = queue  # the default exchange routes by name: no binding needed
@@ -491,10 +491,11 @@ class VHost:
         return len(queues)
 
     # -- policies (broker/vhost_policies.py) -----------------------------------------------
-    def policy_for(self, kind: str, name: str) -> PolicyDef | None:
+    def policy_for(self, kind: str, name: str, queue_type: str | None = None
+                   ) -> PolicyDef | None:
         """The policy that applies to queue or exchange `name` (`kind` "queues" or
-        "exchanges"), see broker/policies.py."""
-        return self._policies.policy_for(kind, name)
+        "exchanges"; for a queue, of `queue_type`), see broker/policies.py."""
+        return self._policies.policy_for(kind, name, queue_type)
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
                    apply_to: str = "all") -> PolicyDef:
@@ -512,10 +513,11 @@ class VHost:
         self.apply_policies()
         return True
 
-    def operator_policy_for(self, kind: str, name: str) -> PolicyDef | None:
+    def operator_policy_for(self, kind: str, name: str, queue_type: str | None = None
+                            ) -> PolicyDef | None:
         """The operator policy that applies to queue or exchange `name` (matched as
         policies are)."""
-        return self._policies.operator_policy_for(kind, name)
+        return self._policies.operator_policy_for(kind, name, queue_type)
 
     def set_operator_policy(self, name: str, pattern: str, definition: dict,
                             priority: int = 0, apply_to: str = "all") -> PolicyDef:

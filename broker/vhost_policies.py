@@ -44,19 +44,23 @@ class VHostPolicies:
             for p in (definitions.list_parameters(vhost) if definitions else [])
             if p.component == policies.OPERATOR_COMPONENT}
 
-    def policy_for(self, kind: str, name: str) -> PolicyDef | None:
+    def policy_for(self, kind: str, name: str, queue_type: str | None = None
+                   ) -> PolicyDef | None:
         """The policy that applies to queue or exchange `name` (`kind` "queues" or
-        "exchanges"), see broker/policies.py."""
+        "exchanges"; a queue's `queue_type` filters out policies it does not support),
+        see broker/policies.py."""
         if not self.policies:
             return None
-        return policies.match(self.policies.values(), self._vhost, name, kind)
+        return policies.match(self.policies.values(), self._vhost, name, kind, queue_type)
 
-    def operator_policy_for(self, kind: str, name: str) -> PolicyDef | None:
+    def operator_policy_for(self, kind: str, name: str, queue_type: str | None = None
+                            ) -> PolicyDef | None:
         """The operator policy that applies to queue or exchange `name` (matched as
         policies are)."""
         if not self.operator_policies:
             return None
-        return policies.match(self.operator_policies.values(), self._vhost, name, kind)
+        return policies.match(self.operator_policies.values(), self._vhost, name, kind,
+                              queue_type)
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
                    apply_to: str = "all") -> PolicyDef:
@@ -104,8 +108,8 @@ class VHostPolicies:
         that match it now; `resharding(exchange, old_policy)` for each exchange whose
         change adds, drops or alters a sharding policy, as it happens."""
         for q in list(queues.values()):
-            p = self.policy_for("queues", q.name)
-            op = self.operator_policy_for("queues", q.name)
+            p = self.policy_for("queues", q.name, q.queue_type)
+            op = self.operator_policy_for("queues", q.name, q.queue_type)
             if p != q.policy or op != q.operator_policy:
                 q.call(q.apply_policy, p, op)
         for x in list(exchanges.values()):
