@@ -293,3 +293,69 @@ def _try_connect(url):
     except OSError:
         return None
     return pika.BlockingConnection(params)
+
+
+# -- consumers (issue 34 item 6) ------------------------------------------------------------
+def _drain(conn, until, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not until() and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+
+
+def test_consumer_priorities_on_a_quorum_queue(connect, unique):
+    """The higher x-priority consumer gets every message while it has capacity."""
+    conn = connect()
+    ch = conn.channel()
+    q = unique("qq-prio")
+    ch.queue_declare(q, durable=True, arguments=quorum())
+    got: dict[str, list[bytes]] = {"low": [], "high": []}
+    ch.basic_consume(q, lambda c, m, p, b: (got["low"].append(b), c.basic_ack(m.delivery_tag)),
+                     arguments={"x-priority": 1})
+    ch.basic_consume(q, lambda c, m, p, b: (got["high"].append(b), c.basic_ack(m.delivery_tag)),
+                     arguments={"x-priority": 10})
+    pub = conn.channel()
+    pub.confirm_delivery()
+    for i in range(20):
+        pub.basic_publish("", q, str(i).encode())
+    _drain(conn, lambda: len(got["high"]) + len(got["low"]) == 20)
+    assert len(got["high"]) == 20 and got["low"] == []
+    ch.queue_delete(q)
+
+
+def test_single_active_consumer_on_a_quorum_queue(connect, unique):
+    """Only the first consumer gets messages; when it is cancelled the next one takes over,
+    and what the first held unacked is delivered to it with the count raised."""
+    conn = connect()
+    first, second = conn.channel(), conn.channel()
+    q = unique("qq-sac")
+    first.queue_declare(q, durable=True, arguments=quorum(**{"x-single-active-consumer": True}))
+    got: dict[str, list] = {"first": [], "second": []}
+    first.basic_qos(prefetch_count=1)
+    first.basic_consume(q, lambda c, m, p, b: got["first"].append((m.delivery_tag, b)))
+    second.basic_consume(q, lambda c, m, p, b: (got["second"].append((b, count_of(p))),
+                                               c.basic_ack(m.delivery_tag)))
+    pub = conn.channel()
+    pub.confirm_delivery()
+    for body in (b"a", b"b", b"c"):
+        pub.basic_publish("", q, body)
+    _drain(conn, lambda: len(got["first"]) == 1)
+    time.sleep(0.2)
+    conn.process_data_events(time_limit=0.1)
+    assert [b for _t, b in got["first"]] == [b"a"] and got["second"] == []
+    first.close()  # a (unacked) is returned: count 1
+    _drain(conn, lambda: len(got["second"]) == 3)
+    assert sorted(got["second"]) == [(b"a", 1), (b"b", None), (b"c", None)]
+    pub.queue_delete(q)
+
+
+def test_basic_get_with_auto_ack_takes_the_message(connect, unique):
+    ch = connect().channel()
+    q = unique("qq-autoack")
+    ch.queue_declare(q, durable=True, arguments=quorum())
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"once")
+    method, props, body = ch.basic_get(q, auto_ack=True)
+    assert (body, method.redelivered, count_of(props), method.message_count) == (
+        b"once", False, 0, 0)
+    assert ch.basic_get(q) == (None, None, None)
+    ch.queue_delete(q)

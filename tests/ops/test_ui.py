@@ -163,3 +163,28 @@ def test_overview_screenshot_is_not_blank(driver, api_base):
     if out:  # refresh docs/ui-overview.png: BROKER_UI_SCREENSHOT=docs/ui-overview.png
         with open(out, "wb") as f:
             f.write(png)
+
+
+def test_policy_form_offers_the_quorum_keys(driver, api_base, api):
+    """The policy form lists the keys by queue type, as RabbitMQ's does; a click on
+    delivery-limit adds it to the definition, and the policy is created with it."""
+    from selenium.webdriver.common.by import By
+
+    name = f"ui-pol-{uuid.uuid4().hex[:8]}"
+    login(driver, api_base)
+    driver.get(f"{api_base}/#/policies")
+    wait_id(driver, "policies-table")
+    keys = wait_id(driver, "policy-keys").text
+    assert "Queues [Quorum]" in keys and "delivery-limit" in keys
+    driver.find_element(By.CSS_SELECTOR, '.policy-key[data-key="delivery-limit"]').click()
+    assert '"delivery-limit":20' in driver.find_element("id", "policy-definition").get_attribute(
+        "value")
+    driver.find_element("id", "policy-name").send_keys(name)
+    driver.find_element("id", "policy-pattern").send_keys("^ui-quorum-")
+    driver.find_element("id", "add-policy-button").click()
+    wait_text(driver, "policies-table", name)
+    try:
+        assert api.get(f"/api/policies/%2F/{name}").json()["definition"] == {
+            "max-length": 1000, "delivery-limit": 20}
+    finally:
+        api.delete(f"/api/policies/%2F/{name}")

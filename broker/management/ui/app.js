@@ -267,6 +267,28 @@ async function permissions() {
   };
 }
 
+// The keys RabbitMQ's policy form offers, grouped by what takes them (3.10.8's
+// policies.ejs); a click adds the key with an example value to the definition.
+const POLICY_KEYS = [
+  ["Queues [All types]", [["max-length", 1000], ["max-length-bytes", 1048576],
+    ["overflow", "reject-publish"], ["expires", 1800000], ["dead-letter-exchange", ""],
+    ["dead-letter-routing-key", ""]]],
+  ["Queues [Classic]", [["message-ttl", 60000], ["queue-mode", "lazy"], ["confirm-on", "persist"]]],
+  ["Queues [Quorum]", [["max-in-memory-length", 1000], ["max-in-memory-bytes", 1048576],
+    ["delivery-limit", 20], ["dead-letter-strategy", "at-least-once"], ["message-ttl", 60000]]],
+  ["Queues [Stream]", [["max-age", "7D"]]],
+  ["Exchanges", [["alternate-exchange", ""]]],
+  ["Federation", [["federation-upstream-set", "all"], ["federation-upstream", ""]]],
+];
+
+function addPolicyKey(key, value) {
+  const field = document.getElementById("policy-definition");
+  let definition = {};
+  try { definition = JSON.parse(field.value || "{}"); } catch (err) { definition = {}; }
+  if (!(key in definition)) definition[key] = value;
+  field.value = JSON.stringify(definition);
+}
+
 async function policies() {
   const rows = await api("GET", "/api/policies");
   show(`<h2>Policies</h2>` + table([["Vhost", (r) => esc(r.vhost)], ["Name", (r) => esc(r.name)],
@@ -279,7 +301,12 @@ async function policies() {
     <label>Apply to <select id="policy-apply-to"><option>all</option><option>queues</option><option>exchanges</option></select></label>
     <label>Priority <input id="policy-priority" type="number" value="0"></label>
     <label>Definition (JSON) <input id="policy-definition" value='{"max-length": 1000}' size="40"></label>
+    <div id="policy-keys">${POLICY_KEYS.map(([group, keys]) => `<p>${esc(group)}: ${keys.map(([k]) =>
+      `<button type="button" class="policy-key" data-key="${esc(k)}">${esc(k)}</button>`).join(" ")}</p>`).join("")}</div>
     <button id="add-policy-button" type="submit">Add / update policy</button><p class="error" id="page-error"></p></form>`);
+  const examples = new Map(POLICY_KEYS.flatMap(([, keys]) => keys));
+  main.querySelectorAll(".policy-key").forEach((b) => b.onclick = () =>
+    addPolicyKey(b.dataset.key, examples.get(b.dataset.key)));
   main.querySelectorAll(".clear-policy").forEach((b) => b.onclick = async () => {
     await api("DELETE", `/api/policies/${enc(b.dataset.vhost)}/${enc(b.dataset.name)}`).then(route, fail);
   });
