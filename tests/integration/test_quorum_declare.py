@@ -214,7 +214,8 @@ def test_queues_an_earlier_version_stored_are_recovered_as_stored(tmp_path, embe
     """Before these checks a durable quorum queue could be auto-delete, or carry
     x-max-priority, and a stream x-confirm-on: such a queue, stored, still comes back at the
     next start with its messages, and the log says what a declare now refuses (issue 34
-    item 7 decides later whether to convert them)."""
+    item 7: kept, not refused, so that nothing stored is lost; a quorum one comes back as a
+    quorum queue, test_quorum_delivery.py's conversion test)."""
     import logging
 
     from broker.definitions import QueueDef

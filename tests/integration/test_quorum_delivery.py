@@ -359,3 +359,40 @@ def test_basic_get_with_auto_ack_takes_the_message(connect, unique):
         b"once", False, 0, 0)
     assert ch.basic_get(q) == (None, None, None)
     ch.queue_delete(q)
+
+
+def test_a_quorum_queue_stored_by_an_earlier_version_is_converted(tmp_path, embedded_only):
+    """Version 0.2.0 kept a quorum queue as a classic durable queue and wrote no delivery
+    counts (issue 34 item 7). Its queue directory without the counts file comes back as a
+    quorum queue: a message it had delivered and not settled counts one return (it was
+    delivered before), the others none, and x-delivery-limit applies from then on."""
+    import glob
+
+    from broker.embedded import EmbeddedBroker
+
+    b = EmbeddedBroker(data_dir=str(tmp_path)).start()
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.queue_declare("old-qq", durable=True, arguments=quorum(**{"x-delivery-limit": 1}))
+        ch.confirm_delivery()
+        for body in (b"delivered", b"ready"):
+            ch.basic_publish("", "old-qq", body)
+        ch.basic_get("old-qq")  # held at the stop
+    finally:
+        b.stop()
+    counts = glob.glob(str(tmp_path / "**" / "delivery_counts"), recursive=True)
+    assert len(counts) == 1
+    os.remove(counts[0])  # as 0.2.0 left it
+    b = EmbeddedBroker(data_dir=str(tmp_path)).start()
+    try:
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            method, props, body = ch.basic_get("old-qq")
+            assert (body, method.redelivered, count_of(props)) == (b"delivered", True, 1)
+            ch.basic_reject(method.delivery_tag, requeue=True)  # 2 > 1: dropped
+            method, props, body = ch.basic_get("old-qq", auto_ack=True)
+            assert (body, count_of(props)) == (b"ready", 0)
+            assert ch.basic_get("old-qq") == (None, None, None)
+    finally:
+        b.stop()
