@@ -12,7 +12,6 @@ default is 180 s: against RabbitMQ they were run after `rabbitmqctl eval
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import time
 import pika
 import pytest
 
-from tests.integration.test_quorum_delivery import _drop, _free_port, _try_connect
+from tests.integration.client_proc import start_client, stop_client
+from tests.integration.test_quorum_delivery import _free_port, _listening, _try_connect
 from tests.polling import wait_for
 
 ALO = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once",
@@ -187,39 +187,48 @@ def test_kill_9_loses_no_dead_letter_in_flight(tmp_path, embedded_only):
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     proc = _start(cmd)
     try:
-        conn = wait_for(lambda: _try_connect(url), timeout=30)
-        ch = conn.channel()
-        ch.exchange_declare("dlx", "direct", durable=True)
-        ch.queue_declare("target", durable=True)
-        ch.queue_declare("src", durable=True, arguments={
-            **ALO, "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "t"})
-        ch.confirm_delivery()
-        sent = {str(i).encode() for i in range(400)}
-        for body in sorted(sent):
-            ch.basic_publish("", "src", body, pika.BasicProperties(delivery_mode=2))
-        ch.basic_qos(prefetch_count=50)
-        rejected = 0
+        wait_for(lambda: _listening(port), timeout=30)
+        client, sent = start_client("""
+            import json, time, pika
+            conn = pika.BlockingConnection(pika.URLParameters(URL))
+            ch = conn.channel()
+            ch.exchange_declare("dlx", "direct", durable=True)
+            ch.queue_declare("target", durable=True)
+            ch.queue_declare("src", durable=True, arguments={
+                "x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish", "x-dead-letter-exchange": "dlx",
+                "x-dead-letter-routing-key": "t"})
+            ch.confirm_delivery()
+            sent = [str(i) for i in range(400)]
+            for body in sent:
+                ch.basic_publish("", "src", body.encode(), pika.BasicProperties(delivery_mode=2))
+            ch.basic_qos(prefetch_count=50)
+            rejected = 0
 
-        def on_message(chan, method, _props, _body):
-            nonlocal rejected
-            if rejected >= 300:
-                return  # held unacked: back in the source after the kill
-            chan.basic_reject(method.delivery_tag, requeue=False)
-            rejected += 1
-            if rejected == 100:
-                chan.queue_bind("target", "dlx", "t")
-            elif rejected == 250:
-                chan.queue_unbind("target", "dlx", "t")
+            def on_message(chan, method, _props, _body):
+                global rejected
+                if rejected >= 300:
+                    return  # held unacked: back in the source after the kill
+                chan.basic_reject(method.delivery_tag, requeue=False)
+                rejected += 1
+                if rejected == 100:
+                    chan.queue_bind("target", "dlx", "t")
+                elif rejected == 250:
+                    chan.queue_unbind("target", "dlx", "t")
 
-        ch.basic_consume("src", on_message)
-        while rejected < 300:
-            conn.process_data_events(time_limit=0.05)
+            ch.basic_consume("src", on_message)
+            while rejected < 300:
+                conn.process_data_events(time_limit=0.05)
+            print(json.dumps(sent), flush=True)
+            input()  # killed with the broker
+            """, url)
+        sent = {body.encode() for body in sent}
         # the source's index has the rejects on disk after its 200 ms sync; the 50 rejected
         # since the unbind have no route and exist only as held dead letters
         time.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        _drop(conn)
+        stop_client(client)
         proc = _start(cmd)
         conn = wait_for(lambda: _try_connect(url), timeout=30)
         ch = conn.channel()

@@ -17,6 +17,7 @@ import time
 import pika
 import pytest
 
+from tests.integration.client_proc import start_client, stop_client
 from tests.polling import wait_for
 
 
@@ -212,6 +213,7 @@ def test_counts_survive_a_clean_restart(tmp_path, embedded_only):
         assert [(b, count_of(p)) for _m, p, b in held] == [(b"a", 1), (b"b", 0)]
     finally:
         b.stop()
+    _closed_by_broker(conn)
     b = EmbeddedBroker(data_dir=str(tmp_path)).start()
     try:
         got = [_get(b.url, "qq") for _ in range(3)]
@@ -231,24 +233,31 @@ def test_counts_survive_kill_9(tmp_path, embedded_only):
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        conn = wait_for(lambda: _try_connect(url), timeout=30)
-        ch = conn.channel()
-        ch.queue_declare("dead", durable=True)
-        ch.queue_declare("qq", durable=True, arguments=quorum(**{
-            "x-delivery-limit": 2, "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": "dead"}))
-        ch.confirm_delivery()
-        for body in (b"a", b"b"):
-            ch.basic_publish("", "qq", body)
-        for _ in range(2):  # a: 2 returns
-            method, _p, _b = ch.basic_get("qq")
-            ch.basic_reject(method.delivery_tag, requeue=True)
-        held = [ch.basic_get("qq") for _ in range(2)]  # a (2), b (0), held
-        assert [(b, count_of(p)) for _m, p, b in held] == [(b"a", 2), (b"b", 0)]
+        wait_for(lambda: _listening(port), timeout=30)
+        client, held = start_client("""
+            import json, pika
+            conn = pika.BlockingConnection(pika.URLParameters(URL))
+            ch = conn.channel()
+            ch.queue_declare("dead", durable=True)
+            ch.queue_declare("qq", durable=True, arguments={
+                "x-queue-type": "quorum", "x-delivery-limit": 2,
+                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+            ch.confirm_delivery()
+            for body in (b"a", b"b"):
+                ch.basic_publish("", "qq", body)
+            for _ in range(2):  # a: 2 returns
+                method, _p, _b = ch.basic_get("qq")
+                ch.basic_reject(method.delivery_tag, requeue=True)
+            held = [ch.basic_get("qq") for _ in range(2)]  # a (2), b (0), held
+            print(json.dumps([[b.decode(), (p.headers or {}).get("x-delivery-count")]
+                              for _m, p, b in held]), flush=True)
+            input()  # hold them until killed
+            """, url)
+        assert held == [["a", 2], ["b", 0]]
         time.sleep(0.5)  # the index's 200 ms sync has the deliveries
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        _drop(conn)
+        stop_client(client)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         conn = wait_for(lambda: _try_connect(url), timeout=30)
         ch = conn.channel()
@@ -264,16 +273,23 @@ def test_counts_survive_kill_9(tmp_path, embedded_only):
         proc.wait(10)
 
 
-def _drop(conn):
-    """Let go of a connection whose broker was killed (its socket is closed here)."""
+def _closed_by_broker(conn):
+    """Read the connection.close a stopped broker sent (pika then closes its sockets)."""
     try:
-        conn.process_data_events(time_limit=0.2)  # reads the EOF
+        conn.process_data_events(time_limit=1)
     except pika.exceptions.AMQPError:
         pass
+    assert conn.is_closed
+
+
+def _listening(port):
+    import socket
+
     try:
-        conn.close()
-    except pika.exceptions.AMQPError:
-        pass
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def _free_port():
@@ -381,6 +397,7 @@ def test_a_quorum_queue_stored_by_an_earlier_version_is_converted(tmp_path, embe
         ch.basic_get("old-qq")  # held at the stop
     finally:
         b.stop()
+    _closed_by_broker(conn)
     counts = glob.glob(str(tmp_path / "**" / "delivery_counts"), recursive=True)
     assert len(counts) == 1
     os.remove(counts[0])  # as 0.2.0 left it
