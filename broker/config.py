@@ -116,6 +116,25 @@ class BrokerConfig:
     collect_statistics_interval: int = 5000  # ms between samples of counters into rates
     load_definitions: str = ""  # a definitions JSON file imported at boot (definitions.html)
 
+    # high availability (docs/high-availability.md; rabbitmq.conf `clustering.enabled = true`,
+    # TOML `[clustering] enabled = true`): etcd elects the leader and keeps the in-sync
+    # replica set, the leader streams its durable writes to followers on clustering.port
+    clustering_enabled: bool = False
+    clustering_etcd_endpoints: str = "127.0.0.1:2379"  # host:port[,host:port...]
+    clustering_etcd_prefix: str = "pybroker"  # every key the cluster keeps lives under it
+    clustering_etcd_username: str = ""  # etcd user (with clustering.etcd_password)
+    clustering_etcd_password: str = ""
+    clustering_etcd_tls_cacertfile: str = ""  # TLS to etcd: CA of its server certificates
+    clustering_etcd_tls_certfile: str = ""  # client certificate (PEM), if etcd asks for one
+    clustering_etcd_tls_keyfile: str = ""
+    clustering_advertised_uri: str = ""  # tcp://host:port followers reach this member at
+    clustering_bind: str = "127.0.0.1"  # address of the replication listener
+    clustering_port: int = 5679  # the replication listener (members only)
+    clustering_lease_ttl: int = 5  # s: a leader that cannot renew its lease this long stops
+    clustering_min_insync_replicas: int = 1  # members (leader included) a confirm needs
+    clustering_ack_timeout: int = 3000  # ms a follower may lag before it leaves the ISR
+    clustering_follower_fsync: bool = True  # a follower acks after fdatasync (else: written)
+
     # writer: flush the outbound buffer early once it holds this many bytes
     writer_flush_threshold: int = 262144
 
