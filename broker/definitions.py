@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker import replication_hook
 from broker.passwords import DEFAULT_ALGORITHM as HASHING_ALGORITHM
 from broker.passwords import check_password, hash_password  # noqa: F401 (re-exported)
 
@@ -274,12 +275,64 @@ class ParameterDef:
     value: Any
 
 
+# -- replication (issue 35): each change as an operation record -------------------------------
+_RECORDS: dict[str, type] = {}  # record class name -> class (filled below the records)
+
+
+def _op_value(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return {"$def": type(value).__name__,
+                "fields": {k: _op_value(getattr(value, k)) for k in value.__dataclass_fields__}}
+    return _to_json(value)
+
+
+def encode_op(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """The operation record of `Definitions.<name>(*args, **kwargs)`: JSON with records as
+    {"$def": class, "fields": {...}} and AMQP values tagged as in the tables."""
+    return json.dumps({"op": name, "args": [_op_value(a) for a in args],
+                       "kwargs": {k: _op_value(v) for k, v in kwargs.items()}}).encode()
+
+
+def decode_value(value: Any) -> Any:
+    """The value `_op_value` encoded (records rebuilt, tuples of tags as tuples)."""
+    if isinstance(value, dict) and "$def" in value:
+        cls = _RECORDS[value["$def"]]
+        fields = {k: decode_value(v) for k, v in value["fields"].items()}
+        if "tags" in fields and isinstance(fields["tags"], list):
+            fields["tags"] = tuple(fields["tags"])
+        return cls(**fields)
+    return _from_json(value)
+
+
+def _replicated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A change to the definitions: once committed, reported to replication as an
+    operation record (broker/replication_hook.py; nothing happens without a cluster)."""
+    name = fn.__name__
+    REPLICATED_OPS.add(name)
+
+    def wrapper(self: Definitions, *args: Any, **kwargs: Any) -> Any:
+        result = fn(self, *args, **kwargs)
+        if replication_hook.sink is not None:
+            replication_hook.definitions(encode_op(name, args, kwargs))
+        return result
+
+    wrapper.__name__ = name
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+REPLICATED_OPS: set[str] = set()  # the Definitions methods an operation record may name
+
+
 class Definitions:
     """The definitions database at `path` (created if missing). See the module docstring."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, check_same_thread: bool = True) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None)
+        # check_same_thread=False: a follower's copy, used from its replication worker
+        # threads one at a time (broker/cluster/files.py)
+        self._db = sqlite3.connect(path, isolation_level=None,
+                                   check_same_thread=check_same_thread)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
@@ -330,6 +383,7 @@ class Definitions:
         self._db.close()
 
     # -- vhosts ----------------------------------------------------------------------------
+    @_replicated
     def add_vhost(self, name: str, description: str = "", tags: Iterable[str] = ()) -> None:
         """Create or update a vhost (an UPSERT: updating keeps what the vhost holds; INSERT
         OR REPLACE would delete the row and cascade)."""
@@ -337,6 +391,7 @@ class Definitions:
                     "description = excluded.description, tags = excluded.tags",
                     (name, description, json.dumps(list(tags))))
 
+    @_replicated
     def remove_vhost(self, name: str) -> bool:
         """Delete a vhost and everything in it (exchanges, queues, bindings, policies,
         permissions); returns False if it did not exist."""
@@ -356,11 +411,19 @@ class Definitions:
         and limits (an UPSERT, not a delete + insert, which would cascade)."""
         if password is not None:
             password_hash = hash_password(password, hashing_algorithm)
+        self.put_user(name, password_hash, tuple(tags), hashing_algorithm)
+
+    @_replicated
+    def put_user(self, name: str, password_hash: bytes | None, tags: tuple[str, ...],
+                 hashing_algorithm: str) -> None:
+        """Create or update a user from its hash (what add_user stores, and what a
+        follower replays: the same salt on every member)."""
         self._write("INSERT INTO users VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
                     "password_hash = excluded.password_hash, "
                     "hashing_algorithm = excluded.hashing_algorithm, tags = excluded.tags",
                     (name, password_hash, hashing_algorithm, json.dumps(list(tags))))
 
+    @_replicated
     def remove_user(self, name: str) -> bool:
         """Delete a user and their permissions, topic permissions and limits."""
         return self._write("DELETE FROM users WHERE name = ?", (name,)) > 0
@@ -377,11 +440,13 @@ class Definitions:
                                (name,)).fetchone()
         return bool(row and row[0] and check_password(password, row[0], row[1]))
 
+    @_replicated
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         """Grant regex permissions of `user` in `vhost` (both must exist)."""
         self._write("INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?, ?)",
                     (user, vhost, configure, write, read))
 
+    @_replicated
     def clear_permissions(self, user: str, vhost: str) -> bool:
         """Remove `user`'s permissions in `vhost`."""
         return self._write("DELETE FROM permissions WHERE user = ? AND vhost = ?", (user, vhost)) > 0
@@ -391,6 +456,7 @@ class Definitions:
         rows = self._db.execute("SELECT * FROM permissions ORDER BY user, vhost")
         return [PermissionDef(*r) for r in rows]
 
+    @_replicated
     def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
                               read: str) -> None:
         """Topic permissions of `user` in `vhost` on topic exchange `exchange` (RabbitMQ
@@ -398,6 +464,7 @@ class Definitions:
         self._write("INSERT OR REPLACE INTO topic_permissions VALUES (?, ?, ?, ?, ?)",
                     (user, vhost, exchange, write, read))
 
+    @_replicated
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
         """Remove `user`'s topic permissions in `vhost` (on one exchange, or all)."""
         if exchange is None:
@@ -412,6 +479,7 @@ class Definitions:
         return [TopicPermissionDef(*r) for r in rows]
 
     # -- limits (RabbitMQ runtime parameters `user-limits` / `vhost-limits`) ---------------
+    @_replicated
     def set_limits(self, scope: str, owner: str, limits: dict[str, int]) -> None:
         """Replace every limit of user (`scope` "user") or vhost ("vhost") `owner`."""
         table, column = _LIMIT_TABLES[scope]
@@ -430,12 +498,14 @@ class Definitions:
         return out
 
     # -- exchanges -------------------------------------------------------------------------
+    @_replicated
     def add_exchange(self, x: ExchangeDef) -> None:
         """Record a durable exchange (replacing one of the same name)."""
         self._write("INSERT OR REPLACE INTO exchanges VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal,
                      encode_table(x.arguments)))
 
+    @_replicated
     def remove_exchange(self, vhost: str, name: str) -> bool:
         """Delete an exchange and every binding from it or to it."""
         with self._db:
@@ -453,11 +523,13 @@ class Definitions:
                 for v, n, t, d, a, i, args in rows]
 
     # -- queues ----------------------------------------------------------------------------
+    @_replicated
     def add_queue(self, q: QueueDef) -> None:
         """Record a durable queue (replacing one of the same name)."""
         self._write("INSERT OR REPLACE INTO queues VALUES (?, ?, ?, ?, ?)",
                     (q.vhost, q.name, q.durable, q.auto_delete, encode_table(q.arguments)))
 
+    @_replicated
     def remove_queue(self, vhost: str, name: str) -> bool:
         """Delete a queue and every binding to it."""
         with self._db:
@@ -474,12 +546,14 @@ class Definitions:
                 for v, n, d, a, args in self._select("queues", vhost)]
 
     # -- bindings --------------------------------------------------------------------------
+    @_replicated
     def add_binding(self, b: BindingDef) -> None:
         """Record a binding (idempotent: the same binding twice is one row)."""
         self._write("INSERT OR IGNORE INTO bindings VALUES (?, ?, ?, ?, ?, ?)",
                     (b.vhost, b.source, b.destination, b.destination_kind, b.routing_key,
                      encode_table(b.arguments)))
 
+    @_replicated
     def remove_binding(self, b: BindingDef) -> bool:
         """Delete one binding (matched on every field, arguments included)."""
         return self._write(
@@ -494,12 +568,14 @@ class Definitions:
                 for v, s, d, k, rk, args in self._select("bindings", vhost)]
 
     # -- policies --------------------------------------------------------------------------
+    @_replicated
     def set_policy(self, p: PolicyDef) -> None:
         """Create or replace a policy."""
         self._write("INSERT OR REPLACE INTO policies VALUES (?, ?, ?, ?, ?, ?)",
                     (p.vhost, p.name, p.pattern, p.apply_to, encode_table(p.definition),
                      p.priority))
 
+    @_replicated
     def clear_policy(self, vhost: str, name: str) -> bool:
         """Delete a policy."""
         return self._write("DELETE FROM policies WHERE vhost = ? AND name = ?", (vhost, name)) > 0
@@ -510,11 +586,13 @@ class Definitions:
                 for v, n, pat, apply_to, d, prio in self._select("policies", vhost)]
 
     # -- runtime parameters (rabbitmq.com/parameters.html) -----------------------------------
+    @_replicated
     def set_parameter(self, p: ParameterDef) -> None:
         """Create or replace a runtime parameter."""
         self._write("INSERT OR REPLACE INTO parameters VALUES (?, ?, ?, ?)",
                     (p.vhost, p.component, p.name, json.dumps(p.value)))
 
+    @_replicated
     def clear_parameter(self, vhost: str, component: str, name: str) -> bool:
         """Delete a runtime parameter; False when there was none."""
         return self._write("DELETE FROM parameters WHERE vhost = ? AND component = ? AND "
@@ -526,11 +604,13 @@ class Definitions:
                 for v, c, n, value in self._select("parameters", vhost)]
 
     # -- global runtime parameters (rabbitmq.com/parameters.html#global-parameters) --------
+    @_replicated
     def set_global_parameter(self, name: str, value: Any) -> None:
         """Create or replace a global parameter (any JSON value)."""
         self._write("INSERT OR REPLACE INTO global_parameters VALUES (?, ?)",
                     (name, json.dumps(value)))
 
+    @_replicated
     def clear_global_parameter(self, name: str) -> bool:
         """Delete a global parameter; False when there was none."""
         return self._write("DELETE FROM global_parameters WHERE name = ?", (name,)) > 0
@@ -545,3 +625,8 @@ class Definitions:
             return self._db.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
         return self._db.execute(
             f"SELECT * FROM {table} WHERE vhost = ? ORDER BY 1, 2, 3", (vhost,)).fetchall()
+
+
+_RECORDS.update({cls.__name__: cls for cls in (
+    VhostDef, UserDef, PermissionDef, TopicPermissionDef, ExchangeDef, QueueDef, BindingDef,
+    PolicyDef, ParameterDef)})

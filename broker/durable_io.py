@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from broker import replication_hook
+
 
 def fsync_dir(path: str) -> None:
     """fsync the directory `path` so renames and new entries in it are durable."""
@@ -28,5 +30,6 @@ def write_atomically(directory: str, name: str, data: bytes, fsync: bool) -> Non
         if fsync:
             os.fsync(f.fileno())
     os.replace(tmp, os.path.join(directory, name))
+    replication_hook.replaced(os.path.join(directory, name), data)
     if fsync:
         fsync_dir(directory)

@@ -12,11 +12,14 @@ Must never: follow a path out of the data directory (broker/cluster/wire.py `saf
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 
 from broker.cluster.wire import FileEntry, safe_path
+from broker.definitions import Definitions
+from broker.definitions_ops import apply_op
 from broker.durable_io import fsync_dir, write_atomically
 
 LOCAL_DIR = "cluster"  # this member's own state: never replicated
@@ -151,3 +154,35 @@ class FollowerFiles:
         for directory in dirs:
             if os.path.isdir(directory):
                 fsync_dir(directory)
+
+
+class FollowerDefinitions:
+    """A follower's copy of the definitions: its own `definitions.db`, rebuilt from the
+    leader's snapshot when it syncs and changed by each replayed operation
+    (broker/definitions_ops.py). Opened on first use, from the replication worker thread."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.path = os.path.join(data_dir, "definitions.db")
+        self._defs: Definitions | None = None
+
+    def _open(self) -> Definitions:
+        if self._defs is None:
+            self._defs = Definitions(self.path, check_same_thread=False)
+        return self._defs
+
+    def rebuild(self, ops: list[bytes]) -> None:
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path + suffix)
+        defs = self._open()
+        for op in ops:
+            apply_op(defs, op)
+
+    def apply(self, op: bytes) -> None:
+        apply_op(self._open(), op)
+
+    def close(self) -> None:
+        if self._defs is not None:
+            self._defs.close()
+            self._defs = None

@@ -19,7 +19,7 @@ import logging
 import os
 
 from broker.cluster import wire
-from broker.cluster.files import LOCAL_DIR, FollowerFiles
+from broker.cluster.files import LOCAL_DIR, FollowerDefinitions, FollowerFiles
 from broker.cluster.framed import read_frame
 from broker.durable_io import write_atomically
 
@@ -38,6 +38,7 @@ class ReplicationClient:
         self.node_id = node_id
         self.secret = secret
         self.files = FollowerFiles(self.data_dir, fsync)
+        self.definitions = FollowerDefinitions(self.data_dir)
         self.state = "idle"  # connecting, syncing, streaming
         self.position = 0  # the last stream position written (and acked)
         self.leader_term = 0
@@ -91,6 +92,7 @@ class ReplicationClient:
             await self._stream(reader, writer)
         finally:
             self.state = "idle"
+            self.definitions.close()
             writer.close()
 
     async def _sync(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -137,10 +139,19 @@ class ReplicationClient:
                 ack = wire.Fields(payload).u64()
                 self.state = "streaming"
                 continue
+            if kind == wire.DEFS_SNAPSHOT:
+                self.definitions.rebuild(wire.parse_defs_snapshot(payload))
+                continue
             if kind not in wire.STREAM_KINDS:
                 raise wire.ProtocolError(f"unexpected frame {kind} in the stream")
             f = wire.Fields(payload)
-            position, path = f.u64(), wire.safe_path(f.s16())
+            position = f.u64()
+            if kind == wire.DEFS:
+                self.definitions.apply(f.rest())
+                if self.state == "streaming":
+                    ack = position
+                continue
+            path = wire.safe_path(f.s16())
             if kind == wire.APPEND:
                 offset = f.u64()
                 files.append(path, offset, f.rest())

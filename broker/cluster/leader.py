@@ -67,7 +67,8 @@ class ReplicationServer:
 
     def __init__(self, data_dir: str, node_id: str, term: int, secret: bytes,
                  set_isr: Callable[[set[str]], Awaitable[bool]], *, ack_timeout: int = 3000,
-                 min_insync_replicas: int = 1) -> None:
+                 min_insync_replicas: int = 1,
+                 definitions_snapshot: Callable[[], list[bytes]] | None = None) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.term = term
@@ -75,6 +76,9 @@ class ReplicationServer:
         self._set_isr = set_isr
         self.ack_timeout = ack_timeout / 1000.0
         self.min_insync_replicas = min_insync_replicas
+        # the operations that rebuild the definitions (broker/definitions_ops.py), sent at
+        # the end of each sync; None: this leader replicates files only
+        self._definitions_snapshot = definitions_snapshot
         self.followers: dict[str, FollowerLink] = {}
         self.isr: set[str] = set()  # follower ids in the ISR (as last written to etcd)
         self._isr_dirty = True  # etcd's ISR may list members this leader has not synced
@@ -182,6 +186,8 @@ class ReplicationServer:
                 content = await asyncio.to_thread(self._read, path)
                 link.writer.write(wire.frame(wire.FILE, wire.s16(path), content))
                 await link.writer.drain()
+            if self._definitions_snapshot is not None:
+                link.writer.write(wire.defs_snapshot_frame(self._definitions_snapshot()))
             with self._lock:
                 link.state = "streaming"
                 held, link.buffered = link.buffered, []
@@ -252,13 +258,15 @@ class ReplicationServer:
         rel = path.replace(os.sep, "/")
         return rel if replicated(rel) else None
 
-    def _emit(self, kind: int, path: str, *parts: bytes) -> int:
-        rel = self._rel(path)
+    def _emit(self, kind: int, path: str | None, *parts: bytes) -> int:
+        rel = self._rel(path) if path is not None else ""
         with self._lock:
             if rel is None:
                 return self.position
             self.position += 1
-            data = wire.frame(kind, wire.u64(self.position), wire.s16(rel), *parts)
+            head = wire.u64(self.position) if path is None else (
+                wire.u64(self.position) + wire.s16(rel))
+            data = wire.frame(kind, head, *parts)
             self._outbox.append(data)
             if not self._flush_scheduled and self._loop is not None:
                 self._flush_scheduled = True
@@ -279,6 +287,10 @@ class ReplicationServer:
     def delete(self, path: str) -> int:
         """`path` (a file or a directory tree) is gone."""
         return self._emit(wire.DELETE, path)
+
+    def definitions(self, op: bytes) -> int:
+        """A definitions operation (broker/definitions.py encode_op)."""
+        return self._emit(wire.DEFS, None, op)
 
     def _flush(self) -> None:
         with self._lock:

@@ -16,12 +16,16 @@ Leader → follower:
 - WELCOME: the leader's term (u64) and id (str16), or REFUSED: a reason (str16)
 - FILES: (path str16, size u64, sha1 20 bytes) for every replicated file
 - FILE: path (str16), content (the rest)
+- DEFS_SNAPSHOT: the definitions as the operations that rebuild them (each u32-length
+  prefixed JSON, broker/definitions_ops.py): the follower's database is rebuilt from them
 - SYNCED: the stream position the sync ends at (u64)
 - APPEND: position (u64), path (str16), offset (u64), data (the rest) — written at
   `offset`, so applying it twice leaves the same bytes
 - REPLACE: position, path, content (the file becomes exactly this)
 - DELETE: position, path
 - TRUNCATE: position, path, size (u64)
+- DEFS: position, one definitions operation (JSON; no path): definitions travel as the
+  operations that change them, never as database pages
 
 Paths are relative to the data directory, '/'-separated, never absolute and never with a
 `..` part (the follower refuses such a frame and disconnects). A stream position counts the
@@ -40,9 +44,9 @@ PREAMBLE = b"PYREPL" + struct.pack(">H", VERSION)
 MAX_FRAME = 64 * 1024 * 1024  # bytes: a larger frame is a protocol error
 
 HELLO, WANT, ACK = 1, 2, 3
-WELCOME, REFUSED, FILES, FILE, SYNCED = 10, 11, 12, 13, 14
-APPEND, REPLACE, DELETE, TRUNCATE = 20, 21, 22, 23
-STREAM_KINDS = (APPEND, REPLACE, DELETE, TRUNCATE)
+WELCOME, REFUSED, FILES, FILE, SYNCED, DEFS_SNAPSHOT = 10, 11, 12, 13, 14, 15
+APPEND, REPLACE, DELETE, TRUNCATE, DEFS = 20, 21, 22, 23, 24
+STREAM_KINDS = (APPEND, REPLACE, DELETE, TRUNCATE, DEFS)
 
 _HEAD = struct.Struct(">BI")
 _U16 = struct.Struct(">H")
@@ -170,4 +174,16 @@ def parse_want(payload: bytes) -> list[str]:
     out = []
     while not f.done():
         out.append(safe_path(f.s16()))
+    return out
+
+
+def defs_snapshot_frame(ops: list[bytes]) -> bytes:
+    return frame(DEFS_SNAPSHOT, *(len(op).to_bytes(4, "big") + op for op in ops))
+
+
+def parse_defs_snapshot(payload: bytes) -> list[bytes]:
+    f = Fields(payload)
+    out = []
+    while not f.done():
+        out.append(f.raw(int.from_bytes(f.raw(4), "big")))
     return out

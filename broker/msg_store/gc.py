@@ -21,6 +21,7 @@ import logging
 import os
 from typing import Any
 
+from broker import replication_hook
 from broker.msg_store import file_format as ff
 from broker.msg_store.index import FileSummary
 
@@ -114,6 +115,7 @@ def _combine(store: MessageStore, left: int, right: int) -> None:
         store._close_read_fd(left)
         store._close_read_fd(right)
         os.replace(tmp, store._path(left))
+        replication_hook.replaced(store._path(left))
         dir_fd = os.open(store.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the rename is durable before the right file goes
@@ -123,6 +125,7 @@ def _combine(store: MessageStore, left: int, right: int) -> None:
         old_right = store._summaries.pop(right)
         store._dirty.discard(right)
         os.unlink(store._path(right))
+        replication_hook.deleted(store._path(right))
         store._total_size += offset - old_left.file_size - old_right.file_size
         store._total_valid += new_valid - old_left.valid_total_size - old_right.valid_total_size
         store._summaries[left] = FileSummary(new_valid, offset, locked=True)

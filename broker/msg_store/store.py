@@ -56,6 +56,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 
+from broker import replication_hook
 from broker.durable_io import fsync_dir, write_atomically
 from broker.msg_store import file_format as ff
 from broker.msg_store.index import FileSummary, IndexEntry, StoreIndex
@@ -158,6 +159,7 @@ class MessageStore:
     def wipe(self) -> None:
         """Delete every file and start empty (the transient store at boot)."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        replication_hook.deleted(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         self._open_current(0)
 
@@ -428,6 +430,7 @@ class MessageStore:
     def _flush_locked(self) -> None:
         if self._buf:
             os.write(self._cur_fd, self._buf)
+            replication_hook.appended(self._path(self._cur), self._cur_flushed, self._buf)
             self._cur_flushed += len(self._buf)
             self._buf = bytearray()
 
@@ -491,6 +494,7 @@ class MessageStore:
         self._total_valid -= summary.valid_total_size
         self._dirty.discard(num)
         os.unlink(self._path(num))
+        replication_hook.deleted(self._path(num))
         self._dir_dirty = True
 
     def file_summaries(self) -> dict[int, FileSummary]:

@@ -13,6 +13,7 @@ import shutil
 import uuid
 from collections.abc import Iterable
 
+from broker import replication_hook
 from broker.dir_names import base36
 from broker.msg_store.store import MessageStore
 
@@ -60,6 +61,7 @@ class VhostStores:
             for name in os.listdir(self.queues_dir):
                 if name not in keep:
                     shutil.rmtree(os.path.join(self.queues_dir, name), ignore_errors=True)
+                    replication_hook.deleted(os.path.join(self.queues_dir, name))
         return self.persistent.recover(lambda: count_store_refs(self.queues_dir))
 
     def close(self) -> None:
@@ -82,6 +84,7 @@ class VhostStores:
             os.rename(self.root, aside)
         except FileNotFoundError:
             os.makedirs(aside)  # never written to: nothing to move
+        replication_hook.deleted(self.root)
         return aside
 
 

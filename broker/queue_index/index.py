@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from broker import replication_hook
 from broker.durable_io import fsync_dir, write_atomically
 from broker.queue_index import journal as jf
 from broker.queue_index import segment as sf
@@ -155,6 +156,7 @@ class QueueIndex:
     def erase(self) -> None:
         """Start empty (a new or non-durable queue): remove any old files."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        replication_hook.deleted(self.directory)
         os.makedirs(self.directory)
         self._open_journal()
 
@@ -186,6 +188,7 @@ class QueueIndex:
         except FileNotFoundError:
             return None
         os.unlink(path)
+        replication_hook.deleted(path)
         if len(data) < _TERMS_HEAD.size + 4 or zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "big"):
             log.warning("%s: recovery terms damaged; replaying", self.directory)
             return None
@@ -250,8 +253,13 @@ class QueueIndex:
                 path = os.path.join(self.directory, sf.file_name(seg))
                 if os.path.exists(path):
                     os.unlink(path)
+                    replication_hook.deleted(path)
         self._truncate_journal()
         return Recovered(False, count, nbytes, low if low is not None else next_seq, next_seq)
+
+    @property
+    def _journal_path(self) -> str:
+        return os.path.join(self.directory, JOURNAL)
 
     def _open_journal(self) -> None:
         self._fd = os.open(
@@ -384,7 +392,7 @@ class QueueIndex:
         """Write buffered journal entries to journal.jif (no fsync)."""
         parts = self._take_parts()
         if parts:
-            _write_all(self._fd, parts)
+            _write_all(self._fd, parts, self._journal_path)
             self._dirty = True
 
     def needs_sync(self) -> bool:
@@ -429,7 +437,7 @@ class QueueIndex:
             try:
                 for parts, _batch in jobs:
                     if parts:
-                        _write_all(self._fd, parts)
+                        _write_all(self._fd, parts, self._journal_path)
                 os.fsync(self._fd)
             except OSError:
                 # the queue is left without those confirms, as a queue whose disk fails is
@@ -463,6 +471,7 @@ class QueueIndex:
             path = os.path.join(self.directory, sf.file_name(seg))
             if os.path.exists(path):
                 os.unlink(path)
+                replication_hook.deleted(path)
         for seg, entries in by_seg.items():
             if seg not in self._seg_unacked:
                 continue  # just deleted
@@ -477,15 +486,19 @@ class QueueIndex:
 
     def _append_block(self, seg: int, entries: list[tuple[int, SegEntry]]) -> None:
         """Append one block to segment `seg` and fsync it (fold, dirty recovery)."""
-        with open(os.path.join(self.directory, sf.file_name(seg)), "ab") as f:
-            f.write(sf.encode_block(seg, entries))
+        path = os.path.join(self.directory, sf.file_name(seg))
+        block = sf.encode_block(seg, entries)
+        with open(path, "ab") as f:
+            f.write(block)
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())
+            replication_hook.appended(path, f.tell() - len(block), block)
 
     def _truncate_journal(self) -> None:
         """Empty journal.jif (after its entries reached fsynced segments) and the RAM map."""
         os.ftruncate(self._fd, 0)
+        replication_hook.truncated(self._journal_path, 0)
         if self.fsync:
             os.fsync(self._fd)
             fsync_dir(self.directory)
@@ -527,12 +540,13 @@ class QueueIndex:
             os.close(self._fd)
             self._fd = -1
         shutil.rmtree(self.directory, ignore_errors=True)
+        replication_hook.deleted(self.directory)
 
 
 _IOV_MAX = 1024  # Linux UIO_MAXIOV: buffers one writev(2) may take
 
 
-def _write_all(fd: int, parts: list[bytes]) -> None:
+def _write_all(fd: int, parts: list[bytes], path: str) -> None:
     """Append `parts` to `fd` with gathered writes (writev), IOV_MAX buffers at a time; a
     short write (a signal, a full disk) finishes with plain writes of what is left."""
     for start in range(0, len(parts), _IOV_MAX):
@@ -543,3 +557,5 @@ def _write_all(fd: int, parts: list[bytes]) -> None:
             rest = b"".join(chunk)[done:]
             while rest:
                 rest = rest[os.write(fd, rest):]
+    if replication_hook.sink is not None:
+        replication_hook.appended_fd(fd, path, b"".join(parts))

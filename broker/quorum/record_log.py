@@ -16,6 +16,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 
+from broker import replication_hook
 from broker.durable_io import write_atomically
 
 log = logging.getLogger("broker.queue")
@@ -77,7 +78,9 @@ class RecordLog:
         once `sync` ran)."""
         if self._fd < 0:
             self.rewrite([])
-        os.write(self._fd, frame(payload))
+        data = frame(payload)
+        os.write(self._fd, data)
+        replication_hook.appended_fd(self._fd, self.path, data)
         self.records += 1
         self._dirty = True
 

@@ -42,6 +42,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
+from broker import replication_hook
+
 log = logging.getLogger("broker.stream")
 
 MAGIC = b"STRC"
@@ -125,9 +127,12 @@ class StreamLog:
             log.warning("stream %s: truncating a torn tail of %s at byte %d (of %d)",
                         self.directory, os.path.basename(seg.path), pos, data_end)
             os.truncate(seg.path, pos)
+            replication_hook.truncated(seg.path, pos)
         records += good
+        index = b"".join(_INDEX.pack(*r) for r in records)
         with open(seg.index, "wb") as out:  # rewritten: consistent with the segment
-            out.write(b"".join(_INDEX.pack(*r) for r in records))
+            out.write(index)
+        replication_hook.replaced(seg.index, index)
         self.next_offset = offset
         if records:
             self._last_chunk, self._last_ts = records[-1][0], records[-1][1]
@@ -186,8 +191,14 @@ class StreamLog:
         first = self.next_offset
         head = _CHUNK.pack(MAGIC, VERSION, len(entries), first, ts, len(data),
                            zlib.crc32(data))
-        os.write(self._fd, head + data)
-        os.write(self._ifd, _INDEX.pack(first, ts, self._size, len(entries)))
+        chunk = head + data
+        record = _INDEX.pack(first, ts, self._size, len(entries))
+        os.write(self._fd, chunk)
+        os.write(self._ifd, record)
+        if replication_hook.sink is not None:
+            seg = self._segments[-1]
+            replication_hook.appended(seg.path, self._size, chunk)
+            replication_hook.appended_fd(self._ifd, seg.index, record)
         self._written = True
         self._size += len(head) + len(data)
         self.next_offset = first + len(entries)
@@ -292,6 +303,8 @@ class StreamLog:
                 break
             os.unlink(seg.path)
             os.unlink(seg.index)
+            replication_hook.deleted(seg.path)
+            replication_hook.deleted(seg.index)
             self._segments.pop(0)
             removed += 1
         return removed

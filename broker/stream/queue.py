@@ -27,7 +27,7 @@ import shutil
 import struct
 from typing import TYPE_CHECKING, Any
 
-from broker import errors
+from broker import errors, replication_hook
 from broker.backing_queue.memory import MemoryBackingQueue
 from broker.consumers import Consumer
 from broker.message import Message
@@ -300,5 +300,6 @@ class StreamQueue(QueueProcess):
         self.log.close()
         if delete:
             shutil.rmtree(self.directory, ignore_errors=True)
+            replication_hook.deleted(self.directory)
         self.stop_process()
         return count

@@ -258,3 +258,48 @@ def test_members_of_another_version_refuse_each_other(tmp_path):
         fake.close()
 
     run(scenario())
+
+
+def test_definitions_travel_as_operations(tmp_path):
+    """The follower's definitions.db is rebuilt from the leader's at the sync (its own
+    extra queue goes) and then changes with each replayed operation; no database file is
+    copied."""
+    from broker import replication_hook
+    from broker.definitions import Definitions, QueueDef
+    from broker.definitions_ops import snapshot_ops
+
+    async def scenario():
+        lead_dir, foll_dir = tmp_path / "leader", tmp_path / "follower"
+        lead_dir.mkdir()
+        foll_dir.mkdir()
+        defs = Definitions(str(lead_dir / "definitions.db"))
+        defs.add_vhost("/")
+        defs.add_user("alice", "secret", tags=["administrator"])
+        defs.add_queue(QueueDef("/", "before", True, False, {"x-queue-type": "quorum"}))
+        stale = Definitions(str(foll_dir / "definitions.db"))
+        stale.add_vhost("/")
+        stale.add_queue(QueueDef("/", "only-on-the-follower"))
+        stale.close()
+        isr = Isr()
+        server = ReplicationServer(str(lead_dir), "L", 3, SECRET, isr,
+                                   definitions_snapshot=lambda: snapshot_ops(defs))
+        port = await server.start("127.0.0.1", 0)
+        client = ReplicationClient(str(foll_dir), "F", SECRET)
+        task = await follow(client, port, server)
+        replication_hook.install(server)
+        try:
+            defs.add_queue(QueueDef("/", "after", True, False, {"x-max-length": 3}))
+            defs.remove_queue("/", "before")
+        finally:
+            replication_hook.install(None)
+        assert await server.wait_replicated(server.position)
+        copy = Definitions(str(foll_dir / "definitions.db"))
+        assert [q.name for q in copy.list_queues()] == ["after"]
+        assert copy.list_queues()[0].arguments == {"x-max-length": 3}
+        assert copy.check_user_password("alice", "secret")
+        copy.close()
+        await server.stop()
+        await asyncio.wait_for(task, 5)
+        defs.close()
+
+    run(scenario())
