@@ -2,7 +2,8 @@
 
 Owns: process-level concerns only (logging setup, signals, exit code). Exit codes
 (sysexits.h): 0 after a signal, 78 for a bad configuration, 69 when a listener cannot bind
-its address (one line on stderr naming the listener, the address and the setting).
+its address (one line on stderr naming the listener, the address and the setting), 75 when
+a cluster leader can no longer prove it leads (start it again: it rejoins as a follower).
 """
 
 from __future__ import annotations
@@ -12,12 +13,31 @@ import logging
 import signal
 import sys
 
-from broker.config import load_config
+from broker.config import BrokerConfig, load_config
 from broker.gc_pacing import GcPacer
 from broker.listeners import ListenerError
 from broker.server import Broker
 
 EX_UNAVAILABLE = 69  # sysexits.h: the port (or address) a listener needs is not available
+
+
+async def _serve_cluster_member(config: BrokerConfig) -> int:
+    """clustering.enabled: follow the leader until this member leads, then serve
+    (broker/cluster/node.py); returns the exit status."""
+    from broker.cluster.node import ClusterNode  # etcd's client only when clustering
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    pacer = GcPacer() if config.gc_pacing else None
+    if pacer is not None:
+        pacer.start(loop)
+    try:
+        return await ClusterNode(config, Broker).run(stop)
+    finally:
+        if pacer is not None:
+            pacer.stop()
 
 
 async def _serve(broker: Broker) -> None:
@@ -53,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = uvloop.run
     try:
+        if config.clustering_enabled:
+            return run(_serve_cluster_member(config))
         run(_serve(Broker(config)))
     except ListenerError as exc:  # a port in use: which listener, where, what moves it
         sys.stderr.write(f"python -m broker: {exc}\n")

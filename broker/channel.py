@@ -17,12 +17,13 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pamqp import commands
 
-from broker import errors
+from broker import errors, replication_hook
 from broker.access import ChannelAccess
 from broker.confirms import QUEUE_GONE, ConfirmTracker
 from broker.credit_flow import CreditFlow, flow_state
@@ -152,6 +153,9 @@ class ChannelProcess(Process):
         # direct reply-to: (consumer tag, amq.rabbitmq.reply-to.<token>) of our reply consumer
         self.reply_consumer: tuple[str, str] | None = None
         self.confirm: ConfirmTracker | None = None  # set by confirm.select
+        # a cluster leader's confirms waiting for the followers: (stream position, frames)
+        self._gated: deque[tuple[int, list[bytes]]] = deque()
+        self._gate_task: asyncio.Task[None] | None = None
         # (method, vhost topology version, permission generation) of the last basic.publish
         # whose method passed its checks (channel_basic.publish)
         self.publish_checked: tuple[Any, int, int] = (None, -1, -1)
@@ -202,15 +206,38 @@ class ChannelProcess(Process):
     def after_batch(self) -> None:
         confirm = self.confirm
         if confirm is not None and confirm.has_output() and self.state == OPEN:
-            send = self.writer.send
             n = self.number
             before = confirm.acked_total
-            for is_ack, tag, multiple in confirm.take():
-                if is_ack:
-                    send(encode_method(n, commands.Basic.Ack(tag, multiple)))
-                else:
-                    send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
+            frames = [encode_method(n, commands.Basic.Ack(tag, multiple)) if is_ack
+                      else encode_method(n, commands.Basic.Nack(tag, multiple, False))
+                      for is_ack, tag, multiple in confirm.take()]
             self.message_stats.confirm += confirm.acked_total - before
+            sink = replication_hook.sink
+            if sink is None:
+                send = self.writer.send
+                for frame in frames:
+                    send(frame)
+            else:  # a cluster leader: confirms wait for the in-sync followers
+                self._gated.append((sink.position, frames))
+                if self._gate_task is None:
+                    self._gate_task = self.conn.loop.create_task(self._release(sink))
+
+    async def _release(self, sink: replication_hook.Sink) -> None:
+        """Send held confirms, in order, once the followers in sync have every write made
+        before them (docs/high-availability.md); a deposed leader sends none."""
+        try:
+            while self._gated:
+                position, frames = self._gated[0]
+                if not await sink.wait_replicated(position):
+                    self._gated.clear()
+                    return
+                self._gated.popleft()
+                if self.state == OPEN:
+                    send = self.writer.send
+                    for frame in frames:
+                        send(frame)
+        finally:
+            self._gate_task = None
 
     def _dispatch(self, cmd: Command) -> None:
         """Run the method's handler. Notifications it causes on this channel (basic.cancel

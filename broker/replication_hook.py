@@ -26,6 +26,14 @@ class Sink(Protocol):
     def delete(self, path: str) -> int: ...
     def definitions(self, op: bytes) -> int: ...
 
+    @property
+    def position(self) -> int: ...  # the last stream position handed out
+
+    async def wait_replicated(self, position: int) -> bool:
+        """True once every in-sync follower has `position`; False: this leader's term is
+        over and nothing may be confirmed any more."""
+        ...
+
 
 sink: Sink | None = None  # the installed sink; None: not a cluster leader
 

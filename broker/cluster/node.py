@@ -1,0 +1,279 @@
+"""A cluster member's life: follow the leader until this member leads, then run the
+broker; stop leading the moment leadership cannot be proven (issue 35; LavinMQ 2's
+`controller.cr`).
+
+- **Identity**: `cluster/id` in the data directory (made once) names the member.
+- **Following**: the member registers in etcd, reads the leader, and replicates from it
+  (broker/cluster/follower.py) while watching the leader key; when the key changes it
+  drops the stream and follows the new leader. Its AMQP and HTTP ports are not served.
+- **Leading**: when the key is free, it campaigns (only an ISR member can win;
+  broker/cluster/coordinator.py); on winning it starts the replication listener, installs
+  it as the writers' sink and the confirms' gate (broker/replication_hook.py), then boots
+  the broker from its copy of the data (a crash recovery, as after kill -9) and serves.
+- **Stepping down**: the lease is renewed every TTL/3 from the event loop; a renewal that
+  fails, an event loop that did not run for TTL/2, or a disk probe (an fsync every second
+  on a worker thread) that has not completed for TTL/2 means this member can no longer
+  prove it leads: it stops confirming, closes its clients and exits with status 75
+  (EX_TEMPFAIL) for its supervisor to start it again as a follower — the stall LavinMQ's
+  issue #2151 describes cannot keep a dead leader in place.
+
+Owns: the role loop, the lease keepalive and the watchdog. Talks to: the coordinator, the
+replication server and client, the broker (start, stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from broker import replication_hook
+from broker.cluster.coordinator import Coordinator, LeaderRecord
+from broker.cluster.etcd_client import EtcdSettings
+from broker.cluster.files import LOCAL_DIR
+from broker.cluster.follower import Refused, ReplicationClient
+from broker.cluster.leader import ReplicationServer
+from broker.definitions_ops import snapshot_ops
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.server import Broker
+
+log = logging.getLogger("broker.cluster")
+EX_TEMPFAIL = 75  # sysexits.h: leadership lost; start again (as a follower)
+
+
+def node_id(data_dir: str) -> str:
+    """This member's id, made once and kept in `cluster/id`."""
+    directory = os.path.join(data_dir, LOCAL_DIR)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "id")
+    try:
+        with open(path) as f:
+            value = f.read().strip()
+            if value:
+                return value
+    except FileNotFoundError:
+        pass
+    value = uuid.uuid4().hex[:12]
+    with open(path, "w") as f:
+        f.write(value)
+    return value
+
+
+def _host_port(uri: str, default_port: int) -> tuple[str, int]:
+    rest = uri.split("://", 1)[-1].rstrip("/")
+    host, _sep, port = rest.rpartition(":")
+    return (host, int(port)) if host else (rest, default_port)
+
+
+class DiskProbe:
+    """A worker thread that fsyncs a small file in `directory` every `interval` s;
+    `healthy(limit)` says whether one completed within the last `limit` s."""
+
+    def __init__(self, directory: str, interval: float = 1.0) -> None:
+        self.path = os.path.join(directory, "probe")
+        self.interval = interval
+        self.last_ok = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cluster-disk-probe",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, str(time.time()).encode())
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self.last_ok = time.monotonic()
+            except OSError as exc:
+                log.warning("cluster: disk probe failed: %s", exc)
+
+    def healthy(self, limit: float) -> bool:
+        return time.monotonic() - self.last_ok <= limit
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class ClusterNode:
+    """Member of the cluster `config` describes (clustering.enabled); `make_broker(config)`
+    builds the broker it runs while leading."""
+
+    def __init__(self, config: BrokerConfig, make_broker: type[Broker]) -> None:
+        self.config = config
+        self.make_broker = make_broker
+        self.data_dir = os.path.abspath(config.data_dir)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.id = node_id(self.data_dir)
+        port = config.clustering_port
+        self.advertised = config.clustering_advertised_uri or (
+            f"tcp://{config.clustering_bind}:{port}")
+        settings = EtcdSettings(
+            EtcdSettings.parse_endpoints(config.clustering_etcd_endpoints),
+            config.clustering_etcd_username, config.clustering_etcd_password,
+            config.clustering_etcd_tls_cacertfile, config.clustering_etcd_tls_certfile,
+            config.clustering_etcd_tls_keyfile)
+        self.coordinator = Coordinator(
+            settings, config.clustering_etcd_prefix, self.id, config.clustering_lease_ttl,
+            {"uri": self.advertised, "amqp": f"{config.host}:{config.port}",
+             "http": f"{config.management_tcp_ip}:{config.management_tcp_port}"})
+        self.role = "starting"  # following, leading, stopped
+        self.term = 0
+        self.server: ReplicationServer | None = None
+        self.client: ReplicationClient | None = None
+        self.broker: Broker | None = None
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Follow or lead until `stop` is set (returns 0) or leadership is lost (returns
+        EX_TEMPFAIL)."""
+        await self.coordinator.start()
+        secret = await self.coordinator.secret()
+        keepalive = asyncio.create_task(self._keep_member_alive(stop))
+        try:
+            while not stop.is_set():
+                leader = await self.coordinator.leader()
+                if leader is None:
+                    term = await self.coordinator.campaign()
+                    if term is not None:
+                        keepalive.cancel()
+                        return await self._lead(term, secret, stop)
+                    await _wait(stop, 0.3)
+                    continue
+                if leader.id == self.id:  # our own key from before a restart: let it lapse
+                    await _wait(stop, 0.5)
+                    continue
+                await self._follow(leader, secret, stop)
+            return 0
+        finally:
+            keepalive.cancel()
+            with contextlib.suppress(Exception):
+                await self.coordinator.close()
+            self.role = "stopped"
+
+    async def _keep_member_alive(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.coordinator.keepalive()
+            await _wait(stop, self.config.clustering_lease_ttl / 3)
+
+    # -- following --------------------------------------------------------------------------
+    async def _follow(self, leader: LeaderRecord, secret: bytes, stop: asyncio.Event) -> None:
+        self.role = "following"
+        client = self.client = ReplicationClient(
+            self.data_dir, self.id, secret, self.config.clustering_follower_fsync)
+        host, port = _host_port(leader.uri, self.config.clustering_port)
+        log.info("cluster: %s follows %s at %s:%d (term %d)", self.id, leader.id, host, port,
+                 leader.term)
+        following = asyncio.create_task(client.follow(host, port))
+        changed = asyncio.create_task(self._leader_changes(leader))
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            done, _pending = await asyncio.wait({following, changed, stopping},
+                                                return_when=asyncio.FIRST_COMPLETED)
+            if following in done:
+                exc = following.exception()
+                if isinstance(exc, Refused):
+                    log.warning("cluster: leader %s refused this member: %s", leader.id, exc)
+                elif exc is not None:
+                    log.info("cluster: stream from %s ended: %s", leader.id, exc)
+                await _wait(stop, 0.5)
+        finally:
+            for task in (following, changed, stopping):
+                task.cancel()
+            await asyncio.gather(following, changed, stopping, return_exceptions=True)
+            self.client = None
+
+    async def _leader_changes(self, current: LeaderRecord) -> None:
+        """Returns when the leader key no longer names `current` in its term."""
+        async for record in self.coordinator.watch_leader():
+            if record is None or (record.id, record.term) != (current.id, current.term):
+                return
+
+    # -- leading ----------------------------------------------------------------------------
+    async def _lead(self, term: int, secret: bytes, stop: asyncio.Event) -> int:
+        self.role, self.term = "leading", term
+        cfg = self.config
+        coordinator = self.coordinator
+        broker: Broker | None = None
+
+        async def set_isr(members: set[str]) -> bool:
+            return await coordinator.update_isr(term, members)
+
+        def definitions_snapshot() -> list[bytes]:
+            if broker is None or broker.definitions is None:
+                return []
+            return snapshot_ops(broker.definitions)
+
+        server = self.server = ReplicationServer(
+            self.data_dir, self.id, term, secret, set_isr,
+            ack_timeout=cfg.clustering_ack_timeout,
+            min_insync_replicas=cfg.clustering_min_insync_replicas,
+            definitions_snapshot=definitions_snapshot)
+        await server.start(cfg.clustering_bind, cfg.clustering_port)
+        replication_hook.install(server)
+        probe = DiskProbe(os.path.join(self.data_dir, LOCAL_DIR))
+        probe.start()
+        code = 0
+        try:
+            broker = self.broker = self.make_broker(replace(cfg))
+            await broker.start()
+            log.info("cluster: %s serves as leader, term %d", self.id, term)
+            code = await self._hold(term, probe, stop)
+        finally:
+            if code:
+                log.error("cluster: %s stops leading (term %d): leadership cannot be "
+                          "proven; exiting for a restart as a follower", self.id, term)
+            replication_hook.install(None)
+            if broker is not None:
+                await broker.stop()
+            await server.stop()
+            probe.stop()
+            if not code:
+                with contextlib.suppress(Exception):
+                    await coordinator.resign(term)
+            self.server = self.broker = None
+        return code
+
+    async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
+        """Renew the lease while this member can prove it leads; EX_TEMPFAIL once not."""
+        ttl = float(self.config.clustering_lease_ttl)
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not stop.is_set():
+            now = loop.time()
+            if now - last > ttl / 2:
+                log.error("cluster: the event loop stalled for %.1f s", now - last)
+                return EX_TEMPFAIL
+            if not probe.healthy(ttl / 2):
+                log.error("cluster: the data directory's disk has not completed an fsync "
+                          "for %.1f s", time.monotonic() - probe.last_ok)
+                return EX_TEMPFAIL
+            if self.server is not None and self.server.deposed:
+                return EX_TEMPFAIL
+            try:
+                renewed = await asyncio.wait_for(self.coordinator.keepalive(), ttl / 3)
+            except TimeoutError:
+                renewed = False
+            if not renewed:
+                log.error("cluster: the lease could not be renewed")
+                return EX_TEMPFAIL
+            last = loop.time()
+            await _wait(stop, ttl / 3)
+        return 0
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

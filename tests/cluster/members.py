@@ -1,0 +1,83 @@
+"""Broker cluster members as real processes for the failover tests: `python -m broker` with
+clustering on, each with its own data directory, AMQP port and replication port, all on one
+etcd."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.cluster.etcd_proc import free_port
+
+
+class Member:
+    """One member `name` under `root`; `start()` runs it, `kill()` sends SIGKILL."""
+
+    def __init__(self, root: Path, name: str, etcd_endpoints: str, prefix: str,
+                 lease_ttl: int = 2, **settings: object) -> None:
+        self.name = name
+        self.data_dir = root / name
+        self.amqp_port = free_port()
+        self.repl_port = free_port()
+        self.log_path = root / f"{name}.log"
+        sets = {"management.tcp.port": 0, "prometheus.tcp.port": 0,
+                "clustering.enabled": "true", "clustering.etcd_endpoints": etcd_endpoints,
+                "clustering.etcd_prefix": prefix, "clustering.port": self.repl_port,
+                "clustering.lease_ttl": lease_ttl, **settings}
+        self.cmd = [sys.executable, "-m", "broker", "--port", str(self.amqp_port),
+                    "--data-dir", str(self.data_dir)]
+        for key, value in sets.items():
+            self.cmd += ["--set", f"{key}={value}"]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    def start(self) -> Member:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps its descriptor
+        with log:
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=log)
+        return self
+
+    def serving(self) -> bool:
+        """Is its AMQP port open (only a leader serves)?"""
+        try:
+            socket.create_connection(("127.0.0.1", self.amqp_port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    def wait_serving(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.serving():
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: "
+                                   f"{self.log_tail()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} did not serve within {timeout} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
