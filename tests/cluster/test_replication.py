@@ -30,6 +30,12 @@ def put(root: Path, rel: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
+def append_bytes(path: Path, data: bytes) -> None:
+    """What a broker's writer does to a file (small and local: fine on the test's loop)."""
+    with path.open("ab") as f:
+        f.write(data)
+
+
 def tree(root: Path) -> dict[str, str]:
     """Replicated files under root → sha1 (the local cluster/ directory left out)."""
     out = {}
@@ -95,8 +101,7 @@ def test_sync_then_stream_leaves_identical_files(tmp_path, follower_fsync):
         assert tree(foll) == tree(lead)
         assert not (foll / "vhosts/V1/msg_store_transient/0.rdq").exists()
         # the stream
-        with open(lead / f"{Q}/journal.jif", "ab") as f:
-            f.write(b"more")
+        append_bytes(lead / f"{Q}/journal.jif", b"more")
         server.append(str(lead / f"{Q}/journal.jif"), 1000, b"more")
         put(lead, f"{Q}/clean.terms", b"terms")
         server.replace(f"{Q}/clean.terms", b"terms")
@@ -130,8 +135,7 @@ def test_writes_during_the_sync_reach_the_follower(tmp_path):
         for i in range(200):  # appends while the follower lists, asks and receives
             path = lead / f"{STORE}/{i % 50}.rdq"
             size = path.stat().st_size
-            with open(path, "ab") as f:
-                f.write(b"%06d" % i)
+            append_bytes(path, b"%06d" % i)
             last = server.append(str(path), size, b"%06d" % i)
             await asyncio.sleep(0)
         for _ in range(400):
