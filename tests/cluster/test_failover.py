@@ -86,3 +86,56 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
         a.kill()
         if b is not None:
             b.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
+    """SIGSTOP the follower: the next confirm waits for it at most clustering.ack_timeout,
+    the ISR shrinks to the leader first, publishing goes on; SIGCONT: it reconnects, syncs,
+    rejoins the ISR, and after kill -9 of the leader it serves every confirmed message."""
+    import os
+    import signal
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    settings = {"clustering.ack_timeout": 1000}
+    a = Member(tmp_path, "a", etcd.endpoints, prefix, **settings).start()
+    b = None
+    try:
+        a.wait_serving()
+        b = Member(tmp_path, "b", etcd.endpoints, prefix, **settings).start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("q", durable=True)
+            ch.confirm_delivery()
+            ch.basic_publish("", "q", b"before", pika.BasicProperties(delivery_mode=2))
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                ch.basic_publish("", "q", b"during", pika.BasicProperties(delivery_mode=2))
+                waited = time.monotonic() - started
+                assert 0.9 <= waited < 5, waited
+                assert len(isr(etcd, prefix)) == 1
+                for i in range(50):  # the leader alone: confirms at once
+                    ch.basic_publish("", "q", b"alone-%d" % i,
+                                     pika.BasicProperties(delivery_mode=2))
+            finally:
+                os.kill(b.proc.pid, signal.SIGCONT)
+            wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never rejoined the ISR")
+            ch.basic_publish("", "q", b"after", pika.BasicProperties(delivery_mode=2))
+        a.kill()
+        b.wait_serving(30)
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            bodies = []
+            while True:
+                method, _p, body = ch.basic_get("q", auto_ack=True)
+                if method is None:
+                    break
+                bodies.append(body)
+        assert bodies == [b"before", b"during", *(b"alone-%d" % i for i in range(50)),
+                          b"after"]
+    finally:
+        a.kill()
+        if b is not None:
+            b.stop()
