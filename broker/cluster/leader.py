@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from broker.cluster import wire
 from broker.cluster.files import list_files, replicated
 from broker.cluster.framed import read_frame
+from broker.cluster.proxy import splice
 
 log = logging.getLogger("broker.cluster")
 WRITE_BUFFER_LIMIT = 64 * 1024 * 1024  # bytes queued for one follower before it is dropped
@@ -76,6 +77,9 @@ class ReplicationServer:
         self._set_isr = set_isr
         self.ack_timeout = ack_timeout / 1000.0
         self.min_insync_replicas = min_insync_replicas
+        # service -> how to open it locally, for clients a follower carries here
+        self.proxy_targets: dict[str, Callable[[], Awaitable[
+            tuple[asyncio.StreamReader, asyncio.StreamWriter]]]] = {}
         # the operations that rebuild the definitions (broker/definitions_ops.py), sent at
         # the end of each sync; None: this leader replicates files only
         self._definitions_snapshot = definitions_snapshot
@@ -145,6 +149,9 @@ class ReplicationServer:
             writer.write(wire.PREAMBLE)
             return None
         kind, payload = await read_frame(reader, 5)
+        if kind == wire.PROXY_HELLO:
+            await self._proxy(payload, reader, writer, address)
+            return None
         if kind != wire.HELLO:
             raise wire.ProtocolError(f"expected HELLO, got frame {kind}")
         f = wire.Fields(payload)
@@ -170,6 +177,31 @@ class ReplicationServer:
         self.followers[node_id] = link  # from now on it buffers the stream
         log.info("cluster: follower %s connected from %s", node_id, address)
         return link
+
+    async def _proxy(self, payload: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, address: str) -> None:
+        """A follower carries one client to this leader's `service` (broker/cluster/proxy.py):
+        check the secret, open the service locally, pass the PROXY line on, splice."""
+        f = wire.Fields(payload)
+        node_id, secret, service = f.s16(), f.b16(), f.s16()
+        line = f.rest()
+        if not hmac.compare_digest(secret, self.secret):
+            log.warning("cluster: %s (%s) asked to proxy with a wrong cluster secret",
+                        address, node_id)
+            return
+        opener = self.proxy_targets.get(service)
+        if opener is None:
+            log.info("cluster: %s asked to proxy %r, which this leader does not serve", node_id,
+                     service)
+            return
+        try:
+            up_reader, up_writer = await opener()
+        except OSError as exc:
+            log.info("cluster: %s for a client of %s: %s", service, node_id, exc)
+            return
+        if line:
+            up_writer.write(line)
+        await splice(reader, writer, up_reader, up_writer)
 
     async def _sync(self, link: FollowerLink, reader: asyncio.StreamReader) -> None:
         """Send the file list and the files the follower asks for, then what was written

@@ -39,6 +39,7 @@ from broker.cluster.etcd_client import EtcdSettings
 from broker.cluster.files import LOCAL_DIR
 from broker.cluster.follower import Refused, ReplicationClient
 from broker.cluster.leader import ReplicationServer
+from broker.cluster.proxy import FollowerProxy, ProxiedReader
 from broker.definitions_ops import snapshot_ops
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ class ClusterNode:
         self.server: ReplicationServer | None = None
         self.client: ReplicationClient | None = None
         self.broker: Broker | None = None
+        self.proxy: FollowerProxy | None = None  # a follower's client listeners
+        self._proxied: asyncio.AbstractServer | None = None  # the leader's Unix socket
 
     async def run(self, stop: asyncio.Event) -> int:
         """Follow or lead until `stop` is set (returns 0) or leadership is lost (returns
@@ -142,13 +145,20 @@ class ClusterNode:
         await self.coordinator.start()
         secret = await self.coordinator.secret()
         keepalive = asyncio.create_task(self._keep_member_alive(stop))
+        cfg = self.config
+        proxy = self.proxy = FollowerProxy(self.id, secret)
+        await proxy.start({"amqp": (cfg.host, cfg.port),
+                           "http": (cfg.management_tcp_ip, cfg.management_tcp_port)})
         try:
             while not stop.is_set():
                 leader = await self.coordinator.leader()
+                proxy.follow(_host_port(leader.uri, cfg.clustering_port)
+                             if leader is not None and leader.id != self.id else None)
                 if leader is None:
                     term = await self.coordinator.campaign()
                     if term is not None:
                         keepalive.cancel()
+                        await proxy.stop()  # the broker binds these ports now
                         return await self._lead(term, secret, stop)
                     await _wait(stop, 0.3)
                     continue
@@ -159,6 +169,7 @@ class ClusterNode:
             return 0
         finally:
             keepalive.cancel()
+            await proxy.stop()
             with contextlib.suppress(Exception):
                 await self.coordinator.close()
             self.role = "stopped"
@@ -229,6 +240,7 @@ class ClusterNode:
         try:
             broker = self.broker = self.make_broker(replace(cfg))
             await broker.start()
+            await self._accept_proxied(broker, server)
             log.info("cluster: %s serves as leader, term %d", self.id, term)
             code = await self._hold(term, probe, stop)
         finally:
@@ -236,6 +248,9 @@ class ClusterNode:
                 log.error("cluster: %s stops leading (term %d): leadership cannot be "
                           "proven; exiting for a restart as a follower", self.id, term)
             replication_hook.install(None)
+            if self._proxied is not None:
+                self._proxied.close()
+                self._proxied = None
             if broker is not None:
                 await broker.stop()
             await server.stop()
@@ -245,6 +260,33 @@ class ClusterNode:
                     await coordinator.resign(term)
             self.server = self.broker = None
         return code
+
+    async def _accept_proxied(self, broker: Broker, server: ReplicationServer) -> None:
+        """Clients the followers carry here: AMQP through a Unix socket in `cluster/` that
+        reads their PROXY line (their real address), HTTP to the management listener."""
+        from broker.reader import Reader
+
+        path = os.path.join(self.data_dir, LOCAL_DIR, "amqp.sock")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        serving = broker.serving()
+        loop = asyncio.get_running_loop()
+        self._proxied = await loop.create_unix_server(
+            lambda: ProxiedReader(lambda: Reader(serving)), path)
+        os.chmod(path, 0o600)
+
+        async def amqp() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await asyncio.open_unix_connection(path)
+
+        server.proxy_targets["amqp"] = amqp
+        port = broker.management.port if broker.management is not None else 0
+        if self.config.management_tcp_port and port:
+            host = self.config.management_tcp_ip
+
+            async def http() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                return await asyncio.open_connection(host, port)
+
+            server.proxy_targets["http"] = http
 
     async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
         """Renew the lease while this member can prove it leads; EX_TEMPFAIL once not."""

@@ -11,6 +11,9 @@ Follower → leader:
 - WANT: the paths it needs during sync (str16 each)
 - ACK: the last stream position it has written (u64; fdatasynced first when
   `clustering.follower_fsync` is on)
+- PROXY_HELLO (instead of HELLO, on a connection of its own): node_id, secret, the service
+  ("amqp" or "http", str16), then a PROXY v1 line for AMQP; from there on the connection
+  carries one client's bytes both ways (broker/cluster/proxy.py)
 
 Leader → follower:
 - WELCOME: the leader's term (u64) and id (str16), or REFUSED: a reason (str16)
@@ -43,7 +46,7 @@ VERSION = 1
 PREAMBLE = b"PYREPL" + struct.pack(">H", VERSION)
 MAX_FRAME = 64 * 1024 * 1024  # bytes: a larger frame is a protocol error
 
-HELLO, WANT, ACK = 1, 2, 3
+HELLO, WANT, ACK, PROXY_HELLO = 1, 2, 3, 4
 WELCOME, REFUSED, FILES, FILE, SYNCED, DEFS_SNAPSHOT = 10, 11, 12, 13, 14, 15
 APPEND, REPLACE, DELETE, TRUNCATE, DEFS = 20, 21, 22, 23, 24
 STREAM_KINDS = (APPEND, REPLACE, DELETE, TRUNCATE, DEFS)

@@ -34,6 +34,11 @@ class Member:
         self.proc: subprocess.Popen | None = None
 
     @property
+    def node_id(self) -> str:
+        """The id the member made for itself (broker/cluster/node.py), once it started."""
+        return (self.data_dir / "cluster" / "id").read_text().strip()
+
+    @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
 

@@ -30,6 +30,35 @@ def isr(etcd, prefix):
     return asyncio.run(read())
 
 
+def leader_id(etcd, prefix):
+    async def read():
+        c = Coordinator(EtcdSettings(EtcdSettings.parse_endpoints(etcd.endpoints)), prefix,
+                        "reader", 5, {})
+        await c.client.connect()
+        try:
+            record = await c.leader()
+            return record.id if record else None
+        finally:
+            await c.client.close()
+
+    return asyncio.run(read())
+
+
+def takes_over(member, etcd, prefix, timeout=30):
+    """Wait until `member` holds the leader key and its broker serves."""
+    wait(lambda: leader_id(etcd, prefix) == member.node_id, timeout,
+         f"{member.name} never led: {member.log_tail()}")
+    wait(lambda: _amqp_ok(member), timeout, f"{member.name} never served")
+
+
+def _amqp_ok(member):
+    try:
+        pika.BlockingConnection(pika.URLParameters(member.url)).close()
+        return True
+    except pika.exceptions.AMQPError:
+        return False
+
+
 def wait(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -49,7 +78,7 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
         a.wait_serving()
         b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
         wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
-        assert not b.serving()  # a follower serves no clients
+        assert leader_id(etcd, prefix) == a.node_id
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
             ch.queue_declare("orders", durable=True, arguments={"x-queue-type": "quorum"})
@@ -67,7 +96,7 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
         # written when it died comes back as a redelivery (at least once, as RabbitMQ's)
         a.kill()
         started = time.monotonic()
-        b.wait_serving(30)
+        takes_over(b, etcd, prefix)
         took = time.monotonic() - started
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
             ch = conn.channel()
@@ -124,7 +153,7 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
             wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never rejoined the ISR")
             ch.basic_publish("", "q", b"after", pika.BasicProperties(delivery_mode=2))
         a.kill()
-        b.wait_serving(30)
+        takes_over(b, etcd, prefix)
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
             ch = conn.channel()
             bodies = []
@@ -135,6 +164,53 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
                 bodies.append(body)
         assert bodies == [b"before", b"during", *(b"alone-%d" % i for i in range(50)),
                           b"after"]
+    finally:
+        a.kill()
+        if b is not None:
+            b.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
+    """Clients of a follower's AMQP and HTTP ports reach the leader: the leader lists the
+    AMQP client with its own address (PROXY v1 over the member port); after the leader is
+    killed the client reconnects to the same member, which now leads."""
+    import requests
+
+    from tests.cluster.etcd_proc import free_port
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix,
+               **{"management.tcp.port": free_port()}).start()
+    b = None
+    try:
+        a.wait_serving()
+        b_http = free_port()
+        b = Member(tmp_path, "b", etcd.endpoints, prefix,
+                   **{"management.tcp.port": b_http}).start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        wait(lambda: b.serving(), 10, "b's proxy never listened")
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("via-b", durable=True)
+            ch.confirm_delivery()
+            for i in range(20):
+                ch.basic_publish("", "via-b", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+            local_port = conn._impl._transport._sock.getsockname()[1]
+            api = f"http://127.0.0.1:{b_http}/api"
+            conns = wait(lambda: requests.get(f"{api}/connections", auth=("guest", "guest"),
+                                              timeout=5).json(), 10, "no connections shown")
+            assert any(c["peer_port"] == local_port and c["peer_host"] == "127.0.0.1"
+                       for c in conns), conns
+            queue = requests.get(f"{api}/queues/%2F/via-b", auth=("guest", "guest"),
+                                 timeout=5).json()
+            assert queue["name"] == "via-b"
+        a.kill()
+        takes_over(b, etcd, prefix)
+        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
+            ch = conn.channel()
+            assert ch.queue_declare("via-b", durable=True,
+                                    passive=True).method.message_count == 20
     finally:
         a.kill()
         if b is not None:
