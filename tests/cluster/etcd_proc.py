@@ -4,6 +4,7 @@ its own data directory. Tests that need etcd skip with one line when it is not i
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,8 +17,10 @@ ETCD = shutil.which("etcd")
 
 
 def need_etcd() -> None:
-    if ETCD is None:
-        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    if ETCD is None or shutil.which("etcdctl") is None:
+        if os.environ.get("BROKER_ETCD_TEST_REQUIRED"):
+            pytest.fail("etcd is not installed (apt-get install etcd-server etcd-client)")
+        pytest.skip("etcd is not installed (apt-get install etcd-server etcd-client)")
 
 
 def free_port() -> int:
