@@ -158,7 +158,8 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
     need = {"add_user": 2, "delete_user": 1, "change_password": 2, "set_user_tags": 1,
             "add_vhost": 1, "delete_vhost": 1, "set_permissions": 4, "clear_permissions": 1,
             "set_policy": 3, "clear_policy": 1, "purge_queue": 1, "delete_queue": 1,
-            "close_connection": 2, "export_definitions": 1, "import_definitions": 1}
+            "close_connection": 2, "export_definitions": 1, "import_definitions": 1,
+            "forget_cluster_node": 1}
     need.update(ctl_parameters.ARGUMENTS)
     if len(a) < need.get(c, 0):
         raise CtlError(f"Error: {c} needs {need[c]} argument(s)", EX_USAGE)
@@ -238,6 +239,20 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
                 data = json.load(f)
         client.call("POST", "/api/definitions", data)
         return f"Importing definitions in JSON from a file at \"{a[0]}\" ...", None
+    if c == "cluster_status":
+        nodes = client.call("GET", "/api/nodes")
+        leader = next((n for n in nodes if n.get("cluster_role") == "leader"), nodes[0])
+        return f"Cluster status of node {leader['name']} ...", {
+            "leader": leader["name"], "term": leader.get("term"),
+            "members": [{"node": n["name"], "id": n.get("cluster_member_id"),
+                         "role": n.get("cluster_role", "standalone"),
+                         "running": n.get("running", True), "insync": n.get("insync", True),
+                         "replication_lag": n.get("replication_lag"),
+                         "last_ack_s": n.get("last_ack_s")} for n in nodes],
+            "running_nodes": [n["name"] for n in nodes if n.get("running", True)]}
+    if c == "forget_cluster_node":
+        client.call("DELETE", f"/api/cluster/members/{quote(a[0], safe='')}")
+        return f"Removing node {a[0]} from the cluster", None
     if c == "status":
         node = client.call("GET", "/api/nodes")[0]
         overview = client.call("GET", "/api/overview")
@@ -277,7 +292,8 @@ def _trace(client: Client, on: bool, vhost: str) -> tuple[str, str]:
 COMMANDS = sorted([*LISTS, "add_user", "delete_user", "change_password", "set_user_tags",
                    "add_vhost", "delete_vhost", "set_permissions", "clear_permissions",
                    "set_policy", "clear_policy", "purge_queue", "delete_queue",
-                   "close_connection", "status", "export_definitions", "import_definitions",
+                   "close_connection", "status", "cluster_status", "forget_cluster_node",
+                   "export_definitions", "import_definitions",
                    "trace_on", "trace_off", *ctl_parameters.COMMANDS])
 
 

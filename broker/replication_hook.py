@@ -14,6 +14,7 @@ Must never: import the cluster package (it sits in the ground layer, below every
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 
@@ -36,6 +37,14 @@ class Sink(Protocol):
 
 
 sink: Sink | None = None  # the installed sink; None: not a cluster leader
+# the cluster as the leader last saw it, for /api/nodes, brokerctl and Prometheus: {"term",
+# "leader" (id), "members": [{"id", "node", "role", "running", "insync", "lag",
+# "last_ack_s"}]}; None without a cluster. The leader's node (broker/cluster/node.py)
+# refreshes it every lease renewal.
+cluster_state: dict | None = None
+# the leader's way to remove a dead member from etcd (brokerctl forget_cluster_node): takes
+# its id, returns False when it is running; None without a cluster
+forget_member: Callable[[str], Awaitable[bool]] | None = None
 
 
 def install(new: Sink | None) -> None:

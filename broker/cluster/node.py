@@ -130,7 +130,8 @@ class ClusterNode:
         self.coordinator = Coordinator(
             settings, config.clustering_etcd_prefix, self.id, config.clustering_lease_ttl,
             {"uri": self.advertised, "amqp": f"{config.host}:{config.port}",
-             "http": f"{config.management_tcp_ip}:{config.management_tcp_port}"})
+             "http": f"{config.management_tcp_ip}:{config.management_tcp_port}",
+             "node": config.resolved_node_name()})
         self.role = "starting"  # following, leading, stopped
         self.term = 0
         self.server: ReplicationServer | None = None
@@ -138,6 +139,7 @@ class ClusterNode:
         self.broker: Broker | None = None
         self.proxy: FollowerProxy | None = None  # a follower's client listeners
         self._proxied: asyncio.AbstractServer | None = None  # the leader's Unix socket
+        self._names: dict[str, str] = {}  # member id -> node name, also of stopped members
 
     async def run(self, stop: asyncio.Event) -> int:
         """Follow or lead until `stop` is set (returns 0) or leadership is lost (returns
@@ -241,6 +243,9 @@ class ClusterNode:
             broker = self.broker = self.make_broker(replace(cfg))
             await broker.start()
             await self._accept_proxied(broker, server)
+            with contextlib.suppress(Exception):
+                await self._publish_state(term)
+            replication_hook.forget_member = self._forget
             log.info("cluster: %s serves as leader, term %d", self.id, term)
             code = await self._hold(term, probe, stop)
         finally:
@@ -248,6 +253,8 @@ class ClusterNode:
                 log.error("cluster: %s stops leading (term %d): leadership cannot be "
                           "proven; exiting for a restart as a follower", self.id, term)
             replication_hook.install(None)
+            replication_hook.cluster_state = None
+            replication_hook.forget_member = None
             if self._proxied is not None:
                 self._proxied.close()
                 self._proxied = None
@@ -260,6 +267,37 @@ class ClusterNode:
                     await coordinator.resign(term)
             self.server = self.broker = None
         return code
+
+    async def _publish_state(self, term: int) -> None:
+        """Refresh replication_hook.cluster_state: every member etcd knows (running or only
+        listed in the ISR), its role, and the replication figures of the connected ones."""
+        members = {m["id"]: m for m in await self.coordinator.members()}
+        isr = await self.coordinator.isr() or set()
+        links = {f["id"]: f for f in (self.server.status() if self.server else [])}
+        names = self._names
+        names.update({mid: m.get("node", mid) for mid, m in members.items()})
+        out = []
+        for mid in sorted(set(members) | isr | {self.id}):
+            link = links.get(mid, {})
+            out.append({"id": mid, "node": names.get(mid, mid),
+                        "role": "leader" if mid == self.id else "follower",
+                        "running": mid in members, "insync": mid in isr,
+                        "lag": 0 if mid == self.id else link.get("lag"),
+                        "last_ack_s": None if mid == self.id else link.get("last_ack_s"),
+                        "connected": mid == self.id or bool(link)})
+        replication_hook.cluster_state = {"term": term, "leader": self.id, "members": out}
+
+    async def _forget(self, member_id: str) -> bool:
+        """Remove a dead member from etcd (its record and its ISR key); False when it is
+        running (its lease is alive) or is this leader."""
+        running = {m["id"] for m in await self.coordinator.members()}
+        if member_id in running or member_id == self.id:
+            return False
+        await self.coordinator.forget(member_id)
+        log.info("cluster: member %s forgotten", member_id)
+        with contextlib.suppress(Exception):
+            await self._publish_state(self.term)
+        return True
 
     async def _accept_proxied(self, broker: Broker, server: ReplicationServer) -> None:
         """Clients the followers carry here: AMQP through a Unix socket in `cluster/` that
@@ -311,6 +349,8 @@ class ClusterNode:
             if not renewed:
                 log.error("cluster: the lease could not be renewed")
                 return EX_TEMPFAIL
+            with contextlib.suppress(Exception):  # a view for operators; etcd may lag
+                await asyncio.wait_for(self._publish_state(term), ttl / 3)
             last = loop.time()
             await _wait(stop, ttl / 3)
         return 0

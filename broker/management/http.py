@@ -64,6 +64,11 @@ def not_authorised(reason: str, challenge: bool = False) -> web.HTTPException:
     return _error(web.HTTPUnauthorized, "not_authorized", reason, headers)
 
 
+def conflict(reason: str) -> web.HTTPException:
+    """409 with RabbitMQ's error body shape."""
+    return _error(web.HTTPConflict, "conflict", reason)
+
+
 def no_content() -> web.Response:
     """204, the answer to a successful PUT of an existing object or a DELETE."""
     return web.Response(status=204)

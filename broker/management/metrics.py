@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from broker import __version__
+from broker import __version__, replication_hook
 from broker.management import overview, shapes
 from broker.stats import MessageStats
 
@@ -84,6 +84,34 @@ class BrokerCollector:
         yield from self._counters(stats)
         yield from self._process()
         yield from self._links()
+        yield from self._cluster()
+
+    def _cluster(self) -> Iterator[Metric]:
+        """High availability (docs/high-availability.md), on a cluster's leader only:
+        the term, the in-sync replica set's size, and per follower its lag (stream positions
+        not acked) and the seconds since its last ack. RabbitMQ has no such series; they
+        carry this broker's prefix."""
+        state = replication_hook.cluster_state
+        if state is None:
+            return
+        members = state["members"]
+        yield GaugeMetricFamily("pybroker_cluster_term", "The leader's term (its key's etcd "
+                                "create revision)", value=state["term"])
+        yield GaugeMetricFamily("pybroker_cluster_in_sync_replicas", "Members in the in-sync "
+                                "replica set, the leader included",
+                                value=sum(1 for m in members if m["insync"]))
+        yield GaugeMetricFamily("pybroker_cluster_members", "Members running (etcd lease "
+                                "alive)", value=sum(1 for m in members if m["running"]))
+        lag = GaugeMetricFamily("pybroker_cluster_follower_lag", "Replication stream "
+                                "positions a follower has not acked", labels=["follower"])
+        ack = GaugeMetricFamily("pybroker_cluster_follower_last_ack_seconds", "Seconds since "
+                                "a follower's last ack", labels=["follower"])
+        for m in members:
+            if m["role"] == "follower" and m["lag"] is not None:
+                lag.add_metric([m["node"]], m["lag"])
+                ack.add_metric([m["node"]], m["last_ack_s"] or 0)
+        yield lag
+        yield ack
 
     def _links(self) -> Iterator[Metric]:
         """Federation links and shovels: how many are in each state (RabbitMQ 3.13's

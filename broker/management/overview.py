@@ -17,11 +17,17 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker import __version__
+from broker import __version__, replication_hook
 from broker.management import samples, shapes
-from broker.management.auth import current, require_monitor, require_vhost, visible_vhosts
+from broker.management.auth import (
+    current,
+    require_admin,
+    require_monitor,
+    require_vhost,
+    visible_vhosts,
+)
 from broker.management.context import broker, sampler
-from broker.management.http import not_found, param, reply
+from broker.management.http import conflict, no_content, not_found, param, reply
 from broker.management.rates import RateSampler, with_details
 from broker.stats import MessageStats
 
@@ -171,9 +177,46 @@ def _rss() -> int:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
+    """The node; in a cluster (docs/high-availability.md) every member, the leader (this
+    node) first, each with `cluster_role`, `insync`, and for followers their replication
+    `lag` (stream positions not yet acked) and `last_ack_s` (seconds since their last ack);
+    a member listed in the ISR whose process is gone shows `running: false`."""
     require_monitor(current(request))
     samples.from_request(request)  # checked as RabbitMQ; no node figure is sampled
-    return reply([node_json(broker(request), sampler(request))])
+    own = node_json(broker(request), sampler(request))
+    state = replication_hook.cluster_state
+    if state is None:
+        return reply([own])
+    out: list[dict] = []
+    for member in state["members"]:
+        extra = {"cluster_member_id": member["id"], "cluster_role": member["role"],
+                 "insync": member["insync"], "term": state["term"],
+                 "replication_lag": member["lag"], "last_ack_s": member["last_ack_s"]}
+        if member["role"] == "leader":
+            out.insert(0, {**own, **extra})
+        else:
+            out.append({"name": member["node"], "type": "disc", "running": member["running"],
+                        **extra})
+    return reply(out)
+
+
+@routes.delete("/api/cluster/members/{member}")
+async def forget_member(request: web.Request) -> web.Response:
+    """Beyond RabbitMQ's API (its forget_cluster_node is a CLI operation): remove a dead
+    member, named by its id or node name, from the cluster's etcd records (brokerctl
+    forget_cluster_node). 404 outside a cluster or for an unknown member, 409 for a running
+    member or the leader; administrators only."""
+    require_admin(current(request))
+    state, forget = replication_hook.cluster_state, replication_hook.forget_member
+    if state is None or forget is None:
+        raise not_found()
+    name = param(request, "member")
+    member = next((m for m in state["members"] if name in (m["id"], m["node"])), None)
+    if member is None:
+        raise not_found()
+    if not await forget(member["id"]):
+        raise conflict(f"{name} is running or leads: stop it first")
+    return no_content()
 
 
 @routes.get("/api/nodes/{name}")
