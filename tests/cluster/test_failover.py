@@ -215,3 +215,65 @@ def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
         a.kill()
         if b is not None:
             b.stop()
+
+
+@pytest.mark.timeout(150)
+def test_a_former_leader_rejoins_then_leads_again_with_everything(tmp_path, etcd):
+    """a leads, is killed, b leads and takes more messages; a restarts: its tail diverged
+    (it wrote as leader), it syncs from b (files differing by SHA-1 replaced, extras
+    deleted) and rejoins the ISR; b is killed and a serves every confirmed message of both
+    terms. Then a leader paused past its lease (SIGSTOP) exits with 75 when resumed, and the
+    other member has led meanwhile."""
+    import os
+    import signal
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
+    b = None
+
+    def publish(member, bodies):
+        with pika.BlockingConnection(pika.URLParameters(member.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("log", durable=True, arguments={"x-queue-type": "quorum"})
+            ch.confirm_delivery()
+            for body in bodies:
+                ch.basic_publish("", "log", body, pika.BasicProperties(delivery_mode=2))
+
+    try:
+        a.wait_serving()
+        b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        publish(a, [b"first-%d" % i for i in range(100)])
+        a.kill()
+        takes_over(b, etcd, prefix)
+        publish(b, [b"second-%d" % i for i in range(100)])
+        a.start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "a never rejoined the ISR")
+        publish(b, [b"third-%d" % i for i in range(10)])
+        b.kill()
+        takes_over(a, etcd, prefix)
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            bodies = []
+            while True:
+                method, _p, body = ch.basic_get("log", auto_ack=True)
+                if method is None:
+                    break
+                bodies.append(body)
+        assert bodies == ([b"first-%d" % i for i in range(100)]
+                          + [b"second-%d" % i for i in range(100)]
+                          + [b"third-%d" % i for i in range(10)])
+        # a paused leader: its lease lapses, b leads, a exits 75 once it runs again
+        b.start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never rejoined the ISR")
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            takes_over(b, etcd, prefix)
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        assert a.proc.wait(20) == 75
+        assert "stops leading" in a.log_tail(40)
+    finally:
+        a.kill()
+        if b is not None:
+            b.kill()
