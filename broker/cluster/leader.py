@@ -215,6 +215,9 @@ class ReplicationServer:
                 raise wire.ProtocolError(f"expected WANT, got frame {kind}")
             wanted = wire.parse_want(payload)
             for path in wanted:
+                if not replicated(path):  # only what it replicates, nothing else it holds
+                    raise wire.ProtocolError(f"asked for {path!r}, which is not replicated")
+            for path in wanted:
                 content = await asyncio.to_thread(self._read, path)
                 link.writer.write(wire.frame(wire.FILE, wire.s16(path), content))
                 await link.writer.drain()

@@ -76,9 +76,11 @@ def u64(n: int) -> bytes:
 
 
 def safe_path(path: str) -> str:
-    """`path` if it stays inside the data directory, else ProtocolError."""
-    if not path or path.startswith("/") or "\\" in path or any(
-            part in ("", ".", "..") for part in path.split("/")):
+    """`path` if it stays inside the data directory (no absolute path, no `..`, `.` or empty
+    part, no backslash or control character, at most 4096 characters), else ProtocolError."""
+    if (not path or len(path) > 4096 or path.startswith("/") or "\\" in path
+            or any(ord(c) < 0x20 for c in path)
+            or any(part in ("", ".", "..") for part in path.split("/"))):
         raise ProtocolError(f"unsafe path {path!r}")
     return path
 
