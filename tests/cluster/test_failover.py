@@ -277,3 +277,39 @@ def test_a_former_leader_rejoins_then_leads_again_with_everything(tmp_path, etcd
         a.kill()
         if b is not None:
             b.kill()
+
+
+@pytest.mark.timeout(150)
+def test_with_etcd_down_the_leader_stops_and_the_cluster_resumes_after(tmp_path, etcd):
+    """etcd killed: the leader cannot renew its lease and exits 75 (no confirm can be
+    proven); etcd back and the member restarted (its supervisor's job): a member leads
+    again and serves every message confirmed before."""
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
+    b = None
+    try:
+        a.wait_serving()
+        b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
+        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("kept", durable=True)
+            ch.confirm_delivery()
+            for i in range(50):
+                ch.basic_publish("", "kept", b"k%d" % i, pika.BasicProperties(delivery_mode=2))
+        etcd.stop()
+        assert a.proc.wait(20) == 75
+        assert "lease could not be renewed" in a.log_tail(40)
+        etcd.start()
+        a.start()
+        wait(lambda: leader_id(etcd, prefix) in (a.node_id, b.node_id), 60, "nobody led")
+        leader = a if leader_id(etcd, prefix) == a.node_id else b
+        takes_over(leader, etcd, prefix, 60)
+        with pika.BlockingConnection(pika.URLParameters(leader.url)) as conn:
+            count = conn.channel().queue_declare("kept", durable=True,
+                                                 passive=True).method.message_count
+        assert count == 50
+    finally:
+        a.kill()
+        if b is not None:
+            b.kill()
