@@ -1,5 +1,6 @@
 """Operating a cluster (issue 35 item 6) with two real members and etcd: /api/nodes lists
-every member with its role, whether it is in sync and its replication lag; Prometheus shows
+every member with its role, whether it is in sync and its replication lag, and so does the
+UI's overview (headless chromium); Prometheus shows
 the term, the ISR's size and each follower's lag; `brokerctl cluster_status` prints the
 members and `brokerctl forget_cluster_node` removes a stopped one (a running one is
 refused with 409)."""
@@ -18,6 +19,7 @@ import requests
 from tests.cluster.etcd_proc import free_port
 from tests.cluster.members import Member
 from tests.cluster.test_failover import isr, wait
+from tests.ops.test_ui import driver, login, wait_id  # noqa: F401 (driver: a fixture)
 
 
 def ctl(http_port, *args):
@@ -28,7 +30,7 @@ def ctl(http_port, *args):
 
 
 @pytest.mark.timeout(120)
-def test_nodes_metrics_and_cluster_commands(tmp_path, etcd):
+def test_nodes_metrics_and_cluster_commands(tmp_path, etcd, driver):  # noqa: F811
     prefix = f"/c-{uuid.uuid4().hex[:6]}"
     http, metrics = free_port(), free_port()
     a = Member(tmp_path, "a", etcd.endpoints, prefix, node_name="rabbit@a",
@@ -52,6 +54,9 @@ def test_nodes_metrics_and_cluster_commands(tmp_path, etcd):
         text = requests.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5).text
         assert "pybroker_cluster_in_sync_replicas 2.0" in text
         assert 'pybroker_cluster_follower_lag{follower="rabbit@b"} 0.0' in text
+        login(driver, f"http://127.0.0.1:{http}")  # the UI's overview lists the members
+        members = wait_id(driver, "members-table").text
+        assert "rabbit@a" in members and "rabbit@b" in members and "leader" in members
         code, out, err = ctl(http, "cluster_status")
         assert code == 0, err
         status = json.loads(out)

@@ -61,6 +61,11 @@ async function overview() {
         `<span><b id="total-${k}">${t[k]}</b>${k}</span>`).join("")}
       <span><b id="total-messages">${q.messages}</b>messages</span>
     </div><p>Node ${esc(o.node)} · ${esc(o.product_name)} ${esc(o.product_version)}</p></section>
+    ${nodes.some((n) => n.cluster_role) ? `<section class="card"><h3>Cluster members</h3>` +
+      table([["Node", (n) => esc(n.name)], ["Role", (n) => esc(n.cluster_role)],
+        ["Running", (n) => (n.running ? "yes" : "no")], ["In sync", (n) => (n.insync ? "yes" : "no")],
+        ["Lag", (n) => (n.replication_lag ?? "")], ["Last ack (s)", (n) => (n.last_ack_s ?? "")],
+        ["Term", (n) => n.term]], nodes, "members-table") + `</section>` : ""}
     <section class="card"><h3>Queued messages</h3><div id="chart-queued"></div></section>
     <section class="card"><h3>Message rates (msg/s)</h3><div id="chart-rates"></div></section>`);
   const opts = (title, series) => ({
