@@ -4,7 +4,6 @@ backend, retries with countdown, acks_late after a killed worker, groups and cho
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,9 +13,8 @@ from pathlib import Path
 import pytest
 from celery import group
 
+from tests.celery.celery_env import HERE, celery_env, import_app
 from tests.polling import wait_for
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +22,15 @@ def env(broker, tmp_path_factory):
     d = tmp_path_factory.mktemp("celery")
     values = {"CELERY_TEST_BROKER": broker.url, "CELERY_TEST_QUEUE": f"celery-{uuid.uuid4().hex[:8]}",
               "CELERY_TEST_DIR": str(d)}
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    yield dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with celery_env(values) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="module")
 def app(env):
-    sys.path.insert(0, str(HERE))
-    try:
-        import celery_app
-    finally:
-        sys.path.remove(str(HERE))
-    yield celery_app
-    celery_app.app.close()
+    module = import_app("celery_app")
+    yield module
+    module.app.close()
 
 
 def start_worker(env, hostname: str, concurrency: int = 4,

@@ -7,7 +7,6 @@ Passes against RabbitMQ 3.10.8 too (BROKER_TEST_URI)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,9 +16,8 @@ from pathlib import Path
 import pika
 import pytest
 
+from tests.celery.celery_env import HERE, celery_env, import_app
 from tests.polling import wait_for
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +26,15 @@ def env(broker, tmp_path_factory):
     values = {"CELERY_TEST_BROKER": broker.url,
               "CELERY_TEST_QUORUM_QUEUE": f"celery-qq-{uuid.uuid4().hex[:8]}",
               "CELERY_TEST_DIR": str(d)}
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    yield dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with celery_env(values) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="module")
 def app(env):
-    sys.path.insert(0, str(HERE))
-    try:
-        import celery_quorum_app
-    finally:
-        sys.path.remove(str(HERE))
-    yield celery_quorum_app
-    celery_quorum_app.app.close()
+    module = import_app("celery_quorum_app")
+    yield module
+    module.app.close()
 
 
 @pytest.fixture(scope="module")

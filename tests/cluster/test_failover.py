@@ -59,6 +59,22 @@ def _amqp_ok(member):
         return False
 
 
+def drain(member, queue):
+    """Every message of `queue` on `member`, taken with auto-ack, in order."""
+    bodies = []
+    with pika.BlockingConnection(pika.URLParameters(member.url)) as conn:
+        ch = conn.channel()
+        while True:
+            method, _p, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                return bodies
+            bodies.append(body)
+
+
+def in_sync(etcd, prefix, n=2, what="the follower never joined the ISR"):
+    wait(lambda: len(isr(etcd, prefix) or ()) == n, 30, what)
+
+
 def wait(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,7 +93,7 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
     try:
         a.wait_serving()
         b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        in_sync(etcd, prefix, what="b never joined the ISR")
         assert leader_id(etcd, prefix) == a.node_id
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
@@ -103,13 +119,7 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
             for queue, count in (("orders", 299), ("plain", 300)):
                 q = ch.queue_declare(queue, durable=True, passive=True)
                 assert q.method.message_count == count, (queue, q.method.message_count)
-            bodies = []
-            while True:
-                method, _p, body = ch.basic_get("orders", auto_ack=True)
-                if method is None:
-                    break
-                bodies.append(body)
-            assert bodies == [b"order-%d" % i for i in range(1, 300)]
+        assert drain(b, "orders") == [b"order-%d" % i for i in range(1, 300)]
         assert took < 15, took
     finally:
         a.kill()
@@ -132,7 +142,7 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
     try:
         a.wait_serving()
         b = Member(tmp_path, "b", etcd.endpoints, prefix, **settings).start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        in_sync(etcd, prefix, what="b never joined the ISR")
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
             ch.queue_declare("q", durable=True)
@@ -150,20 +160,12 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
                                      pika.BasicProperties(delivery_mode=2))
             finally:
                 os.kill(b.proc.pid, signal.SIGCONT)
-            wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never rejoined the ISR")
+            in_sync(etcd, prefix, what="b never rejoined the ISR")
             ch.basic_publish("", "q", b"after", pika.BasicProperties(delivery_mode=2))
         a.kill()
         takes_over(b, etcd, prefix)
-        with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
-            ch = conn.channel()
-            bodies = []
-            while True:
-                method, _p, body = ch.basic_get("q", auto_ack=True)
-                if method is None:
-                    break
-                bodies.append(body)
-        assert bodies == [b"before", b"during", *(b"alone-%d" % i for i in range(50)),
-                          b"after"]
+        assert drain(b, "q") == [b"before", b"during", *(b"alone-%d" % i for i in range(50)),
+                                 b"after"]
     finally:
         a.kill()
         if b is not None:
@@ -188,7 +190,7 @@ def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
         b_http = free_port()
         b = Member(tmp_path, "b", etcd.endpoints, prefix,
                    **{"management.tcp.port": b_http}).start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        in_sync(etcd, prefix, what="b never joined the ISR")
         wait(lambda: b.serving(), 10, "b's proxy never listened")
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
             ch = conn.channel()
@@ -242,30 +244,22 @@ def test_a_former_leader_rejoins_then_leads_again_with_everything(tmp_path, etcd
     try:
         a.wait_serving()
         b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        in_sync(etcd, prefix, what="b never joined the ISR")
         publish(a, [b"first-%d" % i for i in range(100)])
         a.kill()
         takes_over(b, etcd, prefix)
         publish(b, [b"second-%d" % i for i in range(100)])
         a.start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "a never rejoined the ISR")
+        in_sync(etcd, prefix, what="a never rejoined the ISR")
         publish(b, [b"third-%d" % i for i in range(10)])
         b.kill()
         takes_over(a, etcd, prefix)
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            bodies = []
-            while True:
-                method, _p, body = ch.basic_get("log", auto_ack=True)
-                if method is None:
-                    break
-                bodies.append(body)
-        assert bodies == ([b"first-%d" % i for i in range(100)]
+        assert drain(a, "log") == ([b"first-%d" % i for i in range(100)]
                           + [b"second-%d" % i for i in range(100)]
                           + [b"third-%d" % i for i in range(10)])
         # a paused leader: its lease lapses, b leads, a exits 75 once it runs again
         b.start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never rejoined the ISR")
+        in_sync(etcd, prefix, what="b never rejoined the ISR")
         os.kill(a.proc.pid, signal.SIGSTOP)
         try:
             takes_over(b, etcd, prefix)
@@ -290,7 +284,7 @@ def test_with_etcd_down_the_leader_stops_and_the_cluster_resumes_after(tmp_path,
     try:
         a.wait_serving()
         b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
-        wait(lambda: len(isr(etcd, prefix) or ()) == 2, 30, "b never joined the ISR")
+        in_sync(etcd, prefix, what="b never joined the ISR")
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
             ch.queue_declare("kept", durable=True)
