@@ -134,6 +134,12 @@ class BrokerConfig:
     clustering_min_insync_replicas: int = 1  # members (leader included) a confirm needs
     clustering_ack_timeout: int = 3000  # ms a follower may lag before it leaves the ISR
     clustering_follower_fsync: bool = True  # a follower acks after fdatasync (else: written)
+    # TLS on the member port (replication and proxied clients), both ways verified against
+    # the CA; the files default to ssl_options.* (broker/cluster/member_tls.py)
+    clustering_tls: bool = False
+    clustering_tls_certfile: str = ""
+    clustering_tls_keyfile: str = ""
+    clustering_tls_cacertfile: str = ""
 
     # writer: flush the outbound buffer early once it holds this many bytes
     writer_flush_threshold: int = 262144

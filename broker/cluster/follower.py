@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl as ssl_module
 
 from broker.cluster import wire
 from broker.cluster.files import LOCAL_DIR, FollowerDefinitions, FollowerFiles
@@ -58,11 +59,14 @@ class ReplicationClient:
         write_atomically(directory, "term", str(term).encode(), fsync=True)
 
     # -- following --------------------------------------------------------------------------
-    async def follow(self, host: str, port: int, synced: asyncio.Event | None = None) -> None:
+    async def follow(self, host: str, port: int, synced: asyncio.Event | None = None,
+                     ssl: ssl_module.SSLContext | None = None) -> None:
         """Follow the leader at host:port until the connection ends (returns) or the
-        leader refuses this member (Refused). `synced` is set once the sync is done."""
+        leader refuses this member (Refused). `synced` is set once the sync is done; `ssl`:
+        the member port's TLS (broker/cluster/member_tls.py)."""
         self.state = "connecting"
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=ssl, server_hostname=host if ssl is not None else None), 5)
         try:
             writer.write(wire.PREAMBLE + wire.frame(
                 wire.HELLO, wire.s16(self.node_id), _b16(self.secret),

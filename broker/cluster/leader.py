@@ -28,6 +28,7 @@ import contextlib
 import hmac
 import logging
 import os
+import ssl as ssl_module
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -98,10 +99,12 @@ class ReplicationServer:
         self._sync_lock = asyncio.Lock()  # one follower syncs at a time
 
     # -- the listener ----------------------------------------------------------------------
-    async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0: any free port); returns the port."""
+    async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
+                    ) -> int:
+        """Listen on host:port (0: any free port), with TLS when `ssl` is given (member
+        certificates required: broker/cluster/member_tls.py); returns the port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=ssl)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:

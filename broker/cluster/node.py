@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from broker import replication_hook
+from broker.cluster import member_tls
 from broker.cluster.coordinator import Coordinator, LeaderRecord
 from broker.cluster.etcd_client import EtcdSettings
 from broker.cluster.files import LOCAL_DIR
@@ -148,7 +149,7 @@ class ClusterNode:
         secret = await self.coordinator.secret()
         keepalive = asyncio.create_task(self._keep_member_alive(stop))
         cfg = self.config
-        proxy = self.proxy = FollowerProxy(self.id, secret)
+        proxy = self.proxy = FollowerProxy(self.id, secret, member_tls.client_context(cfg))
         await proxy.start({"amqp": (cfg.host, cfg.port),
                            "http": (cfg.management_tcp_ip, cfg.management_tcp_port)})
         try:
@@ -189,7 +190,8 @@ class ClusterNode:
         host, port = _host_port(leader.uri, self.config.clustering_port)
         log.info("cluster: %s follows %s at %s:%d (term %d)", self.id, leader.id, host, port,
                  leader.term)
-        following = asyncio.create_task(client.follow(host, port))
+        following = asyncio.create_task(client.follow(
+            host, port, ssl=member_tls.client_context(self.config)))
         changed = asyncio.create_task(self._leader_changes(leader))
         stopping = asyncio.create_task(stop.wait())
         try:
@@ -234,7 +236,8 @@ class ClusterNode:
             ack_timeout=cfg.clustering_ack_timeout,
             min_insync_replicas=cfg.clustering_min_insync_replicas,
             definitions_snapshot=definitions_snapshot)
-        await server.start(cfg.clustering_bind, cfg.clustering_port)
+        await server.start(cfg.clustering_bind, cfg.clustering_port,
+                           ssl=member_tls.server_context(cfg))
         replication_hook.install(server)
         probe = DiskProbe(os.path.join(self.data_dir, LOCAL_DIR))
         probe.start()

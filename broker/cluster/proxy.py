@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -108,9 +109,11 @@ class FollowerProxy:
     connection is carried to the leader at `leader` (host, port of its replication port)
     as member `node_id` with `secret`."""
 
-    def __init__(self, node_id: str, secret: bytes) -> None:
+    def __init__(self, node_id: str, secret: bytes,
+                 ssl: ssl_module.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.secret = secret
+        self.ssl = ssl  # the member port's TLS (broker/cluster/member_tls.py)
         self.leader: tuple[str, int] | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: set[asyncio.StreamWriter] = set()
@@ -144,7 +147,9 @@ class FollowerProxy:
             return
         self._conns.add(writer)
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*leader), 5)
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
+                *leader, ssl=self.ssl,
+                server_hostname=leader[0] if self.ssl is not None else None), 5)
             line = b""
             if service == "amqp":
                 line = proxy_line(writer.get_extra_info("peername"),

@@ -307,3 +307,52 @@ def test_definitions_travel_as_operations(tmp_path):
         defs.close()
 
     run(scenario())
+
+
+def test_the_member_port_over_tls(tmp_path):
+    """clustering.tls: the leader asks for the member's certificate and the follower checks
+    the leader's, both against the cluster's CA; a follower without TLS, or with a
+    certificate of another CA, gets no stream."""
+    import ssl
+    from dataclasses import replace
+
+    from broker.cluster import member_tls
+    from broker.config import BrokerConfig
+    from tests.integration.certs import TestCA
+
+    for d in ("ca", "other"):
+        (tmp_path / d).mkdir()
+    ca, other = TestCA(str(tmp_path / "ca")), TestCA(str(tmp_path / "other"), "another CA")
+
+    def config_for(authority):
+        pair = authority.issue("member", server=True, client_too=True)
+        return replace(BrokerConfig(), clustering_tls=True, clustering_tls_certfile=pair.cert,
+                       clustering_tls_keyfile=pair.key, clustering_tls_cacertfile=ca.ca.cert)
+
+    async def scenario():
+        lead = tmp_path / "leader"
+        put(lead, f"{STORE}/0.rdq", b"over tls")
+        server = ReplicationServer(str(lead), "L", 5, SECRET, Isr())
+        port = await server.start("127.0.0.1", 0, ssl=member_tls.server_context(
+            config_for(ca)))
+        client = ReplicationClient(str(tmp_path / "follower"), "F", SECRET)
+        task = asyncio.create_task(client.follow(
+            "127.0.0.1", port, ssl=member_tls.client_context(config_for(ca))))
+        for _ in range(200):
+            if "F" in server.isr:
+                break
+            await asyncio.sleep(0.05)
+        assert "F" in server.isr
+        assert (tmp_path / "follower" / STORE / "0.rdq").read_bytes() == b"over tls"
+        plain = ReplicationClient(str(tmp_path / "plain"), "P", SECRET)
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError, TimeoutError)):
+            await plain.follow("127.0.0.1", port)
+        stranger = ReplicationClient(str(tmp_path / "stranger"), "S", SECRET)
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            await stranger.follow("127.0.0.1", port,
+                                  ssl=member_tls.client_context(config_for(other)))
+        assert set(server.followers) == {"F"}
+        await server.stop()
+        await asyncio.wait_for(task, 5)
+
+    run(scenario())

@@ -65,8 +65,10 @@ class TestCA:
         self.ca = _write(directory, "ca", self._cert, self._key)
 
     def issue(self, common_name: str, *, server: bool = False, organization: str | None = None,
-              dns: tuple[str, ...] = (), emails: tuple[str, ...] = ()) -> Pair:
-        """A certificate signed by this CA; `server=True` adds 127.0.0.1 and localhost."""
+              dns: tuple[str, ...] = (), emails: tuple[str, ...] = (),
+              client_too: bool = False) -> Pair:
+        """A certificate signed by this CA; `server=True` adds 127.0.0.1 and localhost;
+        `client_too` with it makes one for both ends (a cluster member's)."""
         key = _key()
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         if organization:
@@ -86,6 +88,8 @@ class TestCA:
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                 self._key.public_key()), critical=False)
             .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                if server and client_too else
                 [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False))
         if sans:
