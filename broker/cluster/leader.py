@@ -113,7 +113,9 @@ class ReplicationServer:
             self._server.close()
         for link in list(self.followers.values()):
             self._drop(link, "the leader stops")
-        for task in list(self._tasks):
+        if self._tasks:  # their sockets are closed: they end by themselves
+            await asyncio.wait(list(self._tasks), timeout=2)
+        for task in list(self._tasks):  # a proxied client still spliced
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -263,7 +265,11 @@ class ReplicationServer:
             log.info("cluster: follower %s joined the ISR", link.id)
 
     async def _write_isr(self, members: set[str]) -> bool:
-        ok = await self._set_isr(members)
+        try:
+            ok = await self._set_isr(members)
+        except Exception as exc:  # noqa: BLE001 - etcd unreachable: leadership unprovable
+            log.error("cluster: the ISR could not be written (%s): no confirm may go out", exc)
+            ok = False
         if ok:
             self.isr = set(members)
             self._isr_dirty = False

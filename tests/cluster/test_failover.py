@@ -307,3 +307,52 @@ def test_with_etcd_down_the_leader_stops_and_the_cluster_resumes_after(tmp_path,
         a.kill()
         if b is not None:
             b.kill()
+
+
+@pytest.mark.timeout(150)
+def test_a_leader_cut_off_from_etcd_stops_confirming_and_another_leads(tmp_path, etcd):
+    """a reaches etcd through a forwarder the test cuts (a partition: bytes dropped, the
+    connection left open). a cannot renew its lease: it stops confirming and exits 75; b
+    leads. A publisher on a during the cut gets no confirm after a's lease expired (the
+    checker), and every message confirmed before is on b."""
+    from tests.cluster.tcp_cut import TcpCut
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    host, port = etcd.endpoints.split(",")[0].rsplit(":", 1)
+    cut = TcpCut((host, int(port)))
+    a = Member(tmp_path, "a", f"127.0.0.1:{cut.port}", prefix).start()
+    b = None
+    try:
+        a.wait_serving()
+        b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
+        in_sync(etcd, prefix, what="b never joined the ISR")
+        confirmed = []
+        late = []
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("cut", durable=True)
+            ch.confirm_delivery()
+            for i in range(50):
+                ch.basic_publish("", "cut", b"c%d" % i, pika.BasicProperties(delivery_mode=2))
+                confirmed.append(b"c%d" % i)
+            cut.cut()
+            cut_at = time.monotonic()
+            try:
+                for i in range(50, 1000):
+                    ch.basic_publish("", "cut", b"c%d" % i,
+                                     pika.BasicProperties(delivery_mode=2))
+                    if time.monotonic() - cut_at > 2.0:  # a's lease (TTL 2 s) is gone
+                        late.append(b"c%d" % i)
+                    confirmed.append(b"c%d" % i)
+            except pika.exceptions.AMQPError:
+                pass  # a stepped down: the connection drops, unconfirmed ones are unknown
+        assert late == [], f"{len(late)} confirms after the lease expired"
+        assert a.proc.wait(30) == 75
+        takes_over(b, etcd, prefix)
+        got = set(drain(b, "cut"))
+        assert not set(confirmed) - got
+    finally:
+        cut.close()
+        a.kill()
+        if b is not None:
+            b.kill()

@@ -69,7 +69,8 @@ def test_kill_9_of_the_leader_in_a_loop_loses_no_confirmed_message(tmp_path, etc
             time.sleep(0.5)  # publishing meanwhile
             leader.kill()
             started = time.monotonic()
-            wait(lambda: leader_id(etcd, prefix) not in (None, leader.node_id), 30,
+            victim = leader.node_id
+            wait(lambda v=victim: leader_id(etcd, prefix) not in (None, v), 30,
                  "no new leader")
             new = next(m for m in members if m.node_id == leader_id(etcd, prefix))
             takes_over(new, etcd, prefix)
