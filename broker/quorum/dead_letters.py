@@ -59,7 +59,7 @@ class DeadLetterSource(Protocol):
     dlx: str | None
     dlrk: str | None
 
-    def cast(self, msg: Any) -> None: ...
+    def cast(self, msg: tuple) -> None: ...
 
 
 class TargetPublisher:
@@ -77,20 +77,21 @@ class TargetPublisher:
     def conn(self) -> Any:  # a queue names a channel's connection only for its consumers
         return None
 
-    def cast(self, msg: Any) -> None:
+    def cast(self, msg: tuple) -> None:
         if msg[0] in ("confirm", "reject"):
             self._post((self._event, msg[0], msg[1], msg[2]))
 
     def can_deliver(self, no_ack: bool) -> bool:
         return False
 
-    def deliver(self, *args: Any) -> None:  # pragma: no cover - it never consumes
+    def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
+                redelivered: bool, ack_tag: object) -> None:  # pragma: no cover
         raise RuntimeError("the dead-letter publisher does not consume")
 
-    def grant_credit(self, queue: Any, n: int) -> None:
+    def grant_credit(self, queue: QueueFacade, n: int) -> None:
         """Targets hand back credit as to any publisher; this one does not wait for it."""
 
-    def consumer_cancelled(self, queue: Any, tag: str) -> None:  # pragma: no cover
+    def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:  # pragma: no cover
         """Never a consumer."""
 
 
