@@ -27,18 +27,25 @@ def _files(config: BrokerConfig) -> tuple[str, str, str]:
     return cert, key, ca
 
 
-def server_context(config: BrokerConfig) -> ssl.SSLContext | None:
-    """The leader's listener context, or None with clustering.tls off."""
-    if not config.clustering_tls:
-        return None
+def _context(config: BrokerConfig, side: ssl._SSLMethod) -> ssl.SSLContext:
+    """A TLS ≥ 1.2 context of `side` with the member's certificate and the cluster's CA."""
     cert, key, ca = _files(config)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx = ssl.SSLContext(side)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(cert, key)
         ctx.load_verify_locations(ca)
     except (OSError, ssl.SSLError) as exc:
         raise MemberTLSError(f"clustering.tls: {exc}") from exc
+    return ctx
+
+
+def server_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The leader's listener context (the member's certificate required), or None with
+    clustering.tls off."""
+    if not config.clustering_tls:
+        return None
+    ctx = _context(config, ssl.PROTOCOL_TLS_SERVER)
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
@@ -48,12 +55,4 @@ def client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     the leader's certificate must be the CA's and name the host of its advertised URI."""
     if not config.clustering_tls:
         return None
-    cert, key, ca = _files(config)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(cert, key)
-        ctx.load_verify_locations(ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise MemberTLSError(f"clustering.tls: {exc}") from exc
-    return ctx
+    return _context(config, ssl.PROTOCOL_TLS_CLIENT)

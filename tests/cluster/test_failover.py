@@ -6,6 +6,7 @@ second one takes over from its own copy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -85,15 +86,26 @@ def wait(predicate, timeout, what):
     raise TimeoutError(what)
 
 
-@pytest.mark.timeout(120)
-def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
+@contextlib.contextmanager
+def leader_and_follower(tmp_path, etcd, **settings):
+    """Members a (the leader) and b (in the ISR), both killed at the end; yields
+    (a, b, prefix)."""
     prefix = f"/c-{uuid.uuid4().hex[:6]}"
-    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
-    b = None
+    a = Member(tmp_path, "a", etcd.endpoints, prefix, **settings).start()
+    b = Member(tmp_path, "b", etcd.endpoints, prefix, **settings)
     try:
         a.wait_serving()
-        b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
+        b.start()
         in_sync(etcd, prefix, what="b never joined the ISR")
+        yield a, b, prefix
+    finally:
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.timeout(120)
+def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
+    with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
         assert leader_id(etcd, prefix) == a.node_id
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
@@ -121,10 +133,6 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
                 assert q.method.message_count == count, (queue, q.method.message_count)
         assert drain(b, "orders") == [b"order-%d" % i for i in range(1, 300)]
         assert took < 15, took
-    finally:
-        a.kill()
-        if b is not None:
-            b.stop()
 
 
 @pytest.mark.timeout(120)
@@ -135,14 +143,8 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
     import os
     import signal
 
-    prefix = f"/c-{uuid.uuid4().hex[:6]}"
     settings = {"clustering.ack_timeout": 1000}
-    a = Member(tmp_path, "a", etcd.endpoints, prefix, **settings).start()
-    b = None
-    try:
-        a.wait_serving()
-        b = Member(tmp_path, "b", etcd.endpoints, prefix, **settings).start()
-        in_sync(etcd, prefix, what="b never joined the ISR")
+    with leader_and_follower(tmp_path, etcd, **settings) as (a, b, prefix):
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
             ch.queue_declare("q", durable=True)
@@ -166,10 +168,6 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
         takes_over(b, etcd, prefix)
         assert drain(b, "q") == [b"before", b"during", *(b"alone-%d" % i for i in range(50)),
                                  b"after"]
-    finally:
-        a.kill()
-        if b is not None:
-            b.stop()
 
 
 @pytest.mark.timeout(120)
@@ -278,13 +276,7 @@ def test_with_etcd_down_the_leader_stops_and_the_cluster_resumes_after(tmp_path,
     """etcd killed: the leader cannot renew its lease and exits 75 (no confirm can be
     proven); etcd back and the member restarted (its supervisor's job): a member leads
     again and serves every message confirmed before."""
-    prefix = f"/c-{uuid.uuid4().hex[:6]}"
-    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
-    b = None
-    try:
-        a.wait_serving()
-        b = Member(tmp_path, "b", etcd.endpoints, prefix).start()
-        in_sync(etcd, prefix, what="b never joined the ISR")
+    with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
             ch.queue_declare("kept", durable=True)
@@ -303,10 +295,6 @@ def test_with_etcd_down_the_leader_stops_and_the_cluster_resumes_after(tmp_path,
             count = conn.channel().queue_declare("kept", durable=True,
                                                  passive=True).method.message_count
         assert count == 50
-    finally:
-        a.kill()
-        if b is not None:
-            b.kill()
 
 
 @pytest.mark.timeout(150)
