@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 
@@ -344,3 +345,51 @@ def test_a_leader_cut_off_from_etcd_stops_confirming_and_another_leads(tmp_path,
         a.kill()
         if b is not None:
             b.kill()
+
+
+@pytest.mark.timeout(150)
+def test_a_follower_left_half_synced_syncs_again(tmp_path, etcd):
+    """A follower's copy as a kill -9 during its sync leaves it (a sync of a few MB takes
+    tens of ms here, too short to hit reliably): the leader's files half written, one file
+    the leader never had. On start it compares what it has by SHA-1, fetches what differs,
+    deletes the stray file, joins the ISR, and serves every message after the leader is
+    killed."""
+    import shutil
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
+    b = Member(tmp_path, "b", etcd.endpoints, prefix)
+    try:
+        a.wait_serving()
+        body = b"x" * 20_000
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("big", durable=True)
+            ch.confirm_delivery()
+            for i in range(400):
+                ch.basic_publish("", "big", b"%06d" % i + body,
+                                 pika.BasicProperties(delivery_mode=2))
+        time.sleep(0.5)  # the index's sync has written its journal
+        copied = 0
+        for path in (a.data_dir / "vhosts").rglob("*"):
+            rel = path.relative_to(a.data_dir)
+            if path.is_file() and "msg_store_transient" not in str(rel):
+                target = b.data_dir / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                os.truncate(target, path.stat().st_size // 2)
+                copied += 1
+        assert copied >= 2
+        stray = next((b.data_dir / "vhosts").glob("*/msg_store_persistent")) / "77.rdq"
+        stray.write_bytes(b"never on the leader")
+        b.start()
+        in_sync(etcd, prefix, what="b never joined the ISR")
+        assert not stray.exists()
+        a.kill()
+        takes_over(b, etcd, prefix)
+        got = drain(b, "big")
+        assert [g[:6] for g in got] == [b"%06d" % i for i in range(400)]
+        assert all(g[6:] == body for g in got)
+    finally:
+        a.kill()
+        b.kill()
