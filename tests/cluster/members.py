@@ -17,11 +17,11 @@ class Member:
     """One member `name` under `root`; `start()` runs it, `kill()` sends SIGKILL."""
 
     def __init__(self, root: Path, name: str, etcd_endpoints: str, prefix: str,
-                 lease_ttl: int = 2, **settings: object) -> None:
+                 lease_ttl: int = 2, repl_port: int | None = None, **settings: object) -> None:
         self.name = name
         self.data_dir = root / name
         self.amqp_port = free_port()
-        self.repl_port = free_port()
+        self.repl_port = repl_port or free_port()
         self.log_path = root / f"{name}.log"
         sets = {"management.tcp.port": 0, "prometheus.tcp.port": 0,
                 "clustering.enabled": "true", "clustering.etcd_endpoints": etcd_endpoints,

@@ -393,3 +393,70 @@ def test_a_follower_left_half_synced_syncs_again(tmp_path, etcd):
     finally:
         a.kill()
         b.kill()
+
+
+@pytest.mark.timeout(150)
+def test_a_follower_cut_off_from_the_leader_leaves_the_isr_and_catches_up(tmp_path, etcd):
+    """The leader and its follower both reach etcd, but the link between them is cut (a
+    forwarder on the leader's advertised member port drops every byte): the follower leaves
+    the ISR before the next confirm goes out and publishing goes on; healed, it syncs again,
+    rejoins, and serves everything after the leader is killed."""
+    from tests.cluster.etcd_proc import free_port
+    from tests.cluster.tcp_cut import TcpCut
+
+    repl = free_port()
+    cut = TcpCut(("127.0.0.1", repl))
+    settings = {"clustering.ack_timeout": 1000}
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix, repl_port=repl, **settings,
+               **{"clustering.advertised_uri": f"tcp://127.0.0.1:{cut.port}"})
+    b = Member(tmp_path, "b", etcd.endpoints, prefix, **settings)
+    try:
+        a.start().wait_serving()
+        b.start()
+        in_sync(etcd, prefix, what="b never joined the ISR")
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("split", durable=True)
+            ch.confirm_delivery()
+            ch.basic_publish("", "split", b"before", pika.BasicProperties(delivery_mode=2))
+            cut.cut()
+            started = time.monotonic()
+            ch.basic_publish("", "split", b"during", pika.BasicProperties(delivery_mode=2))
+            assert time.monotonic() - started < 5
+            assert len(isr(etcd, prefix)) == 1
+            for i in range(20):
+                ch.basic_publish("", "split", b"alone-%d" % i,
+                                 pika.BasicProperties(delivery_mode=2))
+            cut.heal()
+            in_sync(etcd, prefix, what="b never rejoined the ISR after the heal")
+            ch.basic_publish("", "split", b"after", pika.BasicProperties(delivery_mode=2))
+        a.kill()
+        takes_over(b, etcd, prefix)
+        assert drain(b, "split") == [b"before", b"during",
+                                     *(b"alone-%d" % i for i in range(20)), b"after"]
+    finally:
+        cut.close()
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.timeout(150)
+def test_the_whole_cluster_stopped_and_started_again(tmp_path, etcd):
+    """Both members stopped (SIGTERM), then started again in the other order: a member of
+    the ISR leads and serves every confirmed message."""
+    with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("all", durable=True, arguments={"x-queue-type": "quorum"})
+            ch.confirm_delivery()
+            for i in range(100):
+                ch.basic_publish("", "all", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+        b.stop()
+        a.stop()
+        b.start()
+        a.start()
+        wait(lambda: leader_id(etcd, prefix) in (a.node_id, b.node_id), 60, "nobody led")
+        leader = a if leader_id(etcd, prefix) == a.node_id else b
+        takes_over(leader, etcd, prefix, 60)
+        assert drain(leader, "all") == [b"m%d" % i for i in range(100)]
