@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -151,7 +152,8 @@ class ClusterNode:
         cfg = self.config
         proxy = self.proxy = FollowerProxy(self.id, secret, member_tls.client_context(cfg))
         await proxy.start({"amqp": (cfg.host, cfg.port),
-                           "http": (cfg.management_tcp_ip, cfg.management_tcp_port)})
+                           "http": (cfg.management_tcp_ip, cfg.management_tcp_port),
+                           "prometheus": (cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)})
         try:
             while not stop.is_set():
                 leader = await self.coordinator.leader()
@@ -320,14 +322,14 @@ class ClusterNode:
             return await asyncio.open_unix_connection(path)
 
         server.proxy_targets["amqp"] = amqp
-        port = broker.management.port if broker.management is not None else 0
-        if self.config.management_tcp_port and port:
-            host = self.config.management_tcp_ip
-
-            async def http() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-                return await asyncio.open_connection(host, port)
-
-            server.proxy_targets["http"] = http
+        management = broker.management
+        cfg = self.config
+        for service, host, port in (
+                ("http", cfg.management_tcp_ip, management.port if management else None),
+                ("prometheus", cfg.prometheus_tcp_ip,
+                 management.prometheus_port if management else None)):
+            if port:
+                server.proxy_targets[service] = _opener(host, port)
 
     async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
         """Renew the lease while this member can prove it leads; EX_TEMPFAIL once not."""
@@ -357,6 +359,16 @@ class ClusterNode:
             last = loop.time()
             await _wait(stop, ttl / 3)
         return 0
+
+
+def _opener(host: str, port: int) -> Callable[[], Awaitable[
+        tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    """How the leader opens one of its own TCP services for a proxied client."""
+
+    async def open_service() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(host, port)
+
+    return open_service
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

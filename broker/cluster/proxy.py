@@ -1,6 +1,6 @@
 """Clients of a follower reach the leader (issue 35 item 4; LavinMQ 2's `proxy.cr`).
 
-A follower listens on the member's AMQP port and its management HTTP port; each client
+A follower listens on the member's AMQP, management HTTP and Prometheus ports; each client
 connection is carried to the leader over the leader's replication port — the port only
 members use, where the follower first proves it knows the cluster secret — and spliced
 there to the leader's own service. For AMQP the follower sends a PROXY protocol v1 line
@@ -8,7 +8,7 @@ first (`PROXY TCP4 <client> <member> <client port> <member port>`), and the lead
 connection to its broker through a Unix socket in its `cluster/` directory that only accepts
 such lines, so the leader's connection list shows each client's real address and no client
 can claim another's (a client cannot reach that socket, and the member port wants the
-secret). HTTP is spliced without it (the API sees the leader's own address).
+secret). HTTP and Prometheus are spliced without it (they see the leader's own address).
 
 Owns: the follower's listeners and the splicing on both ends; the broker side's reader of
 the PROXY line (`ProxiedReader`). After a leader change every spliced connection is closed:
@@ -29,7 +29,7 @@ from broker.cluster import wire
 
 log = logging.getLogger("broker.cluster")
 MAX_PROXY_LINE = 107  # bytes: PROXY v1's longest line, CRLF included
-SERVICES = ("amqp", "http")
+SERVICES = ("amqp", "http", "prometheus")
 
 
 def proxy_line(client: tuple, member: tuple) -> bytes:

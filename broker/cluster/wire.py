@@ -12,7 +12,7 @@ Follower → leader:
 - ACK: the last stream position it has written (u64; fdatasynced first when
   `clustering.follower_fsync` is on)
 - PROXY_HELLO (instead of HELLO, on a connection of its own): node_id, secret, the service
-  ("amqp" or "http", str16), then a PROXY v1 line for AMQP; from there on the connection
+  ("amqp", "http" or "prometheus", str16), then a PROXY v1 line for AMQP; from there on the connection
   carries one client's bytes both ways (broker/cluster/proxy.py)
 
 Leader → follower:

@@ -173,22 +173,23 @@ def test_a_paused_follower_leaves_the_isr_then_catches_up(tmp_path, etcd):
 
 @pytest.mark.timeout(120)
 def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
-    """Clients of a follower's AMQP and HTTP ports reach the leader: the leader lists the
-    AMQP client with its own address (PROXY v1 over the member port); after the leader is
-    killed the client reconnects to the same member, which now leads."""
+    """Clients of a follower's AMQP, HTTP and Prometheus ports reach the leader: the leader
+    lists the AMQP client with its own address (PROXY v1 over the member port); after the
+    leader is killed the client reconnects to the same member, which now leads."""
     import requests
 
     from tests.cluster.etcd_proc import free_port
 
     prefix = f"/c-{uuid.uuid4().hex[:6]}"
     a = Member(tmp_path, "a", etcd.endpoints, prefix,
-               **{"management.tcp.port": free_port()}).start()
+               **{"management.tcp.port": free_port(),
+                  "prometheus.tcp.port": free_port()}).start()
     b = None
     try:
         a.wait_serving()
-        b_http = free_port()
+        b_http, b_metrics = free_port(), free_port()
         b = Member(tmp_path, "b", etcd.endpoints, prefix,
-                   **{"management.tcp.port": b_http}).start()
+                   **{"management.tcp.port": b_http, "prometheus.tcp.port": b_metrics}).start()
         in_sync(etcd, prefix, what="b never joined the ISR")
         wait(lambda: b.serving(), 10, "b's proxy never listened")
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
@@ -206,6 +207,8 @@ def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
             queue = requests.get(f"{api}/queues/%2F/via-b", auth=("guest", "guest"),
                                  timeout=5).json()
             assert queue["name"] == "via-b"
+            metrics = requests.get(f"http://127.0.0.1:{b_metrics}/metrics", timeout=5).text
+            assert "pybroker_cluster_term " in metrics  # the leader's series: a follower has none
         a.kill()
         takes_over(b, etcd, prefix)
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
