@@ -208,16 +208,18 @@ class ChannelProcess(Process):
         if confirm is not None and confirm.has_output() and self.state == OPEN:
             n = self.number
             before = confirm.acked_total
-            frames = [encode_method(n, commands.Basic.Ack(tag, multiple)) if is_ack
-                      else encode_method(n, commands.Basic.Nack(tag, multiple, False))
-                      for is_ack, tag, multiple in confirm.take()]
-            self.message_stats.confirm += confirm.acked_total - before
             sink = replication_hook.sink
-            if sink is None:
-                send = self.writer.send
-                for frame in frames:
-                    send(frame)
-            else:  # a cluster leader: confirms wait for the in-sync followers
+            frames: list[bytes] = []
+            # no cluster: each frame straight to the writer; a cluster leader's wait for the
+            # in-sync followers first
+            send = self.writer.send if sink is None else frames.append
+            for is_ack, tag, multiple in confirm.take():
+                if is_ack:
+                    send(encode_method(n, commands.Basic.Ack(tag, multiple)))
+                else:
+                    send(encode_method(n, commands.Basic.Nack(tag, multiple, False)))
+            self.message_stats.confirm += confirm.acked_total - before
+            if sink is not None:
                 self._gated.append((sink.position, frames))
                 if self._gate_task is None:
                     self._gate_task = self.conn.loop.create_task(self._release(sink))

@@ -42,8 +42,6 @@ QUORUM_RULES = (("max-length", "max-length-bytes", "max-in-memory-length", "max-
                  "delivery-limit", "message-ttl"),
                 ("overflow", "expires"),
                 ("dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy"))
-QUORUM_KEYS = ("delivery-limit", "dead-letter-strategy", "max-in-memory-length",
-               "max-in-memory-bytes")
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 # what each queue type's capabilities() call unsupported_policies at 3.10.8: a policy whose
 # definition holds one of these keys does not apply to a queue of that type at all, so a
@@ -102,7 +100,7 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
     if not isinstance(definition, dict) or not definition:
         raise ValueError("definition must be a non-empty object")
     known = (set(LOWER_WINS) | set(ARGUMENT_WINS) | set(EXCHANGE_KEYS) | set(IGNORED_KEYS)
-             | set(FEDERATION) | set(QUORUM_KEYS))
+             | set(FEDERATION) | {key for keys in QUORUM_RULES for key in keys})
     unknown = sorted(k for k in definition if k not in known)
     if unknown:
         raise ValueError(f"Validation failed\n\n{unknown} are not recognised policy settings")

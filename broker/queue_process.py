@@ -41,7 +41,7 @@ from broker.ttl import expiry_ms, parse_expiration
 
 if TYPE_CHECKING:
     from broker.alarms import ResourceMonitor
-    from broker.facades import ChannelFacade, ConnectionFacade, LiteRef, QueueVHost
+    from broker.facades import ChannelFacade, ConnectionFacade, LiteRef, QueueFacade, QueueVHost
 
     # the connection that declared an exclusive queue (vhost and queue compare it by
     # identity; the management API reads its details)
@@ -457,10 +457,7 @@ class QueueProcess(QueueDeliveries, Process):
         vhost = self.vhost
         for message, _props in items:
             dead, keys = dead_letter_message(message, reason, self.name, dlx, self.dlrk, now)
-            headers = dead.headers
-            for queue in vhost.route_keys(dlx, keys, headers, dead):
-                if reason != "rejected" and is_cycle(queue.name, headers):
-                    continue  # rabbit_dead_letter detect_cycles: dropped
+            for queue in dead_letter_targets(vhost, dead, keys, reason):
                 queue.cast((PUBLISH, None, dead, None))
 
     def _credit_back(self, channel: ChannelFacade | None) -> None:
@@ -536,6 +533,16 @@ class QueueProcess(QueueDeliveries, Process):
 
     def stats(self) -> dict[str, int]:
         return {**self.bq.stats(), "consumers": len(self.consumers)}
+
+
+def dead_letter_targets(vhost: QueueVHost, dead: Message, keys: list[str],
+                        reason: str) -> list[QueueFacade]:
+    """The queues the dead-lettered copy `dead` goes to: those its exchange routes `keys`
+    to, less any a cycle with no rejection in it would reach (rabbit_dead_letter
+    detect_cycles: dropped; broker/dead_letter.py is_cycle)."""
+    headers = dead.headers
+    return [queue for queue in vhost.route_keys(dead.exchange, keys, headers, dead)
+            if reason == "rejected" or not is_cycle(queue.name, headers)]
 
 
 def _add_seq(out: dict[ChannelFacade, list[int]], channel: ChannelFacade, seq: int) -> None:

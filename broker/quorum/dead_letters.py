@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import storage_codec
-from broker.dead_letter import dead_letter_message, is_cycle
+from broker.dead_letter import dead_letter_message
 from broker.message import Message
+from broker.queue_process import PUBLISH, dead_letter_targets
 from broker.quorum.record_log import RecordLog
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 _ADD = struct.Struct(">BQBd16s")  # ADD, id, reason index, time of death (s), msg_id
 _DONE = struct.Struct(">BQ")
 ADD, DONE = 1, 2
-PUBLISH = 0  # the queue mailbox kind of one publish (broker/queue_process.py PUBLISH)
 
 
 class DeadLetterSource(Protocol):
@@ -190,13 +190,8 @@ class AtLeastOnce:
         died = datetime.datetime.fromtimestamp(held.died_at, datetime.UTC)
         dead, keys = dead_letter_message(held.message, held.reason, source.name, dlx,
                                          source.dlrk, died)
-        headers = dead.headers
-        targets: list[QueueFacade] = []
-        for queue in source.vhost.route_keys(dlx, keys, headers, dead):
-            if held.reason != "rejected" and is_cycle(queue.name, headers):
-                continue  # rabbit_dead_letter detect_cycles: not a target
-            if queue not in held.settled:
-                targets.append(queue)
+        targets = [queue for queue in dead_letter_targets(source.vhost, dead, keys, held.reason)
+                   if queue not in held.settled]
         if not targets:
             if not held.settled:
                 return  # no route: tried again at the next tick
