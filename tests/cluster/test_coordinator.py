@@ -20,16 +20,22 @@ def _member(etcd, node_id, prefix, ttl=2):
                        {"uri": f"tcp://127.0.0.1:{node_id}", "amqp": "", "http": ""})
 
 
+async def _started_pair(etcd, ttl=2):
+    """Members a and b of a fresh cluster (its own prefix), both started."""
+    prefix = f"/t-{uuid.uuid4().hex[:6]}"
+    a, b = _member(etcd, "a", prefix, ttl), _member(etcd, "b", prefix, ttl)
+    await a.start()
+    await b.start()
+    return a, b
+
+
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def test_only_an_isr_member_may_lead_and_terms_grow(etcd):
     async def scenario():
-        prefix = f"/t-{uuid.uuid4().hex[:6]}"
-        a, b = _member(etcd, "a", prefix), _member(etcd, "b", prefix)
-        await a.start()
-        await b.start()
+        a, b = await _started_pair(etcd)
         term_a = await a.campaign()
         assert term_a is not None  # a fresh cluster: the first member starts the ISR
         assert await a.isr() == {"a"}
@@ -53,10 +59,7 @@ def test_only_an_isr_member_may_lead_and_terms_grow(etcd):
 
 def test_a_deposed_leader_cannot_change_the_isr(etcd):
     async def scenario():
-        prefix = f"/t-{uuid.uuid4().hex[:6]}"
-        a, b = _member(etcd, "a", prefix), _member(etcd, "b", prefix)
-        await a.start()
-        await b.start()
+        a, b = await _started_pair(etcd)
         term_a = await a.campaign()
         assert await a.update_isr(term_a, {"b"})
         await a.client.revoke_lease(a.lease.id)  # a's lease lapses (paused, cut off)
@@ -76,10 +79,7 @@ def test_a_deposed_leader_cannot_change_the_isr(etcd):
 @pytest.mark.timeout(60)
 def test_a_lease_not_renewed_frees_the_leader_key(etcd):
     async def scenario():
-        prefix = f"/t-{uuid.uuid4().hex[:6]}"
-        a, b = _member(etcd, "a", prefix, ttl=2), _member(etcd, "b", prefix, ttl=2)
-        await a.start()
-        await b.start()
+        a, b = await _started_pair(etcd, ttl=2)
         term = await a.campaign()
         await a.update_isr(term, {"b"})
         assert await a.keepalive()
@@ -111,10 +111,7 @@ def test_a_lease_not_renewed_frees_the_leader_key(etcd):
 
 def test_every_member_reads_the_same_secret(etcd):
     async def scenario():
-        prefix = f"/t-{uuid.uuid4().hex[:6]}"
-        a, b = _member(etcd, "a", prefix), _member(etcd, "b", prefix)
-        await a.start()
-        await b.start()
+        a, b = await _started_pair(etcd)
         sa, sb = await a.secret(), await b.secret()
         assert sa == sb and len(sa) == 44
         await a.close()

@@ -65,14 +65,21 @@ def _consume_and_reject(ch, q, times):
     return seen
 
 
-def test_a_poison_message_is_dead_lettered_with_reason_delivery_limit(connect, unique):
-    ch = connect().channel()
-    q, dead = unique("qq-poison"), unique("qq-dead")
+def _limited_with_dlq(ch, unique, prefix, limit):
+    """A quorum queue with x-delivery-limit `limit` dead-lettering into a queue of its own;
+    (queue, dead-letter queue), the channel in confirm mode."""
+    q, dead = unique(prefix), unique(f"{prefix}-dead")
     ch.queue_declare(dead, durable=True)
     ch.queue_declare(q, durable=True, arguments=quorum(**{
-        "x-delivery-limit": 2, "x-dead-letter-exchange": "",
+        "x-delivery-limit": limit, "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": dead}))
     ch.confirm_delivery()
+    return q, dead
+
+
+def test_a_poison_message_is_dead_lettered_with_reason_delivery_limit(connect, unique):
+    ch = connect().channel()
+    q, dead = _limited_with_dlq(ch, unique, "qq-poison", 2)
     ch.basic_publish("", q, b"poison", pika.BasicProperties(headers={"app": "x"}))
     assert _consume_and_reject(ch, q, 3) == [(False, None), (True, 1), (True, 2)]
     got = wait_for(lambda: (lambda r: r if r[0] else None)(ch.basic_get(dead, auto_ack=True)))
@@ -153,12 +160,7 @@ def test_a_cancelled_consumer_keeps_its_messages_until_it_settles(connect, uniqu
 
 def test_a_delivery_limit_of_zero_dead_letters_at_the_first_return(connect, unique):
     ch = connect().channel()
-    q, dead = unique("qq-zero"), unique("qq-zero-dead")
-    ch.queue_declare(dead, durable=True)
-    ch.queue_declare(q, durable=True, arguments=quorum(**{
-        "x-delivery-limit": 0, "x-dead-letter-exchange": "",
-        "x-dead-letter-routing-key": dead}))
-    ch.confirm_delivery()
+    q, dead = _limited_with_dlq(ch, unique, "qq-zero", 0)
     ch.basic_publish("", q, b"once")
     method, props, _ = ch.basic_get(q)
     assert count_of(props) == 0
