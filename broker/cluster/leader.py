@@ -97,6 +97,9 @@ class ReplicationServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         self._sync_lock = asyncio.Lock()  # one follower syncs at a time
+        # one ISR write at a time, each computed from the ISR the one before wrote: two
+        # followers finishing their syncs together must not each write "ISR + me"
+        self._isr_lock = asyncio.Lock()
 
     # -- the listener ----------------------------------------------------------------------
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
@@ -260,9 +263,12 @@ class ReplicationServer:
                 self._changed.notify_all()
 
     async def _isr_join(self, link: FollowerLink) -> None:
-        members = self.isr | {link.id}
-        if await self._write_isr(members):
-            log.info("cluster: follower %s joined the ISR", link.id)
+        async with self._isr_lock:
+            if link.closed or link.id in self.isr or self.deposed:
+                return
+            if not await self._write_isr(self.isr | {link.id}):
+                return
+        log.info("cluster: follower %s joined the ISR", link.id)
 
     async def _write_isr(self, members: set[str]) -> bool:
         try:
@@ -375,11 +381,12 @@ class ReplicationServer:
                         late.add(fid)
                         self._drop(link, f"no ack within {self.ack_timeout * 1000:.0f} ms")
                 if late or self._isr_dirty:
-                    synced = {fid for fid in members - late
-                              if (link := self.followers.get(fid)) is not None
-                              and link.state == "streaming"}
-                    if not await self._write_isr(synced):
-                        return False
+                    async with self._isr_lock:  # from the ISR as the last write left it
+                        synced = {fid for fid in self.isr - late
+                                  if (link := self.followers.get(fid)) is not None
+                                  and not link.closed and link.state == "streaming"}
+                        if not await self._write_isr(synced):
+                            return False
                     continue
                 waiting = [fid for fid in self.isr if self.followers[fid].acked < position]
                 if not waiting and 1 + len(self.isr) >= self.min_insync_replicas:

@@ -53,45 +53,47 @@ while True:
 def test_kill_9_of_the_leader_in_a_loop_loses_no_confirmed_message(tmp_path, etcd):
     prefix = f"/j-{uuid.uuid4().hex[:6]}"
     members = [Member(tmp_path, name, etcd.endpoints, prefix) for name in ("a", "b", "c")]
-    members[0].start().wait_serving()
-    for m in members[1:]:
-        m.start()
-    in_sync(etcd, prefix, 3, "the three members never were in sync")
-    log = tmp_path / "confirmed.txt"
-    urls = [m.url for m in members]
-    source = PUBLISHER.replace("URLS", repr(urls)).replace("PATH", repr(str(log)))
-    publisher, _ = start_client(source, urls[0])
-    failovers = []
     try:
-        for _ in range(KILLS):
-            leader = next(m for m in members if m.node_id == leader_id(etcd, prefix))
-            wait(lambda: log.exists() and log.stat().st_size > 0, 30, "nothing confirmed")
-            time.sleep(0.5)  # publishing meanwhile
-            leader.kill()
-            started = time.monotonic()
-            victim = leader.node_id
-            wait(lambda v=victim: leader_id(etcd, prefix) not in (None, v), 30,
-                 "no new leader")
-            new = next(m for m in members if m.node_id == leader_id(etcd, prefix))
-            takes_over(new, etcd, prefix)
-            failovers.append(time.monotonic() - started)
-            leader.start()
-            in_sync(etcd, prefix, 3, "the killed member never rejoined the ISR")
-        time.sleep(0.5)
-    finally:
-        stop_client(publisher)
-    confirmed = {int(x) for x in log.read_text().split()}
-    leader = next(m for m in members if m.node_id == leader_id(etcd, prefix))
-    seen = set()
-    with pika.BlockingConnection(pika.URLParameters(leader.url)) as conn:
-        ch = conn.channel()
-        while True:
-            method, _p, body = ch.basic_get("jepsen", auto_ack=True)
-            if method is None:
-                break
-            seen.add(int(body))
-    for m in members:
-        m.kill()
+        members[0].start().wait_serving()
+        for m in members[1:]:
+            m.start()
+        in_sync(etcd, prefix, 3, "the three members never were in sync")
+        log = tmp_path / "confirmed.txt"
+        urls = [m.url for m in members]
+        source = PUBLISHER.replace("URLS", repr(urls)).replace("PATH", repr(str(log)))
+        publisher, _ = start_client(source, urls[0])
+        failovers = []
+        try:
+            for _ in range(KILLS):
+                leader = next(m for m in members if m.node_id == leader_id(etcd, prefix))
+                wait(lambda: log.exists() and log.stat().st_size > 0, 30, "nothing confirmed")
+                time.sleep(0.5)  # publishing meanwhile
+                leader.kill()
+                started = time.monotonic()
+                victim = leader.node_id
+                wait(lambda v=victim: leader_id(etcd, prefix) not in (None, v), 30,
+                     "no new leader")
+                new = next(m for m in members if m.node_id == leader_id(etcd, prefix))
+                takes_over(new, etcd, prefix)
+                failovers.append(time.monotonic() - started)
+                leader.start()
+                in_sync(etcd, prefix, 3, "the killed member never rejoined the ISR")
+            time.sleep(0.5)
+        finally:
+            stop_client(publisher)
+        confirmed = {int(x) for x in log.read_text().split()}
+        leader = next(m for m in members if m.node_id == leader_id(etcd, prefix))
+        seen = set()
+        with pika.BlockingConnection(pika.URLParameters(leader.url)) as conn:
+            ch = conn.channel()
+            while True:
+                method, _p, body = ch.basic_get("jepsen", auto_ack=True)
+                if method is None:
+                    break
+                seen.add(int(body))
+    finally:  # a failure anywhere above must not leave members running
+        for m in members:
+            m.kill()
     lost = confirmed - seen
     report = {"kills": KILLS, "confirmed": len(confirmed), "read": len(seen),
               "lost": sorted(lost)[:20], "failover_s": [round(f, 2) for f in failovers],

@@ -152,6 +152,39 @@ def test_writes_during_the_sync_reach_the_follower(tmp_path):
     run(scenario())
 
 
+def test_two_followers_that_finish_their_syncs_together_both_join_the_isr(tmp_path):
+    """The CI failure of stop 39: two followers acked the end of their syncs within a
+    millisecond, and each ISR write was "the ISR + me" from the same old ISR, so the second
+    write dropped the first follower and the ISR never held three members."""
+
+    class SlowIsr(Isr):
+        async def __call__(self, members: set[str]) -> bool:
+            await asyncio.sleep(0.2)  # etcd's round trip, long enough to overlap
+            return await super().__call__(members)
+
+    async def scenario():
+        lead = tmp_path / "leader"
+        lead.mkdir()
+        isr = SlowIsr()
+        server = ReplicationServer(str(lead), "L", 7, SECRET, isr)
+        port = await server.start("127.0.0.1", 0)
+        clients = [ReplicationClient(str(tmp_path / name), name, SECRET)
+                   for name in ("F1", "F2")]
+        for c in clients:
+            (tmp_path / c.node_id).mkdir()
+        tasks = [asyncio.create_task(c.follow("127.0.0.1", port)) for c in clients]
+        for _ in range(100):
+            if server.isr == {"F1", "F2"}:
+                break
+            await asyncio.sleep(0.05)
+        assert server.isr == {"F1", "F2"} and isr.writes[-1] == {"F1", "F2"}, isr.writes
+        await server.stop()
+        for task in tasks:
+            await asyncio.wait_for(task, 5)
+
+    run(scenario())
+
+
 def test_a_follower_that_stops_acking_leaves_the_isr_first(tmp_path):
     async def scenario():
         server, port, client, isr, lead, _foll = await leader_and_follower(
