@@ -130,7 +130,8 @@ class BrokerConfig:
     clustering_advertised_uri: str = ""  # tcp://host:port followers reach this member at
     clustering_bind: str = "127.0.0.1"  # address of the replication listener
     clustering_port: int = 5679  # the replication listener (members only)
-    clustering_lease_ttl: int = 5  # s: a leader that cannot renew its lease this long stops
+    clustering_lease_ttl: int = 2  # s: a leader that cannot renew its lease this long stops
+    # (2: etcd's shortest with its default 1 s election timeout; failover takes 2-3 s)
     clustering_min_insync_replicas: int = 1  # members (leader included) a confirm needs
     clustering_ack_timeout: int = 3000  # ms a follower may lag before it leaves the ISR
     clustering_follower_fsync: bool = True  # a follower acks after fdatasync (else: written)

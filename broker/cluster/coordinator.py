@@ -4,6 +4,8 @@ Keys, under `clustering.etcd_prefix` (P):
 - `P/leader`: the leader's member record (JSON: id, replication URI, AMQP and HTTP
   addresses), put under the leader's lease. Its **create revision is the leader's term**:
   a new leader's key is a new key, so its term is higher than every earlier one.
+- `P/last_leader`: the id of the member that led last, with no lease (it survives a stop of
+  the whole cluster).
 - `P/isr/<id>`: one key per member of the in-sync replica set; `P/isr` lists them (for
   people) and marks that the cluster has an ISR at all.
 - `P/members/<id>`: every running member's record, under its own lease (/api/nodes).
@@ -92,13 +94,14 @@ class Coordinator:
         t = self.client.transactions
         leader, isr_mark = self._key("leader"), self._key("isr")
         record = json.dumps({"id": self.node_id, **self.info}).encode()
+        last = t.put(self._key("last_leader"), self.node_id.encode())  # outlives the lease
         ok, responses = await self.client.transaction(
             compare=[t.create(leader) == 0, t.version(self._key("isr", self.node_id)) > 0],
-            success=[t.put(leader, record, self.lease)], failure=[])
+            success=[t.put(leader, record, self.lease), last], failure=[])
         if not ok:  # not in the ISR, or a leader exists; a fresh cluster has no ISR at all
             ok, responses = await self.client.transaction(
                 compare=[t.create(leader) == 0, t.version(isr_mark) == 0],
-                success=[t.put(leader, record, self.lease),
+                success=[t.put(leader, record, self.lease), last,
                          t.put(isr_mark, self.node_id.encode()),
                          t.put(self._key("isr", self.node_id), b"1")], failure=[])
             if ok:
@@ -108,6 +111,12 @@ class Coordinator:
         term = int(responses[0].response_put.header.revision)
         log.info("cluster: %s leads, term %d", self.node_id, term)
         return term
+
+    async def last_leader(self) -> str | None:
+        """The id of the member that took `P/leader` last (kept after its lease ends), or
+        None in a cluster that never had a leader."""
+        got = await self.client.get(self._key("last_leader"))
+        return bytes(got.value).decode() if got is not None and got.value else None
 
     async def leader(self) -> LeaderRecord | None:
         """The current leader, or None while there is none."""

@@ -7,13 +7,16 @@ broker; stop leading the moment leadership cannot be proven (issue 35; LavinMQ 2
   (broker/cluster/follower.py) while watching the leader key; when the key changes it
   drops the stream and follows the new leader. Its AMQP and HTTP ports are not served.
 - **Leading**: when the key is free, it campaigns (only an ISR member can win;
-  broker/cluster/coordinator.py); on winning it starts the replication listener, installs
+  broker/cluster/coordinator.py). A member that has just started into a cluster with no
+  leader (the whole cluster restarting) first leaves the campaign to the member that led
+  last, for up to three lease TTLs: that member has the most data. on winning it starts the replication listener, installs
   it as the writers' sink and the confirms' gate (broker/replication_hook.py), then boots
   the broker from its copy of the data (a crash recovery, as after kill -9) and serves.
 - **Stepping down**: the lease is renewed every TTL/3 from the event loop; a renewal that
-  fails, an event loop that did not run for TTL/2, or a disk probe (an fsync every second
-  on a worker thread) that has not completed for TTL/2 means this member can no longer
-  prove it leads: it stops confirming, closes its clients and exits with status 75
+  fails or is not answered before the lease would lapse (an event loop or etcd that
+  stalled), or a disk probe (a 4 KiB file written anew and fsynced every second on a
+  worker thread) that failed twice in a row or has not completed for five TTLs, means
+  this member can no longer prove it leads: it stops confirming, closes its clients and exits with status 75
   (EX_TEMPFAIL) for its supervisor to start it again as a follower — the stall LavinMQ's
   issue #2151 describes cannot keep a dead leader in place.
 
@@ -43,6 +46,7 @@ from broker.cluster.follower import Refused, ReplicationClient
 from broker.cluster.leader import ReplicationServer
 from broker.cluster.proxy import FollowerProxy, ProxiedReader
 from broker.definitions_ops import snapshot_ops
+from broker.durable_io import write_atomically
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -50,6 +54,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.cluster")
 EX_TEMPFAIL = 75  # sysexits.h: leadership lost; start again (as a follower)
+# a member that starts into a cluster with no leader waits this many lease TTLs for the
+# member that led last (the one with the most data) before campaigning itself
+STARTUP_GRACE_TTLS = 3
+# a leader whose disk probe has not completed for this many lease TTLs steps down
+DISK_STALL_TTLS = 5
 
 
 def node_id(data_dir: str) -> str:
@@ -77,13 +86,15 @@ def _host_port(uri: str, default_port: int) -> tuple[str, int]:
 
 
 class DiskProbe:
-    """A worker thread that fsyncs a small file in `directory` every `interval` s;
+    """A worker thread that writes a 4 KiB file in `directory` anew every `interval` s
+    (write, fsync, rename over the last);
     `healthy(limit)` says whether one completed within the last `limit` s."""
 
     def __init__(self, directory: str, interval: float = 1.0) -> None:
         self.path = os.path.join(directory, "probe")
         self.interval = interval
         self.last_ok = time.monotonic()
+        self.failures = 0  # probes failed in a row (ENOSPC, EIO)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cluster-disk-probe",
                                         daemon=True)
@@ -93,19 +104,19 @@ class DiskProbe:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, str(time.time()).encode())
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            try:  # a new file renamed over the old: a disk with no room fails it (ENOSPC),
+                # where rewriting one small file in place would reuse its own block
+                write_atomically(os.path.dirname(self.path), os.path.basename(self.path),
+                                 str(time.time()).encode().ljust(4096), fsync=True)
                 self.last_ok = time.monotonic()
+                self.failures = 0
             except OSError as exc:
+                self.failures += 1
                 log.warning("cluster: disk probe failed: %s", exc)
 
     def healthy(self, limit: float) -> bool:
-        return time.monotonic() - self.last_ok <= limit
+        """A probe completed within `limit` s, and the last two did not both fail."""
+        return self.failures < 2 and time.monotonic() - self.last_ok <= limit
 
     def stop(self) -> None:
         self._stop.set()
@@ -154,12 +165,18 @@ class ClusterNode:
         await proxy.start({"amqp": (cfg.host, cfg.port),
                            "http": (cfg.management_tcp_ip, cfg.management_tcp_port),
                            "prometheus": (cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)})
+        grace_until = time.monotonic() + STARTUP_GRACE_TTLS * cfg.clustering_lease_ttl
         try:
             while not stop.is_set():
                 leader = await self.coordinator.leader()
                 proxy.follow(_host_port(leader.uri, cfg.clustering_port)
                              if leader is not None and leader.id != self.id else None)
+                if leader is not None:
+                    grace_until = 0.0  # a running cluster: a failover campaigns at once
                 if leader is None:
+                    if time.monotonic() < grace_until and await self._defer_to_last_leader():
+                        await _wait(stop, 0.2)
+                        continue
                     term = await self.coordinator.campaign()
                     if term is not None:
                         keepalive.cancel()
@@ -178,6 +195,17 @@ class ClusterNode:
             with contextlib.suppress(Exception):
                 await self.coordinator.close()
             self.role = "stopped"
+
+    async def _defer_to_last_leader(self) -> bool:
+        """Should this member, just started in a cluster with no leader, leave the campaign
+        to the member that led last? That member has everything any follower has plus its
+        own unconfirmed tail: the most data, so after a stop of the whole cluster it should
+        lead again and nothing it wrote is truncated away. Only while it is in the ISR; the
+        caller gives up after the startup grace (it may never come back)."""
+        last = await self.coordinator.last_leader()
+        if last is None or last == self.id:
+            return False
+        return last in (await self.coordinator.isr() or set())
 
     async def _keep_member_alive(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -264,7 +292,11 @@ class ClusterNode:
                 self._proxied.close()
                 self._proxied = None
             if broker is not None:
-                await broker.stop()
+                try:
+                    await broker.stop()
+                except Exception:  # a full or failing disk: what is on it is recovered
+                    log.exception("cluster: the broker did not stop cleanly; its data is "
+                                  "recovered at the next start, as after a crash")
             await server.stop()
             probe.stop()
             if not code:
@@ -332,32 +364,41 @@ class ClusterNode:
                 server.proxy_targets[service] = _opener(host, port)
 
     async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
-        """Renew the lease while this member can prove it leads; EX_TEMPFAIL once not."""
+        """Renew the lease every TTL/3 while this member can prove it leads; EX_TEMPFAIL
+        once not: the last renewal is a TTL old (the event loop stalled, or etcd did not
+        answer in time: the lease may have lapsed), the disk probe failed twice in a row or
+        has not completed for DISK_STALL_TTLS lease TTLs, or an ISR write found the term
+        over. A slow fsync under load is not a hung disk: at saturation on this machine the
+        probe's fsync took over 1 s, so the disk's bound is longer than the lease's."""
         ttl = float(self.config.clustering_lease_ttl)
         loop = asyncio.get_running_loop()
-        last = loop.time()
+        renewed_at = loop.time()
         while not stop.is_set():
             now = loop.time()
-            if now - last > ttl / 2:
-                log.error("cluster: the event loop stalled for %.1f s", now - last)
+            if now - renewed_at >= ttl:
+                log.error("cluster: the lease was last renewed %.1f s ago (the event loop "
+                          "stalled, or etcd was slow): it may have lapsed", now - renewed_at)
                 return EX_TEMPFAIL
-            if not probe.healthy(ttl / 2):
-                log.error("cluster: the data directory's disk has not completed an fsync "
-                          "for %.1f s", time.monotonic() - probe.last_ok)
+            if not probe.healthy(DISK_STALL_TTLS * ttl):
+                log.error("cluster: the data directory's disk cannot be written: no probe "
+                          "completed for %.1f s, %d failed in a row",
+                          time.monotonic() - probe.last_ok, probe.failures)
                 return EX_TEMPFAIL
             if self.server is not None and self.server.deposed:
                 return EX_TEMPFAIL
-            try:
-                renewed = await asyncio.wait_for(self.coordinator.keepalive(), ttl / 3)
+            asked = loop.time()
+            try:  # an answer after the lease's end proves nothing
+                renewed = await asyncio.wait_for(self.coordinator.keepalive(),
+                                                 max(0.05, renewed_at + ttl - asked))
             except TimeoutError:
                 renewed = False
             if not renewed:
                 log.error("cluster: the lease could not be renewed")
                 return EX_TEMPFAIL
+            renewed_at = asked  # etcd renewed it no earlier than the request was sent
             with contextlib.suppress(Exception):  # a view for operators; etcd may lag
                 await asyncio.wait_for(self._publish_state(term), ttl / 3)
-            last = loop.time()
-            await _wait(stop, ttl / 3)
+            await _wait(stop, max(0.0, renewed_at + ttl / 3 - loop.time()))
         return 0
 
 

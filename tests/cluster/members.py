@@ -10,16 +10,20 @@ import sys
 import time
 from pathlib import Path
 
+import pika
+
 from tests.cluster.etcd_proc import free_port
 
 
 class Member:
-    """One member `name` under `root`; `start()` runs it, `kill()` sends SIGKILL."""
+    """One member `name` under `root` (its data in `data_dir`, by default root/name);
+    `start()` runs it, `kill()` sends SIGKILL."""
 
     def __init__(self, root: Path, name: str, etcd_endpoints: str, prefix: str,
-                 lease_ttl: int = 2, repl_port: int | None = None, **settings: object) -> None:
+                 lease_ttl: int = 2, repl_port: int | None = None,
+                 data_dir: Path | None = None, **settings: object) -> None:
         self.name = name
-        self.data_dir = root / name
+        self.data_dir = data_dir or root / name
         self.amqp_port = free_port()
         self.repl_port = repl_port or free_port()
         self.log_path = root / f"{name}.log"
@@ -49,11 +53,17 @@ class Member:
         return self
 
     def serving(self) -> bool:
-        """Is its AMQP port open (only a leader serves)?"""
+        """Does an AMQP handshake on its port succeed? A follower's port is open too (it
+        carries clients to the leader), so an open port alone does not say a leader serves."""
         try:
             socket.create_connection(("127.0.0.1", self.amqp_port), timeout=0.5).close()
-            return True
         except OSError:
+            return False
+        params = pika.URLParameters(self.url + "?connection_attempts=1&socket_timeout=2")
+        try:
+            pika.BlockingConnection(params).close()
+            return True
+        except pika.exceptions.AMQPError:
             return False
 
     def wait_serving(self, timeout: float = 30) -> None:

@@ -445,9 +445,12 @@ def test_a_follower_cut_off_from_the_leader_leaves_the_isr_and_catches_up(tmp_pa
 
 
 @pytest.mark.timeout(150)
-def test_the_whole_cluster_stopped_and_started_again(tmp_path, etcd):
-    """Both members stopped (SIGTERM), then started again in the other order: a member of
-    the ISR leads and serves every confirmed message."""
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_the_whole_cluster_stopped_and_started_again(tmp_path, etcd, how):
+    """Both members stopped (SIGTERM, or kill -9), then started again in the other order,
+    the follower a second before the former leader: the former leader — the member with the
+    most data — leads again, the follower follows it, and every confirmed message is
+    served."""
     with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
         with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
             ch = conn.channel()
@@ -455,11 +458,37 @@ def test_the_whole_cluster_stopped_and_started_again(tmp_path, etcd):
             ch.confirm_delivery()
             for i in range(100):
                 ch.basic_publish("", "all", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
-        b.stop()
-        a.stop()
+        getattr(b, how)()
+        getattr(a, how)()
+        wait(lambda: leader_id(etcd, prefix) is None, 30, "the old leader key never lapsed")
         b.start()
+        time.sleep(1.0)
+        assert leader_id(etcd, prefix) is None  # b waits for the member that led last
         a.start()
-        wait(lambda: leader_id(etcd, prefix) in (a.node_id, b.node_id), 60, "nobody led")
-        leader = a if leader_id(etcd, prefix) == a.node_id else b
-        takes_over(leader, etcd, prefix, 60)
-        assert drain(leader, "all") == [b"m%d" % i for i in range(100)]
+        wait(lambda: leader_id(etcd, prefix) is not None, 60, "nobody led")
+        assert leader_id(etcd, prefix) == a.node_id
+        takes_over(a, etcd, prefix, 60)
+        in_sync(etcd, prefix, 2, "b never followed a again")
+        assert drain(a, "all") == [b"m%d" % i for i in range(100)]
+
+
+def test_without_the_former_leader_a_follower_leads_after_the_grace(tmp_path, etcd):
+    """The whole cluster stopped and the former leader never comes back: the follower waits
+    for it for three lease TTLs (broker/cluster/node.py STARTUP_GRACE_TTLS), then leads and
+    serves every confirmed message."""
+    with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("all", durable=True, arguments={"x-queue-type": "quorum"})
+            ch.confirm_delivery()
+            for i in range(50):
+                ch.basic_publish("", "all", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+        b.kill()
+        a.kill()
+        wait(lambda: leader_id(etcd, prefix) is None, 30, "the old leader key never lapsed")
+        started = time.monotonic()
+        b.start()
+        wait(lambda: leader_id(etcd, prefix) == b.node_id, 60, "b never led")
+        assert time.monotonic() - started >= 3 * 2 - 0.5  # lease_ttl 2 in these tests
+        takes_over(b, etcd, prefix, 60)
+        assert drain(b, "all") == [b"m%d" % i for i in range(50)]
