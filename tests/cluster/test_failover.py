@@ -16,6 +16,7 @@ import pytest
 
 from broker.cluster.coordinator import Coordinator
 from broker.cluster.etcd_client import EtcdSettings
+from tests.cluster.etcd_proc import free_port
 from tests.cluster.members import Member
 
 
@@ -178,7 +179,6 @@ def test_a_follower_carries_its_clients_to_the_leader(tmp_path, etcd):
     leader is killed the client reconnects to the same member, which now leads."""
     import requests
 
-    from tests.cluster.etcd_proc import free_port
 
     prefix = f"/c-{uuid.uuid4().hex[:6]}"
     a = Member(tmp_path, "a", etcd.endpoints, prefix,
@@ -350,6 +350,49 @@ def test_a_leader_cut_off_from_etcd_stops_confirming_and_another_leads(tmp_path,
             b.kill()
 
 
+def _tree_bytes(root):
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_a_follower_inside_its_initial_sync(tmp_path, etcd):
+    """A follower killed with -9 while its initial sync of ~200 MB is under way (killed once
+    it holds between a tenth and nine tenths of the leader's bytes, before the leader logs
+    its sync done), then started again: it syncs, joins the ISR, and after the leader is
+    killed serves every confirmed message."""
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix).start()
+    b = Member(tmp_path, "b", etcd.endpoints, prefix)
+    try:
+        a.wait_serving()
+        body = os.urandom(500_000)
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("huge", durable=True, arguments={"x-queue-type": "quorum"})
+            ch.confirm_delivery()
+            for i in range(400):
+                ch.basic_publish("", "huge", b"%04d" % i + body,
+                                 pika.BasicProperties(delivery_mode=2))
+        total = _tree_bytes(a.data_dir / "vhosts")
+        assert total > 150_000_000
+        b.start()
+        wait(lambda: _tree_bytes(b.data_dir / "vhosts") > total // 10, 60,
+             "b's sync never started")
+        assert _tree_bytes(b.data_dir / "vhosts") < total * 9 // 10
+        b.kill()
+        assert f"follower {b.node_id} synced" not in a.log_path.read_text(errors="replace")
+        b.start()
+        in_sync(etcd, prefix, 2, "b never finished its sync")
+        a.kill()
+        takes_over(b, etcd, prefix, 60)
+        got = drain(b, "huge")
+        assert [g[:4] for g in got] == [b"%04d" % i for i in range(400)]
+        assert all(g[4:] == body for g in got)
+    finally:
+        a.kill()
+        b.kill()
+
+
 @pytest.mark.timeout(150)
 def test_a_follower_left_half_synced_syncs_again(tmp_path, etcd):
     """A follower's copy as a kill -9 during its sync leaves it (a sync of a few MB takes
@@ -492,3 +535,55 @@ def test_without_the_former_leader_a_follower_leads_after_the_grace(tmp_path, et
         assert time.monotonic() - started >= 3 * 2 - 0.5  # lease_ttl 2 in these tests
         takes_over(b, etcd, prefix, 60)
         assert drain(b, "all") == [b"m%d" % i for i in range(50)]
+
+
+def test_only_the_leader_runs_a_shovel_and_the_next_leader_takes_it_over(tmp_path, etcd):
+    """Effects run only where the broker runs, on the leader (issue 35 item 4): a dynamic
+    shovel defined on the leader moves src to dest there, the follower's log shows no shovel
+    of its own; after kill -9 of the leader the follower leads, runs the replicated shovel,
+    and every message published to src on either leader reaches dest (at least once)."""
+    import requests
+
+    prefix = f"/c-{uuid.uuid4().hex[:6]}"
+    ports = {"a": free_port(), "b": free_port()}
+    a = Member(tmp_path, "a", etcd.endpoints, prefix,
+               **{"management.tcp.port": ports["a"]}).start()
+    b = Member(tmp_path, "b", etcd.endpoints, prefix, **{"management.tcp.port": ports["b"]})
+    try:
+        a.wait_serving()
+        b.start()
+        in_sync(etcd, prefix, what="b never joined the ISR")
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            for q in ("src", "dest"):
+                ch.queue_declare(q, durable=True)
+        r = requests.put(f"http://127.0.0.1:{ports['a']}/api/parameters/shovel/%2F/move",
+                         auth=("guest", "guest"), timeout=10, json={"value": {
+                             "src-uri": "amqp://", "src-queue": "src",
+                             "dest-uri": "amqp://", "dest-queue": "dest"}})
+        assert r.status_code in (201, 204), r.text
+
+        def publish(member, first):
+            with pika.BlockingConnection(pika.URLParameters(member.url)) as conn:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                for i in range(first, first + 10):
+                    ch.basic_publish("", "src", b"%d" % i,
+                                     pika.BasicProperties(delivery_mode=2))
+
+        def in_dest(member):
+            with pika.BlockingConnection(pika.URLParameters(member.url)) as conn:
+                return conn.channel().queue_declare("dest", passive=True).method.message_count
+
+        publish(a, 0)
+        wait(lambda: in_dest(a) >= 10, 30, "the leader's shovel moved nothing")
+        assert "shovel" not in b.log_path.read_text(errors="replace").lower()
+        a.kill()
+        takes_over(b, etcd, prefix)
+        publish(b, 10)
+        wait(lambda: in_dest(b) >= 20, 30, "the new leader's shovel moved nothing")
+        got = {int(m) for m in drain(b, "dest")}
+        assert got == set(range(20))
+    finally:
+        a.kill()
+        b.kill()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 35 item 7's last point: with the default lease TTL (5 s), a saturating run of
+# Issue 35 item 7's last point: with the default lease TTL (2 s), a saturating run of
 # DURATION seconds (600) against a three-member cluster on this machine has no leader change.
 # Prints the leader's term before and after, every "leads" line of the members' logs, and the
 # bench's figures. Usage: bench/results/issue35-cluster/saturate.sh [DURATION] [OUTDIR]
