@@ -66,7 +66,7 @@ class Histogram:
     def total(self) -> int:
         return sum(self.counts)
 
-    def percentiles(self, qs: Iterable[float] = (50, 95, 99)) -> dict[str, float | None]:
+    def percentiles(self, qs: Iterable[float] = (50, 95, 99, 99.9)) -> dict[str, float | None]:
         """``{"p50": ms, ...}`` for each q in percent, plus ``max`` (ms) and ``count``.
 
         Values are bucket midpoints converted to milliseconds; None when empty.

@@ -45,6 +45,9 @@ class Scenario:
     prefetch: int = 0  # -q: basic.qos prefetch_count per consumer; 0 = unlimited
     multi_ack_every: int = 0  # -A: ack with multiple=true every N messages; 0/1 = each
     rate: float = 0.0  # -r: msg/s per producer channel; 0 = unlimited
+    # (bench) with -r: each message's latencies count from its scheduled send time
+    # (publisher start + seq / rate), not from when it went out: no coordinated omission
+    open_loop: bool = False
     time: float = 10.0  # -z: publishing duration (s); 0 = until -C is reached
     pmessages: int = 0  # -C: messages per producer channel; 0 = unlimited
     producer_channel_count: int = 1
@@ -146,6 +149,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("-q", "--qos", dest="prefetch", type=int, help="consumer prefetch count")
     a("-A", "--multi-ack-every", type=int, help="ack with multiple=true every N messages")
     a("-r", "--rate", type=float, help="publishing rate limit per producer channel (msg/s)")
+    a("--open-loop", action="store_true", default=None,
+      help="(bench) with -r: time each message from its scheduled send time (no "
+           "coordinated omission: a publisher that falls behind counts the wait)")
     a("-z", "--time", type=float, help="publishing duration in seconds")
     a("-C", "--pmessages", type=int, help="messages per producer channel")
     a("--producer-channel-count", type=int, help="channels per producer connection")

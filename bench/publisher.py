@@ -6,7 +6,8 @@
 # Talks to: bench.amqp (Channel, Connection), bench.wire (PublishTemplate), bench.worker (which
 # starts and stops it and reads its counters).
 # Must never: wait without a bound, or touch another publisher's state.
-"""Publisher: PerfTest's producer channel (-c, -r, -C, -z, -f, --confirm-timeout)."""
+"""Publisher: PerfTest's producer channel (-c, -r, -C, -z, -f, --confirm-timeout); with
+--open-loop, every latency counts from the message's scheduled send time."""
 
 from __future__ import annotations
 
@@ -118,7 +119,10 @@ class Publisher:
         limit = sc.pmessages
         rate = sc.rate
         confirms = self.window > 0
-        started = time.monotonic()
+        started_ns = time.monotonic_ns()
+        started = started_ns / 1e9
+        open_loop = bool(rate and sc.open_loop)
+        step_ns = 1e9 / rate if rate else 0.0
         last_expire = started
         stop_deadline = 0.0
         first_tag = wire.make_tag(self.producer_id, 0)
@@ -169,9 +173,14 @@ class Publisher:
                         await asyncio.sleep(min(POLL, -allowed / rate + 1 / rate))
                         continue
                     n = min(n, allowed)
-                ts = time.monotonic_ns()
                 seq = self.next_seq
-                data = tmpl.build(n, ts, first_tag + seq)
+                if open_loop:  # stamped with when each was due; a batch spans <= 0.5 ms
+                    n = min(n, max(1, int(rate * 0.0005)))
+                    ts = started_ns + int(seq * step_ns)
+                    data = tmpl.build(n, ts, first_tag + seq, int(step_ns))
+                else:
+                    ts = time.monotonic_ns()
+                    data = tmpl.build(n, ts, first_tag + seq)
                 tags = range(first_tag + seq, first_tag + seq + n)
                 self.next_seq = seq + n
             else:

@@ -15,7 +15,7 @@ Top-level keys (units in names or below):
 - ``totals`` {published, confirmed, nacked, returned, resent, timed_out, consumed} (messages)
 - ``rates`` {publish, confirm, consume} msg/s and {publish_mb_s, consume_mb_s} MB/s (10^6 B,
   body bytes)
-- ``latency_ms`` and ``confirm_latency_ms`` {p50, p95, p99, max, count}
+- ``latency_ms`` and ``confirm_latency_ms`` {p50, p95, p99, p99.9, max, count}
 - ``broker`` {pid, name, rss_peak_bytes, cpu_seconds, cpu_percent_mean, cpu_percent_peak,
   cpu_us_per_message (CPU µs per message consumed, else published)} or null when the broker
   is not a local process

@@ -188,14 +188,15 @@ class PublishTemplate:
         """Messages per write: about 64 KiB, at most 256 (bigger batches allocate slower)."""
         return max(1, min(256, 65536 // self.size))
 
-    def build(self, n: int, ts_ns: int, first_tag: int) -> bytearray:
-        """n messages with tags ``first_tag + i`` and timestamp ``ts_ns``; one allocation."""
+    def build(self, n: int, ts_ns: int, first_tag: int, ts_step_ns: int = 0) -> bytearray:
+        """n messages with tags ``first_tag + i`` and timestamps ``ts_ns + i * ts_step_ns``
+        (each one's scheduled send time in an open-loop run); one allocation."""
         buf = bytearray(self.data * n)
         pack_into = BODY_HEADER.pack_into
         off = self.body_offset
         step = self.size
         for i in range(n):
-            pack_into(buf, off, ts_ns, first_tag + i)
+            pack_into(buf, off, ts_ns + i * ts_step_ns, first_tag + i)
             off += step
         if self.id_fields:
             self._patch_ids(buf, range(first_tag, first_tag + n))

@@ -29,6 +29,7 @@ from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.federation.supervisor import Federation
+from broker.loop_lag import LoopLagProbe
 from broker.msg_store.vhost import DISCARDED, VhostStores, remove_discarded
 from broker.reader import Reader
 from broker.shovel.supervisor import Shovels
@@ -63,6 +64,7 @@ class Broker:
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.management: ManagementServer | None = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
+        self.loop_lag = LoopLagProbe()  # loop lag and GC pauses (broker/loop_lag.py)
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
@@ -265,6 +267,7 @@ class Broker:
     async def start(self) -> None:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
+        self.loop_lag.start()
         for warning in self.config.warnings:  # rabbitmq.conf keys not acted on
             log.warning("%s", warning)
         os.makedirs(self.config.data_dir, exist_ok=True)
@@ -417,6 +420,7 @@ class Broker:
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, close clients with 320 CONNECTION_FORCED (waiting
         up to `SHUTDOWN_GRACE` seconds for their close-ok), stop queues."""
+        self.loop_lag.stop()
         if self.management is not None:
             await self.management.stop()
             self.management = None

@@ -17,6 +17,7 @@ from broker.serving import ServingBroker
 
 if TYPE_CHECKING:
     from broker.federation.supervisor import Federation
+    from broker.loop_lag import LoopLagProbe
     from broker.reader import Reader  # noqa: F401  (named as a string in the base below)
     from broker.shovel.supervisor import Shovels
     from broker.vhost import VHost
@@ -33,6 +34,9 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
 
     @property
     def federation(self) -> Federation: ...
+
+    @property
+    def loop_lag(self) -> LoopLagProbe: ...  # the event loop's lag and GC pauses
 
     @property
     def ssl_port(self) -> int | None: ...  # the bound amqps port, if any

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from broker import __version__, replication_hook
 from broker.management import overview, shapes
@@ -85,6 +90,22 @@ class BrokerCollector:
         yield from self._process()
         yield from self._links()
         yield from self._cluster()
+        yield from self._loop_lag()
+
+    def _loop_lag(self) -> Iterator[Metric]:
+        """How late the event loop ran its 10 ms timer, and GC pauses by generation
+        (broker/loop_lag.py): where tail latency comes from. Not in RabbitMQ (whose
+        schedulers differ); this broker's prefix."""
+        probe = self.broker.loop_lag
+        lag = HistogramMetricFamily("pybroker_event_loop_lag_seconds", "How late the event "
+                                    "loop ran a timer due every 10 ms")
+        lag.add_metric([], probe.lag.cumulative(), probe.lag.sum)
+        yield lag
+        pauses = HistogramMetricFamily("pybroker_gc_pause_seconds", "Garbage collector "
+                                       "pauses, by generation", labels=["generation"])
+        for generation, hist in enumerate(probe.gc_pauses):
+            pauses.add_metric([str(generation)], hist.cumulative(), hist.sum)
+        yield pauses
 
     def _cluster(self) -> Iterator[Metric]:
         """High availability (docs/high-availability.md), on a cluster's leader only:

@@ -320,3 +320,44 @@ def test_producer_sharing_a_connection_with_a_consumer_closes_only_its_channel(
     finally:
         here.close()
         there.close()
+
+
+@pytest.mark.parametrize("open_loop", [False, True])
+def test_open_loop_charges_a_stall_to_every_message_due_during_it(sink: Any,
+                                                                  open_loop: bool) -> None:
+    """--open-loop (issue 36 item 2): the sink blocks publishers for 0.6 s after 200 of
+    1000 messages sent at 1000 msg/s. Timed from when each was due, the ~600 messages due
+    during the block each waited part of it (p50 over 100 ms, max about 0.6 s); timed from
+    when each went out (closed loop, coordinated omission) the stall vanishes."""
+    uri, _ = sink("--block-at", "200", "--block-for", "0.6")
+    doc = coordinator.run(tiny("s2", uri, pmessages=1000, rate=1000.0, open_loop=open_loop))
+    assert doc["verification"]["status"] == "ok"
+    confirm = doc["confirm_latency_ms"]
+    if open_loop:
+        assert confirm["p50"] > 100 and 450 < confirm["max"] < 1500, confirm
+    else:
+        assert confirm["p99"] < 100, confirm
+
+
+def test_latency_curve_runs_alternated_points_and_plots(sink: Any, tmp_path: Any) -> None:
+    """`python -m bench.latency_curve` against two null servers (the client's own floor):
+    every point run once per round per target, alternated, summarized with the spread, and
+    plotted."""
+    from bench import latency_curve
+
+    (uri_a, _), (uri_b, _) = sink(), sink()
+    assert latency_curve.main(["--shape", "s2", "--target", f"a={uri_a}",
+                               "--target", f"b={uri_b}", "--rates", "500,1000",
+                               "--rounds", "2", "-z", "1", "--quiet-load", "100",
+                               "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "curve.json").read_text())
+    assert [(r["rate"], r["round"], r["target"]) for r in doc["runs"]] == [
+        (500.0, 1, "a"), (500.0, 1, "b"), (500.0, 2, "a"), (500.0, 2, "b"),
+        (1000.0, 1, "a"), (1000.0, 1, "b"), (1000.0, 2, "a"), (1000.0, 2, "b")]
+    for name in ("a", "b"):
+        for rate in ("500", "1000"):
+            point = doc["summary"][name][rate]
+            assert point["sustained"] is True, point
+            p99 = point["confirm_ms"]["p99"]
+            assert p99["min"] <= p99["median"] <= p99["max"]
+    assert (tmp_path / "curve.png").stat().st_size > 10_000

@@ -88,3 +88,28 @@ def test_per_object_metrics_label_each_queue(metrics_url, broker):
         assert value(m, "rabbitmq_queue_messages", vhost="/", queue=q) == 3
     finally:
         conn.close()
+
+
+def _bucket(metrics: dict, name: str, le: str) -> float:
+    return next(s.value for s in metrics[name + "_bucket"] if s.labels["le"] == le)
+
+
+def test_a_blocked_event_loop_shows_as_loop_lag(metrics_url, broker, ours_only):
+    """pybroker_event_loop_lag_seconds (broker/loop_lag.py, issue 36 item 1): a callback
+    that holds the broker's loop for 0.3 s makes its 10 ms timer run at least 0.25 s late,
+    so one more sample lands above the 0.25 s bucket; GC pauses are there by generation."""
+    import time
+
+    before = scrape(metrics_url + "/metrics")
+    above = (value(before, "pybroker_event_loop_lag_seconds_count")
+             - _bucket(before, "pybroker_event_loop_lag_seconds", "0.25"))
+    broker.call(lambda: time.sleep(0.3))  # on the broker's loop: nothing else runs
+    after = scrape(metrics_url + "/metrics")
+    assert (value(after, "pybroker_event_loop_lag_seconds_count")
+            - _bucket(after, "pybroker_event_loop_lag_seconds", "0.25")) >= above + 1
+    assert value(after, "pybroker_event_loop_lag_seconds_count") > value(
+        before, "pybroker_event_loop_lag_seconds_count")
+    assert _bucket(after, "pybroker_event_loop_lag_seconds", "+Inf") == value(
+        after, "pybroker_event_loop_lag_seconds_count")
+    for generation in ("0", "1", "2"):
+        assert value(after, "pybroker_gc_pause_seconds_count", generation=generation) >= 0

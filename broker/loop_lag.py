@@ -1,0 +1,96 @@
+"""How late the event loop runs, and how long the garbage collector stops it (issue 36
+item 1): the two causes of tail latency that no per-message counter shows.
+
+- **Loop lag**: a timer asks to run every `interval` s (10 ms); each time it runs, how late
+  it ran is how long everything else on the loop kept it waiting — one loop turn's batch of
+  frames, a long callback, a GC pause. A message that arrived at the start of that wait
+  waited as long (Node.js's `monitorEventLoopDelay` and uvloop users' loop-lag probes do the
+  same).
+- **GC pauses**: `gc.callbacks` time each collection by generation.
+
+Both go into fixed-bucket histograms (seconds, Prometheus's conventions: cumulative counts,
+a sum and a count), exported as `pybroker_event_loop_lag_seconds` and
+`pybroker_gc_pause_seconds{generation}` (RabbitMQ has no such series; they carry this
+broker's prefix), and the largest lag since start as `max_s`.
+
+Owns: one timer on the broker's loop and one gc callback per process. Must never: allocate
+per message, or run work of its own beyond a few arithmetic operations per sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import gc
+import time
+
+# seconds; the last bucket is +Inf
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Histogram:
+    """Counts of observations (seconds) at or below each of BUCKETS, plus +Inf; sum, count
+    and max. Not thread-safe beyond the GIL's atomic list updates (enough for metrics)."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)  # per bucket, not cumulative
+        self.sum = 0.0
+        self.count = 0
+        self.max = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, value)] += 1
+        self.sum += value
+        self.count += 1
+        if value > self.max:
+            self.max = value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """[(upper bound as Prometheus writes it, cumulative count)], +Inf last."""
+        out, total = [], 0
+        for bound, n in zip((*map(str, BUCKETS), "+Inf"), self.counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
+
+
+class LoopLagProbe:
+    """Samples the running loop's lag every `interval` s into `lag`; times GC pauses into
+    `gc_pauses[generation]`. `start()` on the loop, `stop()` to end both."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.lag = Histogram()
+        self.gc_pauses = [Histogram(), Histogram(), Histogram()]
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+        self._gc_started = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._due = self._loop.time() + self.interval
+        self._handle = self._loop.call_at(self._due, self._tick)
+        gc.callbacks.append(self._on_gc)
+
+    def _tick(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        self.lag.observe(max(0.0, now - self._due))
+        self._due = now + self.interval
+        self._handle = loop.call_at(self._due, self._tick)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            generation = info.get("generation", 2)
+            self.gc_pauses[min(generation, 2)].observe(time.perf_counter() - self._gc_started)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
