@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -152,6 +153,7 @@ class ClusterNode:
         self.broker: Broker | None = None
         self.proxy: FollowerProxy | None = None  # a follower's client listeners
         self._proxied: asyncio.AbstractServer | None = None  # the leader's Unix socket
+        self._proxied_http: list[asyncio.AbstractServer] = []  # HTTP and Prometheus sockets
         self._names: dict[str, str] = {}  # member id -> node name, also of stopped members
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -291,6 +293,9 @@ class ClusterNode:
             if self._proxied is not None:
                 self._proxied.close()
                 self._proxied = None
+            for unix_server in self._proxied_http:
+                unix_server.close()
+            self._proxied_http = []
             if broker is not None:
                 try:
                     await broker.stop()
@@ -337,8 +342,9 @@ class ClusterNode:
         return True
 
     async def _accept_proxied(self, broker: Broker, server: ReplicationServer) -> None:
-        """Clients the followers carry here: AMQP through a Unix socket in `cluster/` that
-        reads their PROXY line (their real address), HTTP to the management listener."""
+        """Clients the followers carry here: AMQP, management HTTP and Prometheus, each
+        through a Unix socket in `cluster/` that reads their PROXY line first, so the
+        broker and the HTTP servers see each client's real address."""
         from broker.reader import Reader
 
         path = os.path.join(self.data_dir, LOCAL_DIR, "amqp.sock")
@@ -355,13 +361,19 @@ class ClusterNode:
 
         server.proxy_targets["amqp"] = amqp
         management = broker.management
-        cfg = self.config
-        for service, host, port in (
-                ("http", cfg.management_tcp_ip, management.port if management else None),
-                ("prometheus", cfg.prometheus_tcp_ip,
-                 management.prometheus_port if management else None)):
-            if port:
-                server.proxy_targets[service] = _opener(host, port)
+        if management is None:
+            return
+        for service in ("http", "prometheus"):
+            factory = management.protocol_factory(service)
+            if factory is None:
+                continue
+            sock = os.path.join(self.data_dir, LOCAL_DIR, f"{service}.sock")
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(sock)
+            self._proxied_http.append(await loop.create_unix_server(
+                functools.partial(ProxiedReader, factory, wrap=True), sock))
+            os.chmod(sock, 0o600)
+            server.proxy_targets[service] = _unix_opener(sock)
 
     async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
         """Renew the lease every TTL/3 while this member can prove it leads; EX_TEMPFAIL
@@ -402,12 +414,12 @@ class ClusterNode:
         return 0
 
 
-def _opener(host: str, port: int) -> Callable[[], Awaitable[
+def _unix_opener(path: str) -> Callable[[], Awaitable[
         tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
-    """How the leader opens one of its own TCP services for a proxied client."""
+    """How the leader opens one of its own services' Unix sockets for a proxied client."""
 
     async def open_service() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection(host, port)
+        return await asyncio.open_unix_connection(path)
 
     return open_service
 

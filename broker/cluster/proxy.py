@@ -3,12 +3,13 @@
 A follower listens on the member's AMQP, management HTTP and Prometheus ports; each client
 connection is carried to the leader over the leader's replication port — the port only
 members use, where the follower first proves it knows the cluster secret — and spliced
-there to the leader's own service. For AMQP the follower sends a PROXY protocol v1 line
+there to the leader's own service. The follower sends a PROXY protocol v1 line
 first (`PROXY TCP4 <client> <member> <client port> <member port>`), and the leader hands the
 connection to its broker through a Unix socket in its `cluster/` directory that only accepts
 such lines, so the leader's connection list shows each client's real address and no client
 can claim another's (a client cannot reach that socket, and the member port wants the
-secret). HTTP and Prometheus are spliced without it (they see the leader's own address).
+secret). HTTP and Prometheus go the same way, to Unix sockets of their own whose HTTP
+server sees the client's address as the connection's peer (`request.remote`).
 
 Owns: the follower's listeners and the splicing on both ends; the broker side's reader of
 the PROXY line (`ProxiedReader`). After a leader change every spliced connection is closed:
@@ -50,12 +51,33 @@ def parse_proxy_line(line: bytes) -> tuple[str, int]:
     return parts[2], port
 
 
-class ProxiedReader(asyncio.Protocol):
-    """The broker's side of the Unix socket: reads the PROXY line, then gives the
-    transport to a new AMQP reader (`make_reader()`) whose peer is the client's address."""
+class PeerTransport:
+    """A transport as the protocol behind a PROXY line sees it: `get_extra_info("peername")`
+    is the client's address from that line; everything else is the real (Unix) transport's.
+    For protocols that read their peer from the transport (aiohttp's request handler)."""
 
-    def __init__(self, make_reader: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, transport: asyncio.Transport, peer: tuple[str, int]) -> None:
+        self._transport = transport
+        self._peer = peer
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        if name == "peername":
+            return self._peer
+        return self._transport.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
+class ProxiedReader(asyncio.Protocol):
+    """The broker's side of a Unix socket the leader's proxied clients arrive on: reads the
+    PROXY line, then gives the transport to a new protocol (`make_reader()`) whose peer is
+    the client's address: as its `peer` attribute (the AMQP reader), or with `wrap`
+    through PeerTransport (an HTTP server's protocol)."""
+
+    def __init__(self, make_reader: Callable[[], asyncio.Protocol], wrap: bool = False) -> None:
         self._make_reader = make_reader
+        self._wrap = wrap
         self._buf = b""
         self._transport: asyncio.Transport | None = None
 
@@ -80,8 +102,12 @@ class ProxiedReader(asyncio.Protocol):
         rest = self._buf[end + 2:]
         reader = self._make_reader()
         self._transport.set_protocol(reader)
-        reader.connection_made(self._transport)
-        reader.peer = peer  # type: ignore[attr-defined]
+        if self._wrap:
+            reader.connection_made(cast("asyncio.Transport",
+                                        PeerTransport(self._transport, peer)))
+        else:
+            reader.connection_made(self._transport)
+            reader.peer = peer  # type: ignore[attr-defined]
         if rest:
             reader.data_received(rest)
 
@@ -150,10 +176,8 @@ class FollowerProxy:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
                 *leader, ssl=self.ssl,
                 server_hostname=leader[0] if self.ssl is not None else None), 5)
-            line = b""
-            if service == "amqp":
-                line = proxy_line(writer.get_extra_info("peername"),
-                                  writer.get_extra_info("sockname"))
+            line = proxy_line(writer.get_extra_info("peername"),
+                              writer.get_extra_info("sockname"))
             up_writer.write(wire.PREAMBLE + wire.frame(
                 wire.PROXY_HELLO, wire.s16(self.node_id),
                 len(self.secret).to_bytes(2, "big") + self.secret, wire.s16(service), line))

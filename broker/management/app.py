@@ -12,7 +12,9 @@ with its traceback) for a bug, never a dropped broker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +116,7 @@ class ManagementServer:
         self.port: int | None = None
         self.prometheus_port: int | None = None
         self._runners: list[web.AppRunner] = []
+        self._by_service: dict[str, web.AppRunner] = {}  # "http", "prometheus"
 
     async def _serve(self, listener: str, app: web.Application, host: str, port: int) -> int:
         """Serve `app` on host:port (-1: a free port); the bound port. ListenerError (which
@@ -137,6 +140,7 @@ class ManagementServer:
         if cfg.management_tcp_port:
             self.port = await self._serve(MANAGEMENT, make_app(self.broker, self.sampler),
                                           cfg.management_tcp_ip, cfg.management_tcp_port)
+            self._by_service["http"] = self._runners[-1]
             log.info("management API and UI on http://%s:%d/", cfg.management_tcp_ip,
                      self.port)
             self.sampler.start(lambda s: sample(self.broker, s),
@@ -144,11 +148,20 @@ class ManagementServer:
         if cfg.prometheus_tcp_port:
             self.prometheus_port = await self._serve(
                 PROMETHEUS, metrics.make_app(self.broker), cfg.prometheus_tcp_ip, cfg.prometheus_tcp_port)
+            self._by_service["prometheus"] = self._runners[-1]
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.prometheus_tcp_ip,
                      self.prometheus_port)
+
+    def protocol_factory(self, service: str) -> Callable[[], asyncio.Protocol] | None:
+        """The HTTP server protocol factory of `service` ("http": the management API and
+        UI, "prometheus"), for connections that arrive another way than its TCP site (a
+        cluster leader's proxied clients, broker/cluster/node.py); None when it is off."""
+        runner = self._by_service.get(service)
+        return None if runner is None else runner.server
 
     async def stop(self) -> None:
         self.sampler.stop()
         for runner in self._runners:
             await runner.cleanup()
         self._runners = []
+        self._by_service = {}
