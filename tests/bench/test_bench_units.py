@@ -187,3 +187,21 @@ def test_sweep_target_names_a_mode_on_its_own_broker() -> None:
     for bad in ("rabbitmq", "x=default", "=ack@amqp://h", "x=@amqp://h"):
         with pytest.raises(ValueError):
             sweep.parse_target(bad)
+
+
+def test_tail_causes_reads_a_runs_share_of_the_loop_lag_histogram() -> None:
+    """bench.tail_causes (issue 36 item 1): the run's samples are after minus before; a
+    quantile is the upper bound of the bucket that holds it."""
+    from bench import tail_causes as tc
+
+    before = {"0.005": 90.0, "0.01": 95.0, "0.025": 99.0, "+Inf": 100.0, "count": 100.0,
+              "sum": 0.3}
+    after = {"0.005": 1080.0, "0.01": 1090.0, "0.025": 1098.0, "+Inf": 1100.0,
+             "count": 1100.0, "sum": 1.3}
+    run = tc.delta(before, after)  # 990 under 5 ms, 5 under 10, 4 under 25 ms, 1 above
+    assert run["count"] == 1000
+    assert tc.quantile(run, 0.5) == 0.005
+    assert tc.quantile(run, 0.995) == 0.01
+    assert tc.quantile(run, 0.9995) == float("inf")
+    assert tc.above(run, 0.005) == 10 and tc.above(run, 0.025) == 1
+    assert tc.quantile({"count": 0.0}, 0.99) is None
