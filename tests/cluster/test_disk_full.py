@@ -22,7 +22,7 @@ import pika
 import pytest
 
 from tests.cluster.members import Member
-from tests.cluster.test_failover import drain, in_sync, isr, takes_over, wait
+from tests.cluster.test_failover import drain, in_sync, isr, kill_and_drain, takes_over, wait
 from tests.cluster.test_jepsen_kill_loop import PUBLISHER
 from tests.integration.client_proc import start_client, stop_client
 
@@ -82,9 +82,7 @@ def test_a_follower_whose_disk_fills_leaves_the_isr_and_catches_up_with_room(tmp
             assert "No space left on device" in b.log_path.read_text(errors="replace")
             grow(disk, 64)
             in_sync(etcd, prefix, 2, "b never caught up once its disk had room")
-            a.kill()
-            takes_over(b, etcd, prefix)
-            got = drain(b, "full")
+            got = kill_and_drain(a, b, etcd, prefix, "full")
             assert [m[:4] for m in got] == [b"%04d" % i for i in range(120)]
             assert all(m[4:] == body for m in got)
         finally:

@@ -74,6 +74,26 @@ def drain(member, queue):
             bodies.append(body)
 
 
+def publish(member, queue, bodies, quorum=True):
+    """Publish `bodies` to `queue` on `member` (declared durable, a quorum queue unless
+    `quorum` is False), persistent, each one confirmed."""
+    with pika.BlockingConnection(pika.URLParameters(member.url)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, durable=True,
+                         arguments={"x-queue-type": "quorum"} if quorum else None)
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
+def kill_and_drain(old, new, etcd, prefix, queue, timeout=30):
+    """kill -9 `old` (the leader); once `new` leads and serves, every message of `queue`
+    on it."""
+    old.kill()
+    takes_over(new, etcd, prefix, timeout)
+    return drain(new, queue)
+
+
 def in_sync(etcd, prefix, n=2, what="the follower never joined the ISR"):
     wait(lambda: len(isr(etcd, prefix) or ()) == n, 30, what)
 
@@ -366,13 +386,7 @@ def test_kill_9_of_a_follower_inside_its_initial_sync(tmp_path, etcd):
     try:
         a.wait_serving()
         body = os.urandom(500_000)
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("huge", durable=True, arguments={"x-queue-type": "quorum"})
-            ch.confirm_delivery()
-            for i in range(400):
-                ch.basic_publish("", "huge", b"%04d" % i + body,
-                                 pika.BasicProperties(delivery_mode=2))
+        publish(a, "huge", [b"%04d" % i + body for i in range(400)])
         total = _tree_bytes(a.data_dir / "vhosts")
         assert total > 150_000_000
         b.start()
@@ -383,9 +397,7 @@ def test_kill_9_of_a_follower_inside_its_initial_sync(tmp_path, etcd):
         assert f"follower {b.node_id} synced" not in a.log_path.read_text(errors="replace")
         b.start()
         in_sync(etcd, prefix, 2, "b never finished its sync")
-        a.kill()
-        takes_over(b, etcd, prefix, 60)
-        got = drain(b, "huge")
+        got = kill_and_drain(a, b, etcd, prefix, "huge", 60)
         assert [g[:4] for g in got] == [b"%04d" % i for i in range(400)]
         assert all(g[4:] == body for g in got)
     finally:
@@ -431,9 +443,7 @@ def test_a_follower_left_half_synced_syncs_again(tmp_path, etcd):
         b.start()
         in_sync(etcd, prefix, what="b never joined the ISR")
         assert not stray.exists()
-        a.kill()
-        takes_over(b, etcd, prefix)
-        got = drain(b, "big")
+        got = kill_and_drain(a, b, etcd, prefix, "big")
         assert [g[:6] for g in got] == [b"%06d" % i for i in range(400)]
         assert all(g[6:] == body for g in got)
     finally:
@@ -495,12 +505,7 @@ def test_the_whole_cluster_stopped_and_started_again(tmp_path, etcd, how):
     most data — leads again, the follower follows it, and every confirmed message is
     served."""
     with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("all", durable=True, arguments={"x-queue-type": "quorum"})
-            ch.confirm_delivery()
-            for i in range(100):
-                ch.basic_publish("", "all", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+        publish(a, "all", [b"m%d" % i for i in range(100)])
         getattr(b, how)()
         getattr(a, how)()
         wait(lambda: leader_id(etcd, prefix) is None, 30, "the old leader key never lapsed")
@@ -520,12 +525,7 @@ def test_without_the_former_leader_a_follower_leads_after_the_grace(tmp_path, et
     for it for three lease TTLs (broker/cluster/node.py STARTUP_GRACE_TTLS), then leads and
     serves every confirmed message."""
     with leader_and_follower(tmp_path, etcd) as (a, b, prefix):
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("all", durable=True, arguments={"x-queue-type": "quorum"})
-            ch.confirm_delivery()
-            for i in range(50):
-                ch.basic_publish("", "all", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+        publish(a, "all", [b"m%d" % i for i in range(50)])
         b.kill()
         a.kill()
         wait(lambda: leader_id(etcd, prefix) is None, 30, "the old leader key never lapsed")
