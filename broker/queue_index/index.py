@@ -25,15 +25,11 @@ Guarantees by call:
                          shared worker thread (write(2) of gathered pieces, then fsync); then
                          `on_sync(msg_ids)` gets every msg_id published with confirm=True
                          before the call and not dropped by an ack (from that worker thread).
-    fold()               the RAM journal emptied and encoded as segment blocks at once; then, on
-                         the sync worker after every journal write queued before: blocks
-                         appended to segments and fsynced, fully acked segments deleted,
-                         journal truncated + fsynced, on_sync called (without fsync all of it
-                         on the caller's thread). Runs when the journal passes
-                         max_journal_entries (or its publishes carry more than
-                         max_journal_bytes of embedded messages), when the variable queue
-                         pages to delta, and at terminate. A read() of a segment waits for
-                         the folds queued before it.
+    fold()               journal entries appended to segments, segments fsynced, fully acked
+                         segments deleted, journal truncated + fsynced; on_sync called at once.
+                         Runs when the journal passes max_journal_entries (or its publishes
+                         carry more than max_journal_bytes of embedded messages), when the variable
+                         queue pages to delta, and at terminate. It runs on the caller's thread.
     terminate()          fold + clean.terms: the next recover() skips the replay.
 """
 
@@ -151,10 +147,8 @@ class QueueIndex:
         # unwritten publish removes it; a dict keeps that O(1))
         self._unconfirmed: dict[int, bytes] = {}
         # (journal pieces to write, msg_ids to confirm after the fsync) for the worker
-        # journal syncs (parts, batch) and folds (_Fold), run in order by one worker
-        self._sync_queue: list[tuple[list[Any], list[bytes]] | _Fold] = []
+        self._sync_queue: list[tuple[list[Any], list[bytes]]] = []
         self._syncing = False  # an fsync job is running
-        self._folds_pending = 0  # folds queued or running: segments may lack their blocks
         self._dirty = False  # journal bytes written since the last fsync was started
         self._idle = threading.Condition(self._lock)
 
@@ -356,8 +350,6 @@ class QueueIndex:
         seg = segment_of(start)
         if end > sf.next_segment_boundary(start):
             raise ValueError("read range spans segments")
-        if self._folds_pending:
-            self._wait_for_folds()  # the segment must hold what left the RAM journal
         entries = load_segment(self.directory, seg, truncate=False)
         for seq, j in self._journal.items():
             if start <= seq < end:
@@ -432,11 +424,9 @@ class QueueIndex:
                 _pool().submit(self._sync_worker)
 
     def _sync_worker(self) -> None:
-        """Worker thread: run the queued jobs in order — journal pieces written, folds
-        carried out (broker/queue_index/index.py `_run_fold`) — then one journal fsync for
-        the pieces written since the last fold, then report their batches. The journal
-        descriptor stays open meanwhile: terminate and delete wait for this job first
-        (wait_for_sync), reads of a segment for the folds before them."""
+        """Worker thread: write the queued pieces, one fsync for all of them, then report
+        their batches. The journal descriptor stays open meanwhile: fold, terminate and
+        delete wait for this job first (wait_for_sync)."""
         while True:
             with self._lock:
                 if not self._sync_queue:
@@ -444,114 +434,55 @@ class QueueIndex:
                     self._idle.notify_all()
                     return
                 jobs, self._sync_queue = self._sync_queue, []
-            owed: list[list[bytes]] = []  # batches durable once what follows is done
-            written = False  # journal pieces written since the last fold or fsync
             try:
-                for job in jobs:
-                    if isinstance(job, _Fold):
-                        try:
-                            self._run_fold(job)
-                        finally:
-                            with self._lock:
-                                self._folds_pending -= 1
-                                self._idle.notify_all()
-                        owed.append(job.batch)  # and the earlier ones: all in its blocks
-                        written = False
-                        continue
-                    parts, batch = job
+                for parts, _batch in jobs:
                     if parts:
                         _write_all(self._fd, parts, self._journal_path)
-                        written = True
-                    owed.append(batch)
-                if written or not any(isinstance(j, _Fold) for j in jobs):
-                    os.fsync(self._fd)
+                os.fsync(self._fd)
             except OSError:
                 # the queue is left without those confirms, as a queue whose disk fails is
                 # in RabbitMQ; its publishers see no confirm rather than a false one
                 log.exception("queue index %s: journal write or fsync failed", self.directory)
                 continue
             if self.on_sync is not None:
-                for batch in owed:
+                for _parts, batch in jobs:
                     if batch:
                         self.on_sync(batch)
 
     def wait_for_sync(self, timeout: float = 10.0) -> None:
-        """Block until no journal fsync or fold is running (tests, terminate)."""
+        """Block until no journal fsync is running (tests, terminate)."""
         with self._lock:
             self._idle.wait_for(lambda: not self._syncing, timeout)
 
-    def _wait_for_folds(self, timeout: float = 10.0) -> None:
-        """Block until every queued fold has reached the segments (a read of a segment)."""
-        with self._lock:
-            self._idle.wait_for(lambda: not self._folds_pending, timeout)
-
     def fold(self) -> None:
-        """Move the journal into the segments: the RAM journal is emptied here and its
-        entries encoded as one block per segment; appending the blocks (each fsynced),
-        deleting fully acked segments and truncating journal.jif (fsynced, then its
-        directory) is one job for the index's worker thread, queued after every journal
-        write before it, so the queue process's event loop never waits for those fsyncs
-        (they held it 5-50 ms per fold at the paper's shape: issue 36). The order on disk is
-        the crash-safe one of the module docstring; confirms owed are reported once the job
-        is done. Without fsync the job runs here."""
-        parts = self._take_parts()
+        """Append the journal to the segments, delete fully acked segments, empty the journal
+        (see the module docstring for the ordering that keeps this crash-safe). Waits for a
+        running journal write + fsync first: the journal is truncated here."""
+        if self._syncing:
+            self.wait_for_sync()
+        self.flush()
         by_seg: dict[int, list[tuple[int, SegEntry]]] = {}
         for seq in sorted(self._journal):
             by_seg.setdefault(segment_of(seq), []).append((seq, self._journal[seq]))
         # fully acked segments go, whether or not the journal still names them (an ack of a
         # publish still in the journal has already left the RAM map, see ack())
-        deletes = []
         for seg in [seg for seg, n in self._seg_unacked.items() if n <= 0]:
             del self._seg_unacked[seg]
-            deletes.append(os.path.join(self.directory, sf.file_name(seg)))
-        blocks = []
+            path = os.path.join(self.directory, sf.file_name(seg))
+            if os.path.exists(path):
+                os.unlink(path)
+                replication_hook.deleted(path)
         for seg, entries in by_seg.items():
             if seg not in self._seg_unacked:
                 continue  # just deleted
             # a publish, deliver and ack all still in the journal never reach the segment
             todo = [(s, e) for s, e in entries if not (e.pub is not None and e.acked)]
             if todo:
-                blocks.append((os.path.join(self.directory, sf.file_name(seg)),
-                               sf.encode_block(seg, todo)))
-        batch, self._unconfirmed = list(self._unconfirmed.values()), {}
-        self._journal = {}
-        self._journal_count = 0
-        self._journal_bytes = 0
-        self._dirty = False
-        job = _Fold(parts, deletes, blocks, batch)
-        if not self.fsync:
-            self._run_fold(job)
-            if batch and self.on_sync is not None:
-                self.on_sync(batch)
-            return
-        with self._lock:
-            self._sync_queue.append(job)
-            self._folds_pending += 1
-            if not self._syncing:
-                self._syncing = True
-                _pool().submit(self._sync_worker)
-
-    def _run_fold(self, job: _Fold) -> None:
-        """A fold's disk work, in the crash-safe order: the journal's last pieces, fully
-        acked segments deleted, the blocks appended and fsynced, the journal truncated."""
-        if job.parts:
-            _write_all(self._fd, job.parts, self._journal_path)
-        for path in job.deletes:
-            if os.path.exists(path):
-                os.unlink(path)
-                replication_hook.deleted(path)
-        for path, block in job.blocks:
-            with open(path, "ab") as f:
-                f.write(block)
-                f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
-                replication_hook.appended(path, f.tell() - len(block), block)
-        os.ftruncate(self._fd, 0)
-        replication_hook.truncated(self._journal_path, 0)
-        if self.fsync:
-            os.fsync(self._fd)
-            fsync_dir(self.directory)
+                self._append_block(seg, todo)
+        self._truncate_journal()
+        ready, self._unconfirmed = list(self._unconfirmed.values()), {}
+        if ready and self.on_sync is not None:
+            self.on_sync(ready)
 
     def _append_block(self, seg: int, entries: list[tuple[int, SegEntry]]) -> None:
         """Append one block to segment `seg` and fsync it (fold, dirty recovery)."""
@@ -565,8 +496,7 @@ class QueueIndex:
             replication_hook.appended(path, f.tell() - len(block), block)
 
     def _truncate_journal(self) -> None:
-        """Empty journal.jif (after its entries reached fsynced segments) and the RAM map
-        (recovery, on the caller's thread)."""
+        """Empty journal.jif (after its entries reached fsynced segments) and the RAM map."""
         os.ftruncate(self._fd, 0)
         replication_hook.truncated(self._journal_path, 0)
         if self.fsync:
@@ -611,18 +541,6 @@ class QueueIndex:
             self._fd = -1
         shutil.rmtree(self.directory, ignore_errors=True)
         replication_hook.deleted(self.directory)
-
-
-
-@dataclass
-class _Fold:
-    """One fold's disk work for the worker: journal pieces still buffered, segment files to
-    delete, (segment path, block) appends, and the confirms owed once done."""
-
-    parts: list[Any]
-    deletes: list[str]
-    blocks: list[tuple[str, bytes]]
-    batch: list[bytes]
 
 
 _IOV_MAX = 1024  # Linux UIO_MAXIOV: buffers one writev(2) may take

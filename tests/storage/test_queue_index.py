@@ -177,53 +177,6 @@ def test_sync_reports_confirms_from_a_worker_thread(tmp_path):
     qi.terminate(1, 10, 2)
 
 
-def test_a_fold_never_waits_for_a_disk_on_the_callers_thread(tmp_path, monkeypatch):
-    """Issue 36: a fold's fsyncs (segments, the truncated journal, its directory) run on the
-    index's worker after the journal writes queued before it, so the caller (the queue
-    process, on the event loop) returns at once even when every fsync takes 0.2 s; the
-    confirms owed are reported once the segments are durable, a read() of the segment waits
-    for the fold, and a journal sync queued after it lands in the emptied journal."""
-    import time
-
-    slow = threading.Event()
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        if slow.is_set():
-            time.sleep(0.2)
-        real_fsync(fd)
-
-    got, done = [], threading.Event()
-
-    def on_sync(ids):
-        got.extend(ids)
-        if mid(2) in got:
-            done.set()
-
-    qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
-    for s in range(3):
-        qi.publish(s, pub(s, b"m%d" % s), confirm=True)
-    qi.sync()  # a journal write and fsync queued first
-    slow.set()
-    monkeypatch.setattr(os, "fsync", fsync)
-    qi.publish(3, pub(3, b"m3"), confirm=True)
-    started = time.monotonic()
-    qi.fold()
-    assert time.monotonic() - started < 0.1
-    assert qi.journal_entries() == 0 and mid(3) not in got
-    assert [e.seq_id for e in qi.read(0, 16384)] == [0, 1, 2, 3]  # waits for the fold
-    assert done.wait(5) and mid(3) in got
-    qi.publish(4, pub(4, b"m4"), confirm=True)
-    qi.sync()
-    qi.wait_for_sync()
-    slow.clear()
-    assert sf.list_segments(str(tmp_path)) == [0]
-    assert os.path.getsize(tmp_path / "journal.jif") > 0  # only seq 4's entry
-    qi.close_abruptly()
-    again = new_index(tmp_path)
-    assert [e.seq_id for e in again.read(0, 16384)] == [0, 1, 2, 3, 4]
-
-
 def test_clean_terms_skip_the_replay(tmp_path):
     qi = new_index(tmp_path)
     for s in range(3):
