@@ -12,22 +12,9 @@ secs=${3:-15}
 mkdir -p "$out"
 root=$(mktemp -d)
 cd "$(dirname "$0")/../../.."
-etcd --name e1 --data-dir "$root/etcd" --listen-client-urls http://127.0.0.1:23793 \
-  --advertise-client-urls http://127.0.0.1:23793 --listen-peer-urls http://127.0.0.1:23803 \
-  --initial-advertise-peer-urls http://127.0.0.1:23803 \
-  --initial-cluster e1=http://127.0.0.1:23803 > "$root/etcd.log" 2>&1 &
-ETCD=$!
-pids=()
-for i in 1 2 3; do
-  python3 -m broker --port 570$i --data-dir "$root/m$i" --set management.tcp.port=0 \
-    --set prometheus.tcp.port=0 --set node_name=rabbit@m$i --set clustering.enabled=true \
-    --set clustering.etcd_endpoints=127.0.0.1:23793 --set clustering.port=571$i \
-    --set clustering.etcd_prefix=/cmp > "$root/m$i.log" 2>&1 &
-  pids+=($!)
-  [ "$i" = 1 ] && sleep 3
-done
+. bench/results/issue35-cluster/cluster.sh
+start_cluster "$root" 23793 23803 5700 5710 /cmp
 trap 'kill "${pids[@]}" $ETCD 2>/dev/null || true' EXIT
-sleep 8
 for r in $(seq 1 "$rounds"); do
   for shape in paper s2; do
     extra=(); [ "$shape" = s2 ] && extra=(-f persistent)

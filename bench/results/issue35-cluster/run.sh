@@ -8,24 +8,11 @@ out=${1:-/tmp/issue35-bench}
 mkdir -p "$out"
 root=$(mktemp -d)
 cd "$(dirname "$0")/../../.."
-etcd --name e1 --data-dir "$root/etcd" --listen-client-urls http://127.0.0.1:23791 \
-  --advertise-client-urls http://127.0.0.1:23791 --listen-peer-urls http://127.0.0.1:23801 \
-  --initial-advertise-peer-urls http://127.0.0.1:23801 \
-  --initial-cluster e1=http://127.0.0.1:23801 > "$root/etcd.log" 2>&1 &
-ETCD=$!
 python3 -m broker --port 5699 --data-dir "$root/single" --set management.tcp.port=0 \
   --set prometheus.tcp.port=0 > "$root/single.log" 2>&1 &
 SINGLE=$!
-pids=()
-for i in 1 2 3; do
-  python3 -m broker --port 570$i --data-dir "$root/m$i" --set management.tcp.port=0 \
-    --set prometheus.tcp.port=0 --set node_name=rabbit@m$i --set clustering.enabled=true \
-    --set clustering.etcd_endpoints=127.0.0.1:23791 --set clustering.port=571$i \
-    --set clustering.etcd_prefix=/bench > "$root/m$i.log" 2>&1 &
-  pids+=($!)
-  [ "$i" = 1 ] && sleep 3
-done
-sleep 8
+. bench/results/issue35-cluster/cluster.sh
+start_cluster "$root" 23791 23801 5700 5710 /bench
 for r in 1 2 3; do
   for t in single cluster; do
     port=5699; [ "$t" = cluster ] && port=5701

@@ -9,21 +9,8 @@ out=${2:-/tmp/issue35-saturate}
 mkdir -p "$out"
 root=$(mktemp -d)
 cd "$(dirname "$0")/../../.."
-etcd --name e1 --data-dir "$root/etcd" --listen-client-urls http://127.0.0.1:23792 \
-  --advertise-client-urls http://127.0.0.1:23792 --listen-peer-urls http://127.0.0.1:23802 \
-  --initial-advertise-peer-urls http://127.0.0.1:23802 \
-  --initial-cluster e1=http://127.0.0.1:23802 > "$root/etcd.log" 2>&1 &
-ETCD=$!
-pids=()
-for i in 1 2 3; do
-  python3 -m broker --port 572$i --data-dir "$root/m$i" --set management.tcp.port=0 \
-    --set prometheus.tcp.port=0 --set node_name=rabbit@m$i --set clustering.enabled=true \
-    --set clustering.etcd_endpoints=127.0.0.1:23792 --set clustering.port=573$i \
-    --set clustering.etcd_prefix=/sat > "$root/m$i.log" 2>&1 &
-  pids+=($!)
-  [ "$i" = 1 ] && sleep 3
-done
-sleep 8
+. bench/results/issue35-cluster/cluster.sh
+start_cluster "$root" 23792 23802 5720 5730 /sat
 term() { ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:23792 get /sat/leader -w json \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["create_revision"])'; }
 echo "term before: $(term)  load $(cut -d' ' -f1-3 /proc/loadavg)"
