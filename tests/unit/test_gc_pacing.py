@@ -45,3 +45,33 @@ def test_a_cycle_frozen_while_alive_is_freed_by_the_full_collection(pacer):
     pacer.tick()
     assert gone() is None
     assert pacer.full_passes == 1
+
+
+def test_cheap_full_collections_back_off_while_they_free_nothing_and_return_when_useful(pacer):
+    pacer.full_every_s = 300.0
+    pacer.full_cheap_every_s = pacer.cheap_every_s = 0.0  # due at every tick
+    pacer.tick()  # frees next to nothing
+    pacer.cheap_every_s = 10.0
+    pacer._last_full -= 11  # due again
+    pacer.tick()
+    assert pacer.full_passes == 2 and pacer.cheap_every_s == 20.0
+    pacer._last_full -= 21
+    pacer.tick()
+    assert pacer.cheap_every_s == 40.0
+    pacer.cheap_every_s = 299.0
+    pacer._last_full -= 300
+    pacer.tick()
+    assert pacer.cheap_every_s == 300.0  # capped at full_every_s
+    held = []
+    for _ in range(2000):  # cycles frozen while alive, then garbage
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        held.append(a)
+    del a, b
+    pacer.tick()  # frozen while held
+    held.clear()
+    pacer.full_cheap_every_s = 10.0
+    pacer._last_full -= 300
+    pacer.tick()
+    assert pacer.last_full_collected >= 4000
+    assert pacer.cheap_every_s == 10.0  # useful: back to the shortest wait
