@@ -24,7 +24,8 @@ Shapes (``--shape``):
 
 A point is **sustained** when the broker took at least 97 % of the offered rate, its
 consumers had everything within 3 % of the run's length (at least 0.5 s) after publishing
-ended (its queues did not grow), and the run verified (every message once). ``--targets`` ``NAME=URI`` (repeatable); ``--rates`` total msg/s, comma-separated.
+ended (its queues did not grow), and the run verified (every message once). ``--target`` ``NAME=URI`` (repeatable); ``--rates`` total msg/s, comma-separated;
+``--up-to NAME=RATE`` stops a target at its maximum while the others go further.
 
     python -m bench.latency_curve --shape s2 --rates 2000,5000,10000 --rounds 3 -z 20 \\
         --target rabbitmq=amqp://guest:guest@127.0.0.1:5672/%2F \\
@@ -136,10 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-load", type=float, default=1.5,
                    help="wait before each run until the 1-minute load is below this")
     p.add_argument("--out", required=True, help="directory for the runs, JSON and plot")
+    p.add_argument("--up-to", action="append", default=[], metavar="NAME=RATE",
+                   help="run target NAME only at rates up to RATE msg/s (its maximum: "
+                        "points past it only pile up a backlog that slows the next run)")
     a = p.parse_args(argv)
     targets = [t.split("=", 1) for t in a.target]
     if any(len(t) != 2 for t in targets):
         p.error("--target wants NAME=URI")
+    try:
+        up_to = {n: float(r) for n, r in (u.split("=", 1) for u in a.up_to)}
+    except ValueError:
+        p.error("--up-to wants NAME=RATE")
     rates = [float(r) for r in a.rates.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in rates:
         for rnd in range(1, a.rounds + 1):
             for name, uri in targets:
+                if rate > up_to.get(name, float("inf")):
+                    continue
                 load = wait_quiet(a.quiet_load)
                 result = run_point(a.shape, uri, rate,
                                    a.time, out / f"{name}-{rate:g}-{rnd}.json")

@@ -361,3 +361,18 @@ def test_latency_curve_runs_alternated_points_and_plots(sink: Any, tmp_path: Any
             p99 = point["confirm_ms"]["p99"]
             assert p99["min"] <= p99["median"] <= p99["max"]
     assert (tmp_path / "curve.png").stat().st_size > 10_000
+
+
+def test_latency_curve_stops_a_target_at_its_maximum(sink: Any, tmp_path: Any) -> None:
+    """`--up-to b=500`: target b runs only the points at or below 500 msg/s, a goes on."""
+    from bench import latency_curve
+
+    (uri_a, _), (uri_b, _) = sink(), sink()
+    assert latency_curve.main(["--shape", "s2", "--target", f"a={uri_a}",
+                               "--target", f"b={uri_b}", "--rates", "500,1000",
+                               "--up-to", "b=500", "--rounds", "1", "-z", "1",
+                               "--quiet-load", "100", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "curve.json").read_text())
+    assert [(r["rate"], r["target"]) for r in doc["runs"]] == [
+        (500.0, "a"), (500.0, "b"), (1000.0, "a")]
+    assert sorted(doc["summary"]["b"]) == ["500"]
