@@ -1,0 +1,541 @@
+"""The RabbitMQ Stream protocol's frames (issue 37): constants, splitting a byte stream into
+frames, parsing what clients send and encoding what the server sends.
+
+Owns: the wire format of `deps/rabbitmq_stream/docs/PROTOCOL.adoc` and
+`deps/rabbitmq_stream_common/src/rabbit_stream_core.erl` (RabbitMQ v3.13.7, which has every
+command up to super streams and filtering). No state beyond one connection's partial frame;
+no I/O.
+Must never: import the broker (this is the ground layer of the stream listener), or copy a
+publish's messages on the way through more than once.
+
+Frame = Size:u32 (not counting itself) | Key:u16 (top bit 1 = response) | Version:u16 | …
+Strings are u16-length-prefixed UTF-8 (-1 = null), byte blobs u32/i32-length-prefixed (-1 =
+null), arrays u32-count-prefixed; integers big-endian.
+
+Errors: `ParseError` (a malformed frame: the connection answers and closes, as
+rabbit_stream_reader does with a frame it cannot parse), `FrameTooLarge` (a frame above the
+negotiated frame_max: response code 14, then close).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- command keys (rabbit_stream.hrl) --------------------------------------------------------
+DECLARE_PUBLISHER = 1
+PUBLISH = 2
+PUBLISH_CONFIRM = 3
+PUBLISH_ERROR = 4
+QUERY_PUBLISHER_SEQUENCE = 5
+DELETE_PUBLISHER = 6
+SUBSCRIBE = 7
+DELIVER = 8
+CREDIT = 9
+STORE_OFFSET = 10
+QUERY_OFFSET = 11
+UNSUBSCRIBE = 12
+CREATE_STREAM = 13
+DELETE_STREAM = 14
+METADATA = 15
+METADATA_UPDATE = 16
+PEER_PROPERTIES = 17
+SASL_HANDSHAKE = 18
+SASL_AUTHENTICATE = 19
+TUNE = 20
+OPEN = 21
+CLOSE = 22
+HEARTBEAT = 23
+ROUTE = 24
+PARTITIONS = 25
+CONSUMER_UPDATE = 26
+EXCHANGE_COMMAND_VERSIONS = 27
+STREAM_STATS = 28
+CREATE_SUPER_STREAM = 29
+DELETE_SUPER_STREAM = 30
+
+RESPONSE_FLAG = 0x8000
+
+NAMES = {
+    DECLARE_PUBLISHER: "declare_publisher", PUBLISH: "publish",
+    PUBLISH_CONFIRM: "publish_confirm", PUBLISH_ERROR: "publish_error",
+    QUERY_PUBLISHER_SEQUENCE: "query_publisher_sequence", DELETE_PUBLISHER: "delete_publisher",
+    SUBSCRIBE: "subscribe", DELIVER: "deliver", CREDIT: "credit", STORE_OFFSET: "store_offset",
+    QUERY_OFFSET: "query_offset", UNSUBSCRIBE: "unsubscribe", CREATE_STREAM: "create_stream",
+    DELETE_STREAM: "delete_stream", METADATA: "metadata", METADATA_UPDATE: "metadata_update",
+    PEER_PROPERTIES: "peer_properties", SASL_HANDSHAKE: "sasl_handshake",
+    SASL_AUTHENTICATE: "sasl_authenticate", TUNE: "tune", OPEN: "open", CLOSE: "close",
+    HEARTBEAT: "heartbeat", ROUTE: "route", PARTITIONS: "partitions",
+    CONSUMER_UPDATE: "consumer_update", EXCHANGE_COMMAND_VERSIONS: "exchange_command_versions",
+    STREAM_STATS: "stream_stats", CREATE_SUPER_STREAM: "create_super_stream",
+    DELETE_SUPER_STREAM: "delete_super_stream",
+}
+
+# -- response codes ----------------------------------------------------------------------------
+OK = 0x01
+STREAM_DOES_NOT_EXIST = 0x02
+SUBSCRIPTION_ID_ALREADY_EXISTS = 0x03
+SUBSCRIPTION_ID_DOES_NOT_EXIST = 0x04
+STREAM_ALREADY_EXISTS = 0x05
+STREAM_NOT_AVAILABLE = 0x06
+SASL_MECHANISM_NOT_SUPPORTED = 0x07
+AUTHENTICATION_FAILURE = 0x08
+SASL_ERROR = 0x09
+SASL_CHALLENGE = 0x0A
+SASL_AUTHENTICATION_FAILURE_LOOPBACK = 0x0B
+VIRTUAL_HOST_ACCESS_FAILURE = 0x0C
+UNKNOWN_FRAME = 0x0D
+FRAME_TOO_LARGE = 0x0E
+INTERNAL_ERROR = 0x0F
+ACCESS_REFUSED = 0x10
+PRECONDITION_FAILED = 0x11
+PUBLISHER_DOES_NOT_EXIST = 0x12
+NO_OFFSET = 0x13
+SASL_CANNOT_CHANGE_MECHANISM = 0x14
+SASL_CANNOT_CHANGE_USERNAME = 0x15
+
+# -- offset specifications -----------------------------------------------------------------------
+OFFSET_NONE, OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT, OFFSET_OFFSET, OFFSET_TIMESTAMP = range(6)
+
+DEFAULT_FRAME_MAX = 1_048_576  # bytes (1 MiB)
+DEFAULT_HEARTBEAT = 60  # seconds
+DEFAULT_INITIAL_CREDITS = 50_000
+
+# (min, max) versions of each command this server speaks, for exchange_command_versions
+# (rabbit_stream_utils:command_versions/0 in 3.13: publish and deliver have a version 2)
+COMMAND_VERSIONS: dict[int, tuple[int, int]] = {
+    **{key: (1, 1) for key in NAMES},
+    PUBLISH: (1, 2),
+    DELIVER: (1, 2),
+}
+
+
+class ParseError(ValueError):
+    """A frame that does not parse as the command its key and version name."""
+
+
+class FrameTooLarge(ValueError):
+    """A frame above the negotiated frame_max (bytes); `size` is its announced size."""
+
+    def __init__(self, size: int, frame_max: int) -> None:
+        super().__init__(f"frame of {size} bytes above frame_max {frame_max}")
+        self.size = size
+        self.frame_max = frame_max
+
+
+# -- splitting -----------------------------------------------------------------------------------
+class FrameSplitter:
+    """Turns received bytes into whole frames (each without its 4-byte size).
+
+    `frame_max` (bytes, 0 = unlimited) bounds a frame including its size field, as
+    rabbit_stream_reader checks it; `feed(data)` returns the frames completed by `data`
+    (copied once out of the buffer) and raises FrameTooLarge as soon as a size above it is
+    read.
+    """
+
+    def __init__(self, frame_max: int = 0) -> None:
+        self.frame_max = frame_max
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        pos = 0
+        end = len(buf)
+        frames: list[bytes] = []
+        with memoryview(buf) as view:
+            while end - pos >= 4:
+                size = _U32.unpack_from(view, pos)[0]
+                if self.frame_max and size + 4 > self.frame_max:
+                    raise FrameTooLarge(size + 4, self.frame_max)
+                if end - pos - 4 < size:
+                    break
+                frames.append(bytes(view[pos + 4:pos + 4 + size]))
+                pos += 4 + size
+        del buf[:pos]
+        return frames
+
+
+# -- reading -------------------------------------------------------------------------------------
+_U16 = struct.Struct(">H")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_HEAD = struct.Struct(">HH")  # key, version
+_HEAD_CORR = struct.Struct(">HHI")  # key, version, correlation id
+
+
+class Cursor:
+    """Reads protocol types from one frame in order; every read past the end raises
+    ParseError."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def _take(self, s: struct.Struct) -> Any:
+        try:
+            (v,) = s.unpack_from(self.data, self.pos)
+        except struct.error:
+            raise ParseError(f"frame ends at byte {len(self.data)}, field at {self.pos}") from None
+        self.pos += s.size
+        return v
+
+    def u8(self) -> int:
+        if self.pos >= len(self.data):
+            raise ParseError(f"frame ends at byte {len(self.data)}")
+        v = self.data[self.pos]
+        self.pos += 1
+        return v
+
+    def u16(self) -> int:
+        return self._take(_U16)
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def u32(self) -> int:
+        return self._take(_U32)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def u64(self) -> int:
+        return self._take(_U64)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ParseError(f"{n} bytes wanted at {self.pos}, frame has {len(self.data)}")
+        v = bytes(self.data[self.pos:self.pos + n])
+        self.pos += n
+        return v
+
+    def string(self) -> str | None:
+        n = self.i16()
+        if n == -1:
+            return None
+        try:
+            return self.raw(n).decode()
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"string is not UTF-8: {exc}") from None
+
+    def blob(self) -> bytes | None:
+        n = self.i32()
+        return None if n == -1 else self.raw(n)
+
+    def strings(self) -> list[str]:
+        return [self.string() or "" for _ in range(self.u32())]
+
+    def string_map(self) -> dict[str, str]:
+        out = {}
+        for _ in range(self.u32()):
+            k = self.string() or ""
+            out[k] = self.string() or ""
+        return out
+
+    def offset_spec(self) -> tuple[int, int | None]:
+        """(type, value): value is the offset or the timestamp (ms), else None."""
+        kind = self.i16()
+        if kind in (OFFSET_NONE, OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT):
+            return kind, None
+        if kind == OFFSET_OFFSET:
+            return kind, self.u64()
+        if kind == OFFSET_TIMESTAMP:
+            return kind, self.i64()
+        raise ParseError(f"unknown offset type {kind}")
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def end(self) -> None:
+        """The frame must be used up (a longer frame is malformed)."""
+        if self.pos != len(self.data):
+            raise ParseError(f"{len(self.data) - self.pos} bytes left over")
+
+
+@dataclass(slots=True)
+class Frame:
+    """One parsed frame: `key` without the response bit, `version`, `response` (the top bit
+    was set), `corr` (correlation id; 0 where the command has none) and the command's fields
+    by name (PROTOCOL.adoc's names in snake case)."""
+
+    key: int
+    version: int
+    response: bool = False
+    corr: int = 0
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return NAMES.get(self.key, f"unknown({self.key})")
+
+
+def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes]]:
+    """Publish's messages: [(publishing_id, filter_value, message)]."""
+    n = c.u32()
+    out = []
+    for _ in range(n):
+        pid = c.u64()
+        flt = c.string() if version == 2 else None
+        msg = c.blob()
+        out.append((pid, flt, msg or b""))
+    return out
+
+
+def parse(frame: bytes | memoryview) -> Frame:
+    """Parse one frame from a client (requests, and the responses a client sends: tune,
+    close, consumer_update, heartbeat). Raises ParseError for a frame that does not parse;
+    an unknown key or version parses to a Frame whose `fields` is {"unknown": True} (the
+    caller answers UNKNOWN_FRAME and closes)."""
+    c = Cursor(frame)
+    key16 = c.u16()
+    version = c.u16()
+    response = bool(key16 & RESPONSE_FLAG)
+    key = key16 & 0x7FFF
+    f = Frame(key, version, response)
+    if key not in NAMES or not (COMMAND_VERSIONS[key][0] <= version
+                                <= COMMAND_VERSIONS[key][1]):
+        f.fields["unknown"] = True
+        return f
+    d = f.fields
+    if response:
+        if key == TUNE:
+            d["frame_max"] = c.u32()
+            d["heartbeat"] = c.u32()
+        elif key == CREDIT:  # no correlation id
+            d["response_code"] = c.u16()
+            d["subscription_id"] = c.u8()
+        else:
+            f.corr = c.u32()
+            d["response_code"] = c.u16()
+            if key == CONSUMER_UPDATE:
+                d["offset_spec"] = c.offset_spec()
+        c.end()
+        return f
+    if key == PUBLISH:
+        d["publisher_id"] = c.u8()
+        d["messages"] = _published(c, version)
+    elif key == CREDIT:
+        d["subscription_id"] = c.u8()
+        d["credit"] = c.u16()
+    elif key == STORE_OFFSET:
+        d["reference"] = c.string()
+        d["stream"] = c.string()
+        d["offset"] = c.u64()
+    elif key == HEARTBEAT:
+        pass
+    elif key == TUNE:  # a client may send tune as a request too
+        d["frame_max"] = c.u32()
+        d["heartbeat"] = c.u32()
+    else:
+        f.corr = c.u32()
+        _REQUEST_BODIES[key](c, d)
+    c.end()
+    return f
+
+
+def _declare_publisher(c: Cursor, d: dict) -> None:
+    d["publisher_id"] = c.u8()
+    d["reference"] = c.string()
+    d["stream"] = c.string()
+
+
+def _ref_stream(c: Cursor, d: dict) -> None:
+    d["reference"] = c.string()
+    d["stream"] = c.string()
+
+
+def _stream(c: Cursor, d: dict) -> None:
+    d["stream"] = c.string()
+
+
+def _subscribe(c: Cursor, d: dict) -> None:
+    d["subscription_id"] = c.u8()
+    d["stream"] = c.string()
+    d["offset_spec"] = c.offset_spec()
+    d["credit"] = c.u16()
+    d["properties"] = c.string_map() if c.remaining() else {}
+
+
+def _create_stream(c: Cursor, d: dict) -> None:
+    d["stream"] = c.string()
+    d["arguments"] = c.string_map()
+
+
+def _sasl_authenticate(c: Cursor, d: dict) -> None:
+    d["mechanism"] = c.string()
+    d["response"] = c.blob() or b""
+
+
+def _close(c: Cursor, d: dict) -> None:
+    d["closing_code"] = c.u16()
+    d["closing_reason"] = c.string()
+
+
+def _route(c: Cursor, d: dict) -> None:
+    d["routing_key"] = c.string()
+    d["super_stream"] = c.string()
+
+
+def _command_versions(c: Cursor, d: dict) -> None:
+    d["commands"] = [(c.u16(), c.u16(), c.u16()) for _ in range(c.u32())]
+
+
+def _create_super_stream(c: Cursor, d: dict) -> None:
+    d["super_stream"] = c.string()
+    d["partitions"] = c.strings()
+    d["binding_keys"] = c.strings()
+    d["arguments"] = c.string_map()
+
+
+_REQUEST_BODIES = {
+    DECLARE_PUBLISHER: _declare_publisher,
+    QUERY_PUBLISHER_SEQUENCE: _ref_stream,
+    DELETE_PUBLISHER: lambda c, d: d.__setitem__("publisher_id", c.u8()),
+    SUBSCRIBE: _subscribe,
+    QUERY_OFFSET: _ref_stream,
+    UNSUBSCRIBE: lambda c, d: d.__setitem__("subscription_id", c.u8()),
+    CREATE_STREAM: _create_stream,
+    DELETE_STREAM: _stream,
+    METADATA: lambda c, d: d.__setitem__("streams", c.strings()),
+    PEER_PROPERTIES: lambda c, d: d.__setitem__("properties", c.string_map()),
+    SASL_HANDSHAKE: lambda c, d: None,
+    SASL_AUTHENTICATE: _sasl_authenticate,
+    OPEN: lambda c, d: d.__setitem__("virtual_host", c.string()),
+    CLOSE: _close,
+    ROUTE: _route,
+    PARTITIONS: lambda c, d: d.__setitem__("super_stream", c.string()),
+    EXCHANGE_COMMAND_VERSIONS: _command_versions,
+    STREAM_STATS: _stream,
+    CREATE_SUPER_STREAM: _create_super_stream,
+    DELETE_SUPER_STREAM: lambda c, d: d.__setitem__("super_stream", c.string()),
+    # server-to-client commands sent by a client are malformed for this server
+    PUBLISH_CONFIRM: lambda c, d: d.__setitem__("unexpected", True),
+    PUBLISH_ERROR: lambda c, d: d.__setitem__("unexpected", True),
+    DELIVER: lambda c, d: d.__setitem__("unexpected", True),
+    METADATA_UPDATE: lambda c, d: d.__setitem__("unexpected", True),
+    CONSUMER_UPDATE: lambda c, d: d.__setitem__("unexpected", True),
+}
+
+
+# -- writing -------------------------------------------------------------------------------------
+def string(s: str | None) -> bytes:
+    """A protocol string (u16 length, UTF-8; None = -1)."""
+    if s is None:
+        return b"\xff\xff"
+    b = s.encode()
+    return _U16.pack(len(b)) + b
+
+
+def string_map(m: dict[str, str]) -> bytes:
+    return _U32.pack(len(m)) + b"".join(string(k) + string(v) for k, v in m.items())
+
+
+def strings(items: list[str]) -> bytes:
+    return _U32.pack(len(items)) + b"".join(string(s) for s in items)
+
+
+def wrap(body: bytes) -> bytes:
+    """Size-prefix a frame body."""
+    return _U32.pack(len(body)) + body
+
+
+def response(key: int, corr: int, code: int, payload: bytes = b"") -> bytes:
+    """A response frame: key | 0x8000, version 1, correlation id, response code, payload."""
+    return wrap(_HEAD_CORR.pack(key | RESPONSE_FLAG, 1, corr) + _U16.pack(code) + payload)
+
+
+def tune(frame_max: int, heartbeat: int) -> bytes:
+    """The server's tune (a request without a correlation id)."""
+    return wrap(_HEAD.pack(TUNE, 1) + _U32.pack(frame_max) + _U32.pack(heartbeat))
+
+
+def heartbeat() -> bytes:
+    return wrap(_HEAD.pack(HEARTBEAT, 1))
+
+
+def close(corr: int, code: int, reason: str) -> bytes:
+    """The server closing the connection (a request the client answers)."""
+    return wrap(_HEAD_CORR.pack(CLOSE, 1, corr) + _U16.pack(code) + string(reason))
+
+
+def credit_response(code: int, subscription_id: int) -> bytes:
+    """The answer to a credit for an unknown subscription (no correlation id)."""
+    return wrap(_HEAD.pack(CREDIT | RESPONSE_FLAG, 1) + _U16.pack(code)
+                + bytes((subscription_id,)))
+
+
+def publish_confirm(publisher_id: int, ids: list[int]) -> bytes:
+    return wrap(_HEAD.pack(PUBLISH_CONFIRM, 1) + bytes((publisher_id,)) + _U32.pack(len(ids))
+                + struct.pack(f">{len(ids)}Q", *ids))
+
+
+def publish_error(publisher_id: int, errors: list[tuple[int, int]]) -> bytes:
+    """errors: [(publishing_id, response code)]."""
+    return wrap(_HEAD.pack(PUBLISH_ERROR, 1) + bytes((publisher_id,))
+                + _U32.pack(len(errors))
+                + b"".join(_U64.pack(pid) + _U16.pack(code) for pid, code in errors))
+
+
+_DELIVER_V1 = struct.Struct(">IHHB")  # size, key, version, subscription id
+_DELIVER_V2 = struct.Struct(">IHHBQ")  # … committed chunk id
+
+
+def deliver_header(subscription_id: int, chunk_size: int, version: int = 1,
+                   committed_chunk_id: int = 0) -> bytes:
+    """The bytes before a stored chunk (header + data, `chunk_size` bytes) in a Deliver
+    frame: the chunk itself follows unchanged (sent as stored, no re-encoding)."""
+    if version == 2:
+        return _DELIVER_V2.pack(chunk_size + 13, DELIVER, 2, subscription_id,
+                                committed_chunk_id)
+    return _DELIVER_V1.pack(chunk_size + 5, DELIVER, 1, subscription_id)
+
+
+def metadata_update(stream: str, code: int = STREAM_NOT_AVAILABLE) -> bytes:
+    return wrap(_HEAD.pack(METADATA_UPDATE, 1) + _U16.pack(code) + string(stream))
+
+
+def consumer_update(corr: int, subscription_id: int, active: bool) -> bytes:
+    """The server asking a single-active consumer's client whether it takes over."""
+    return wrap(_HEAD_CORR.pack(CONSUMER_UPDATE, 1, corr) + bytes((subscription_id, active)))
+
+
+def offset_spec(kind: int, value: int | None = None) -> bytes:
+    if kind == OFFSET_OFFSET:
+        return _U16.pack(kind) + _U64.pack(value or 0)
+    if kind == OFFSET_TIMESTAMP:
+        return _U16.pack(kind) + _I64.pack(value or 0)
+    return _U16.pack(kind)
+
+
+def metadata_response(corr: int, brokers: list[tuple[str, int]],
+                      streams: list[tuple[str, int, int, list[int]]]) -> bytes:
+    """brokers: [(host, port)] (their index is their reference); streams:
+    [(name, code, leader index, [replica indexes])]; a stream that does not exist has its
+    code, leader 0xFFFF and no replicas."""
+    body = [_HEAD_CORR.pack(METADATA | RESPONSE_FLAG, 1, corr), _U32.pack(len(brokers))]
+    for i, (host, port) in enumerate(brokers):
+        body.append(_U16.pack(i) + string(host) + _U32.pack(port))
+    body.append(_U32.pack(len(streams)))
+    for name, code, leader, replicas in streams:
+        body.append(string(name) + _U16.pack(code) + _U16.pack(leader)
+                    + _U32.pack(len(replicas)) + b"".join(_U16.pack(r) for r in replicas))
+    return wrap(b"".join(body))
+
+
+def int_map(m: dict[str, int]) -> bytes:
+    """stream_stats' map of string keys to signed 64-bit values."""
+    return _U32.pack(len(m)) + b"".join(string(k) + _I64.pack(v) for k, v in m.items())
+
+
+def command_versions(versions: dict[int, tuple[int, int]]) -> bytes:
+    return _U32.pack(len(versions)) + b"".join(
+        _U16.pack(k) + _U16.pack(lo) + _U16.pack(hi) for k, (lo, hi) in versions.items())

@@ -1,0 +1,134 @@
+"""The stream protocol's frame codec (broker/stream_protocol/core.py) against frames built
+by hand from PROTOCOL.adoc's layouts (issue 37 item 1): what a client sends parses to the
+named fields, what the server sends has the documented bytes, and malformed or oversized
+frames raise."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from broker.stream_protocol import core
+
+
+def s(text: str) -> bytes:
+    b = text.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_split_frames_across_reads_and_refuse_one_above_frame_max():
+    one = frame(struct.pack(">HHI", 17, 1, 7) + struct.pack(">I", 0))
+    two = frame(struct.pack(">HH", 23, 1))
+    sp = core.FrameSplitter(frame_max=64)
+    data = one + two
+    got = []
+    for i in range(len(data)):  # one byte at a time
+        got += sp.feed(data[i:i + 1])
+    assert got == [one[4:], two[4:]]
+    with pytest.raises(core.FrameTooLarge) as err:
+        sp.feed(struct.pack(">I", 61) + b"x")  # 61 + 4 > 64
+    assert err.value.size == 65
+
+
+def test_peer_properties_sasl_and_open_requests():
+    f = core.parse(struct.pack(">HHII", 17, 1, 3, 1) + s("product") + s("RabbitMQ Stream"))
+    assert (f.name, f.corr, f.fields) == ("peer_properties", 3,
+                                         {"properties": {"product": "RabbitMQ Stream"}})
+    f = core.parse(struct.pack(">HHI", 18, 1, 4))
+    assert f.name == "sasl_handshake" and f.corr == 4
+    f = core.parse(struct.pack(">HHI", 19, 1, 5) + s("PLAIN")
+                   + struct.pack(">i", 12) + b"\0guest\0guest")
+    assert f.fields == {"mechanism": "PLAIN", "response": b"\0guest\0guest"}
+    f = core.parse(struct.pack(">HHI", 19, 1, 5) + s("EXTERNAL") + struct.pack(">i", -1))
+    assert f.fields == {"mechanism": "EXTERNAL", "response": b""}
+    f = core.parse(struct.pack(">HHI", 21, 1, 6) + s("/"))
+    assert f.fields == {"virtual_host": "/"}
+    # the client's tune is a response without a correlation id
+    f = core.parse(struct.pack(">HHII", 20 | 0x8000, 1, 1048576, 60))
+    assert f.response and f.fields == {"frame_max": 1048576, "heartbeat": 60}
+
+
+def test_publish_v1_and_v2_keep_ids_filters_and_messages():
+    v1 = struct.pack(">HHBI", 2, 1, 7, 2) + struct.pack(">Q", 1) + struct.pack(">i", 3) + b"abc" \
+        + struct.pack(">Q", 2) + struct.pack(">i", 0)
+    f = core.parse(v1)
+    assert f.fields == {"publisher_id": 7, "messages": [(1, None, b"abc"), (2, None, b"")]}
+    v2 = struct.pack(">HHBI", 2, 2, 7, 1) + struct.pack(">Q", 9) + s("eu") \
+        + struct.pack(">i", 1) + b"z"
+    assert core.parse(v2).fields["messages"] == [(9, "eu", b"z")]
+
+
+def test_subscribe_with_every_offset_spec_and_properties():
+    head = struct.pack(">HHIB", 7, 1, 11, 3) + s("s1")
+    cases = [
+        (struct.pack(">h", 1), (core.OFFSET_FIRST, None)),
+        (struct.pack(">h", 2), (core.OFFSET_LAST, None)),
+        (struct.pack(">h", 3), (core.OFFSET_NEXT, None)),
+        (struct.pack(">hQ", 4, 42), (core.OFFSET_OFFSET, 42)),
+        (struct.pack(">hq", 5, -5), (core.OFFSET_TIMESTAMP, -5)),
+    ]
+    for spec, want in cases:
+        f = core.parse(head + spec + struct.pack(">H", 10))
+        assert f.fields == {"subscription_id": 3, "stream": "s1", "offset_spec": want,
+                            "credit": 10, "properties": {}}
+    props = struct.pack(">I", 1) + s("single-active-consumer") + s("true")
+    f = core.parse(head + struct.pack(">h", 1) + struct.pack(">H", 1) + props)
+    assert f.fields["properties"] == {"single-active-consumer": "true"}
+
+
+def test_commands_without_correlation_ids():
+    f = core.parse(struct.pack(">HHBH", 9, 1, 3, 5))
+    assert (f.name, f.fields) == ("credit", {"subscription_id": 3, "credit": 5})
+    f = core.parse(struct.pack(">HH", 10, 1) + s("app") + s("s1") + struct.pack(">Q", 77))
+    assert f.fields == {"reference": "app", "stream": "s1", "offset": 77}
+    assert core.parse(struct.pack(">HH", 23, 1)).name == "heartbeat"
+
+
+def test_super_stream_and_versions_requests():
+    body = struct.pack(">HHI", 29, 1, 8) + s("inv") + struct.pack(">I", 2) + s("inv-0") \
+        + s("inv-1") + struct.pack(">I", 2) + s("0") + s("1") + struct.pack(">I", 0)
+    f = core.parse(body)
+    assert f.fields == {"super_stream": "inv", "partitions": ["inv-0", "inv-1"],
+                        "binding_keys": ["0", "1"], "arguments": {}}
+    f = core.parse(struct.pack(">HHII", 27, 1, 9, 1) + struct.pack(">HHH", 2, 1, 2))
+    assert f.fields == {"commands": [(2, 1, 2)]}
+
+
+def test_unknown_key_or_version_and_malformed_frames():
+    assert core.parse(struct.pack(">HHI", 99, 1, 1)).fields == {"unknown": True}
+    assert core.parse(struct.pack(">HHI", 21, 9, 1) + s("/")).fields == {"unknown": True}
+    with pytest.raises(core.ParseError):
+        core.parse(struct.pack(">HHI", 21, 1, 1) + b"\x00\x05ab")  # string cut short
+    with pytest.raises(core.ParseError):
+        core.parse(struct.pack(">HHI", 12, 1, 1) + b"\x01\x02")  # a byte left over
+    with pytest.raises(core.ParseError):
+        core.parse(struct.pack(">HHI", 21, 1, 1) + s("x")[:2] + b"\xff")  # not UTF-8
+
+
+def test_server_frames_have_the_documented_bytes():
+    assert core.tune(1048576, 60) == struct.pack(">IHHII", 12, 20, 1, 1048576, 60)
+    assert core.response(core.OPEN, 6, core.OK) == struct.pack(">IHHIH", 10, 0x8015, 1, 6, 1)
+    assert core.publish_confirm(7, [1, 2]) == struct.pack(">IHHBIQQ", 25, 3, 1, 7, 2, 1, 2)
+    assert core.publish_error(7, [(5, core.PUBLISHER_DOES_NOT_EXIST)]) == struct.pack(
+        ">IHHBIQH", 19, 4, 1, 7, 1, 5, 0x12)
+    assert core.credit_response(core.SUBSCRIPTION_ID_DOES_NOT_EXIST, 3) == struct.pack(
+        ">IHHHB", 7, 0x8009, 1, 4, 3)
+    chunk = b"C" * 10
+    assert core.deliver_header(3, len(chunk)) + chunk == frame(struct.pack(">HHB", 8, 1, 3)
+                                                               + chunk)
+    assert core.deliver_header(3, len(chunk), 2, 99) + chunk == frame(
+        struct.pack(">HHBQ", 8, 2, 3, 99) + chunk)
+    md = core.metadata_response(4, [("localhost", 5552)],
+                                [("s1", core.OK, 0, []),
+                                 ("nope", core.STREAM_DOES_NOT_EXIST, 0xFFFF, [])])
+    assert md == frame(struct.pack(">HHII", 0x800F, 1, 4, 1) + struct.pack(">H", 0)
+                       + s("localhost") + struct.pack(">I", 5552) + struct.pack(">I", 2)
+                       + s("s1") + struct.pack(">HHI", 1, 0, 0)
+                       + s("nope") + struct.pack(">HHI", 2, 0xFFFF, 0))
+    assert core.close(1, 1, "OK") == frame(struct.pack(">HHIH", 22, 1, 1, 1) + s("OK"))
+    assert core.consumer_update(5, 3, True) == frame(struct.pack(">HHIBB", 26, 1, 5, 3, 1))
