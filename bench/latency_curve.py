@@ -26,6 +26,9 @@ A point is **sustained** when the broker took at least 97 % of the offered rate,
 consumers had everything within 3 % of the run's length (at least 0.5 s) after publishing
 ended (its queues did not grow), and the run verified (every message once). ``--target`` ``NAME=URI`` (repeatable); ``--rates`` total msg/s, comma-separated;
 ``--up-to NAME=RATE`` stops a target at its maximum while the others go further.
+``python -m bench.latency_curve --table DIR/curve.json BASELINE SUBJECT`` prints the
+markdown table of a finished curve, with whether the subject's p99 and p99.9 medians are at
+or below the baseline's at each rate.
 
     python -m bench.latency_curve --shape s2 --rates 2000,5000,10000 --rounds 3 -z 20 \\
         --target rabbitmq=amqp://guest:guest@127.0.0.1:5672/%2F \\
@@ -97,6 +100,41 @@ def summarize(points: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def table(doc: dict[str, Any], baseline: str, subject: str) -> str:
+    """A markdown table of confirm latency (ms, median over rounds with min-max) per
+    offered rate: p99, p99.9 and max of `baseline` and `subject` side by side, and whether
+    the subject's p99 and p99.9 medians are at or below the baseline's ("-" where the
+    baseline did not run or did not sustain the rate)."""
+
+    def cell(series: dict[str, Any], rate: str, key: str) -> str:
+        point = series.get(rate)
+        if point is None:
+            return "-"
+        c = point["confirm_ms"].get(key)
+        if c is None:
+            return "-"
+        unsustained = "" if point["sustained"] else " (not sustained)"
+        if key == "max":
+            return f"{c['median']:.1f}{unsustained}"
+        return f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f}){unsustained}"
+
+    base, subj = doc["summary"].get(baseline, {}), doc["summary"].get(subject, {})
+    rows = [f"| offered msg/s | {baseline} p99 | {subject} p99 | {baseline} p99.9 | "
+            f"{subject} p99.9 | {baseline} max | {subject} max | p99, p99.9 at or below |",
+            "|---:|---|---|---|---|---:|---:|---|"]
+    for rate in sorted(set(base) | set(subj), key=float):
+        verdict = "-"
+        b, s_ = base.get(rate), subj.get(rate)
+        if b is not None and s_ is not None and b["sustained"]:
+            ok = [s_["confirm_ms"][k]["median"] <= b["confirm_ms"][k]["median"]
+                  for k in ("p99", "p99.9")]
+            verdict = ", ".join("yes" if o else "no" for o in ok)
+        rows.append(f"| {float(rate):,.0f} | " + " | ".join(
+            cell(series, rate, key) for key in ("p99", "p99.9", "max")
+            for series in (base, subj)) + f" | {verdict} |")
+    return "\n".join(rows)
+
+
 def plot(doc: dict[str, Any], path: Path) -> None:
     """Confirm p99 (solid) and p99.9 (dashed) against offered rate, one line per target."""
     import matplotlib
@@ -127,6 +165,14 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--table"]:  # --table CURVE_JSON BASELINE SUBJECT
+        if len(args) != 4:
+            print("usage: python -m bench.latency_curve --table CURVE_JSON BASELINE SUBJECT",
+                  file=sys.stderr)
+            return 2
+        print(table(json.loads(Path(args[1]).read_text()), args[2], args[3]))
+        return 0
     p = argparse.ArgumentParser(prog="python -m bench.latency_curve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=sorted(SHAPES), required=True)

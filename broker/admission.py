@@ -47,9 +47,11 @@ Conn = TypeVar("Conn", bound=OpeningConnection)  # the broker's connection type 
 log = logging.getLogger("broker.connection")
 
 
-def authenticate(broker: ServingBroker[Any], peer: Any, mechanism: str, username: str, password: str) -> bool:
+def authenticate(broker: ServingBroker[Any], peer: Any, mechanism: str, username: str,
+                 password: str, protocol: str = "amqp091") -> bool:
     """PLAIN/AMQPLAIN: the password; EXTERNAL: the certificate's user exists (RabbitMQ
-    check_user_login(Username, [])). loopback_users applies to both. A refusal is logged."""
+    check_user_login(Username, [])). loopback_users applies to both. A refusal is logged;
+    the attempt is counted under `protocol` ("amqp091", "stream")."""
     if mechanism == "EXTERNAL":
         ok = (broker.users.user(username) is not None
               and broker.loopback_allowed(username, peer))
@@ -57,7 +59,7 @@ def authenticate(broker: ServingBroker[Any], peer: Any, mechanism: str, username
         ok = broker.check_user(username, password, peer)
     attempts = getattr(broker, "auth_attempts", None)
     if attempts is not None:
-        attempts.record("amqp091", ok)
+        attempts.record(protocol, ok)
     if not ok:
         log.warning("login refused for user %r from %s (%s)", username, peer, mechanism)
     return ok

@@ -116,6 +116,16 @@ class BrokerConfig:
     collect_statistics_interval: int = 5000  # ms between samples of counters into rates
     load_definitions: str = ""  # a definitions JSON file imported at boot (definitions.html)
 
+    # the RabbitMQ Stream protocol (rabbitmq.com/stream.html, issue 37; rabbitmq.conf
+    # stream.*): its listener is off until the protocol is complete ("" = off; "5552" or
+    # "HOST:PORT" turns it on)
+    stream_listeners_tcp_default: str = ""
+    stream_advertised_host: str = ""  # what metadata and open answer ("" = the bound host)
+    stream_advertised_port: int = 0  # (0 = the bound port)
+    stream_frame_max: int = 1_048_576  # bytes the server proposes in tune
+    stream_heartbeat: int = 60  # seconds the server proposes in tune
+    stream_initial_credits: int = 50_000
+
     # high availability (docs/high-availability.md; rabbitmq.conf `clustering.enabled = true`,
     # TOML `[clustering] enabled = true`): etcd elects the leader and keeps the in-sync
     # replica set, the leader streams its durable writes to followers on clustering.port

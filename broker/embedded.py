@@ -43,6 +43,7 @@ class EmbeddedBroker:
         self.host: str = overrides["host"]
         self.port: int = 0
         self.ssl_port: int | None = None  # the amqps port when listeners_ssl_default is set
+        self.stream_port: int | None = None  # the stream protocol's port when it listens
         self.management_port: int | None = None  # the HTTP API's port when it is on
         self.prometheus_port: int | None = None  # the Prometheus endpoint's port when on
 
@@ -83,6 +84,7 @@ class EmbeddedBroker:
             loop.run_until_complete(self.broker.start())
             self.port = self.broker.port
             self.ssl_port = self.broker.ssl_port
+            self.stream_port = self.broker.stream_port
             mgmt = self.broker.management
             if mgmt is not None:
                 self.management_port = mgmt.port

@@ -17,6 +17,7 @@ AMQP = "AMQP"
 AMQPS = "AMQPS (TLS)"
 MANAGEMENT = "management API and UI"
 PROMETHEUS = "Prometheus"
+STREAM = "stream protocol"
 
 # listener -> (the setting that changes its port, the one that changes its address); the
 # names are those of docs/configuration.md (`--port` is `listeners.tcp.default` in a
@@ -28,6 +29,7 @@ _SETTINGS = {
                  "--set management.tcp.ip=ADDRESS"),
     PROMETHEUS: ("--set prometheus.tcp.port=N (0 turns it off)",
                  "--set prometheus.tcp.ip=ADDRESS"),
+    STREAM: ("--set stream.listeners.tcp.default=N", "--set stream.listeners.tcp.default=ADDRESS:N"),
 }
 # errors the port setting fixes (another process holds it; below 1024 without privilege);
 # anything else (an address this machine does not have) is the address setting's

@@ -141,6 +141,12 @@ _KEYS: dict[str, Setter] = {
     "disk_free_limit.absolute": _field("disk_free_limit", _size),
     "disk_free_limit.relative": _field("disk_free_limit_relative", float),
     "log.console.level": _log_level,
+    "stream.listeners.tcp.default": _field("stream_listeners_tcp_default"),
+    "stream.advertised_host": _field("stream_advertised_host"),
+    "stream.advertised_port": _field("stream_advertised_port", int),
+    "stream.frame_max": _field("stream_frame_max", int),
+    "stream.heartbeat": _field("stream_heartbeat", int),
+    "stream.initial_credits": _field("stream_initial_credits", int),
 }
 
 

@@ -376,3 +376,27 @@ def test_latency_curve_stops_a_target_at_its_maximum(sink: Any, tmp_path: Any) -
     assert [(r["rate"], r["target"]) for r in doc["runs"]] == [
         (500.0, "a"), (500.0, "b"), (1000.0, "a")]
     assert sorted(doc["summary"]["b"]) == ["500"]
+
+
+def test_latency_curve_table_says_where_the_subject_is_at_or_below(tmp_path: Any, capsys: Any
+                                                                   ) -> None:
+    """`--table`: one row per rate, the medians with their range, the verdict per rate."""
+    from bench import latency_curve
+
+    def point(p99: float, p999: float, sustained: bool = True) -> dict:
+        def c(v: float) -> dict:
+            return {"median": v, "min": v / 2, "max": v * 2}
+        return {"sustained": sustained, "confirm_ms": {"p99": c(p99), "p99.9": c(p999),
+                                                       "max": c(p999 * 2)}}
+
+    doc = {"summary": {"base": {"100": point(2.0, 4.0), "200": point(1.0, 1.0, False)},
+                       "subj": {"100": point(1.0, 5.0), "200": point(0.5, 0.5),
+                                "300": point(0.7, 0.9)}}}
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(doc))
+    assert latency_curve.main(["--table", str(path), "base", "subj"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[2] == ("| 100 | 2.00 (1.00-4.00) | 1.00 (0.50-2.00) | 4.00 (2.00-8.00) | "
+                       "5.00 (2.50-10.00) | 8.0 | 10.0 | yes, no |")
+    assert rows[3].endswith("| - |") and "(not sustained)" in rows[3]
+    assert rows[4].startswith("| 300 | - | 0.70")

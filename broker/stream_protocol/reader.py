@@ -1,0 +1,489 @@
+"""One RabbitMQ Stream protocol connection (issue 37), after RabbitMQ 3.13.7's
+`rabbit_stream_reader.erl`.
+
+Owns: the connection's state machine (peer properties → SASL → tune → open → opened →
+closing), its frames in and out, heartbeats, and the commands that manage streams
+(create, delete, metadata, stream_stats, route, partitions, exchange_command_versions).
+Publishing and consuming join this reader as they are built.
+Talks to: the broker through `StreamServing` (authentication, permissions, vhosts),
+broker/stream_protocol/core.py for every byte.
+Must never: let one connection's bad input touch another: every error here ends in a
+response code and, where RabbitMQ closes, a closed connection.
+
+Errors as RabbitMQ answers them: a command other than the handshake's before
+authentication, or a frame that does not parse → the connection closes (rabbit_stream_reader
+handle_frame_pre_auth "unknown command ..., closing connection"); an unknown command after
+open → a close request with UNKNOWN_FRAME (13); a frame above the negotiated frame_max →
+a close request with FRAME_TOO_LARGE (14); a failed login → AUTHENTICATION_FAILURE (8),
+an unknown mechanism → SASL_MECHANISM_NOT_SUPPORTED (7), a vhost the user may not use →
+VIRTUAL_HOST_ACCESS_FAILURE (12), each followed by the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol, cast
+
+from broker import __version__, admission, errors, tls
+from broker.protocol import sasl
+from broker.stream_protocol import core
+
+log = logging.getLogger("broker.stream_protocol")
+
+# connection steps (rabbit_stream_reader's connection_step)
+TCP_CONNECTED = "tcp_connected"
+PEER_PROPERTIES_EXCHANGED = "peer_properties_exchanged"
+AUTHENTICATING = "authenticating"
+TUNING = "tuning"
+TUNED = "tuned"
+OPENED = "opened"
+CLOSING = "closing"
+FAILURE = "failure"
+
+_PRE_AUTH = {core.PEER_PROPERTIES, core.SASL_HANDSHAKE, core.SASL_AUTHENTICATE, core.TUNE,
+             core.OPEN, core.HEARTBEAT}
+
+# stream arguments the create command takes, and the queue arguments they become
+# (rabbit_stream_utils:parse_map / rabbit_stream_manager:create)
+_CREATE_ARGUMENTS = {
+    "max-length-bytes": "x-max-length-bytes",
+    "max-age": "x-max-age",
+    "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
+    "initial-cluster-size": "x-initial-cluster-size",
+    "queue-leader-locator": "x-queue-leader-locator",
+    "stream-filter-size-bytes": "x-stream-filter-size-bytes",
+}
+
+
+class StreamServing(Protocol):
+    """What a stream connection needs of the broker (broker.server.Broker satisfies it)."""
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def vhosts(self) -> dict[str, Any]: ...
+
+    @property
+    def users(self) -> Any: ...
+
+    def check_user(self, username: str, password: str, peer: Any) -> bool: ...
+
+    def loopback_allowed(self, username: str, peer: Any) -> bool: ...
+
+    def cluster_name(self) -> str: ...
+
+
+class StreamListener:
+    """The stream protocol's listener state: its connections, and what metadata answers
+    (`advertised_host`, `advertised_port`: stream.advertised_host / stream.advertised_port,
+    else the bound address). `frame_max` (bytes) and `heartbeat` (s) are what the server
+    proposes in tune (stream.frame_max, stream.heartbeat)."""
+
+    def __init__(self, broker: StreamServing, *, host: str, port: int, frame_max: int,
+                 heartbeat: int, advertised_host: str = "", advertised_port: int = 0) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port  # the bound port once listening
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.connections: set[StreamConnection] = set()
+
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to (metadata, open's properties)."""
+        return (self.advertised_host or self.host or "localhost",
+                self.advertised_port or self.port)
+
+    def protocol(self) -> StreamConnection:
+        return StreamConnection(self)
+
+    def close_all(self) -> None:
+        """Broker shutdown: every connection gets a close request (OK, "shutdown") and its
+        socket closes."""
+        for conn in list(self.connections):
+            conn.shutdown()
+
+
+class StreamConnection(asyncio.Protocol):
+    """One client connection (see the module docstring for the states and errors)."""
+
+    def __init__(self, listener: StreamListener) -> None:
+        self.listener = listener
+        self.broker = listener.broker
+        self.transport: asyncio.Transport | None = None
+        self.step = TCP_CONNECTED
+        self.splitter = core.FrameSplitter(listener.frame_max)
+        self.peer: Any = None
+        self.client_properties: dict[str, str] = {}
+        self.username = ""
+        self.vhost: str | None = None
+        self.frame_max = listener.frame_max  # negotiated
+        self.heartbeat = listener.heartbeat  # negotiated (s)
+        self.connected_at = time.time()
+        self._last_in = time.monotonic()
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._close_corr = 0
+        self.deliver_version = 1  # 2 once the client announces deliver v2
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self.peer = transport.get_extra_info("peername")
+        self.listener.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_in = time.monotonic()
+        try:
+            frames = self.splitter.feed(data)
+        except core.FrameTooLarge as exc:
+            log.warning("stream connection %s: %s, closing", self.peer, exc)
+            self._close_with(core.FRAME_TOO_LARGE, "frame too large")
+            return
+        for frame in frames:
+            if self.step in (FAILURE,) or self.transport is None:
+                return
+            try:
+                self._handle(frame)
+            except core.ParseError as exc:
+                log.warning("stream connection %s: malformed frame (%s), closing",
+                            self.peer, exc)
+                self._fail()
+                return
+            except Exception:  # a bug here closes this connection only, with the trace
+                log.exception("stream connection %s: internal error, closing", self.peer)
+                self._close_with(core.INTERNAL_ERROR, "internal error")
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.connections.discard(self)
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+        self.transport = None
+
+    # -- sending -----------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _fail(self) -> None:
+        """Close the socket at once (RabbitMQ's connection_step = failure)."""
+        self.step = FAILURE
+        if self.transport is not None:
+            self.transport.close()
+
+    def shutdown(self) -> None:
+        """The broker stops: tell the client, then close."""
+        self._close_with(core.OK, "shutdown")
+
+    def _close_with(self, code: int, reason: str) -> None:
+        """Send a close request with `code`, then close the socket (the client's response
+        is not waited for, as a client that sent garbage may never send one)."""
+        self._close_corr += 1
+        self.send(core.close(self._close_corr, code, reason))
+        self._fail()
+
+    # -- frames ------------------------------------------------------------------------------
+    def _handle(self, frame: bytes) -> None:
+        f = core.parse(frame)
+        if f.fields.get("unknown") or f.fields.get("unexpected"):
+            if self.step == OPENED:
+                log.warning("stream connection %s: unknown command %d v%d, sending close",
+                            self.peer, f.key, f.version)
+                self._close_with(core.UNKNOWN_FRAME, "unknown frame")
+            else:
+                log.warning("stream connection %s: unknown command %d v%d, closing connection",
+                            self.peer, f.key, f.version)
+                self._fail()
+            return
+        if self.step != OPENED:
+            if f.key not in _PRE_AUTH and not (f.key == core.CLOSE and self.step == CLOSING):
+                log.warning("stream connection %s: command %s before the connection is open, "
+                            "closing connection", self.peer, f.name)
+                self._fail()
+                return
+        handler = _HANDLERS.get((f.key, f.response))
+        if handler is None:
+            if self.step == OPENED:
+                self._close_with(core.UNKNOWN_FRAME, "unknown frame")
+            else:
+                self._fail()
+            return
+        handler(self, f)
+
+    # -- handshake ---------------------------------------------------------------------------
+    def _peer_properties(self, f: core.Frame) -> None:
+        if self.step != TCP_CONNECTED:
+            self._fail()
+            return
+        self.client_properties = f.fields["properties"]
+        props = {
+            "product": "RabbitMQ",
+            "version": __version__,
+            "cluster_name": self.broker.cluster_name(),
+            "platform": "Python",
+            "copyright": "pybroker",
+            "information": "Licensed under the MPL 2.0",
+        }
+        self.send(core.response(core.PEER_PROPERTIES, f.corr, core.OK, core.string_map(props)))
+        self.step = PEER_PROPERTIES_EXCHANGED
+
+    def _tls(self) -> bool:
+        return (self.transport is not None
+                and self.transport.get_extra_info("ssl_object") is not None)
+
+    def _mechanisms(self) -> list[str]:
+        """The configured mechanisms (auth_mechanisms.N), EXTERNAL only over TLS
+        (rabbit_stream_utils:auth_mechanisms/1)."""
+        return list(sasl.offered(self.broker.config.auth_mechanisms, self._tls()))
+
+    def _sasl_handshake(self, f: core.Frame) -> None:
+        self.send(core.response(core.SASL_HANDSHAKE, f.corr, core.OK,
+                                core.strings(self._mechanisms())))
+        self.step = AUTHENTICATING
+
+    def _sasl_authenticate(self, f: core.Frame) -> None:
+        mech = f.fields["mechanism"] or ""
+        if mech not in self._mechanisms():
+            self.send(core.response(core.SASL_AUTHENTICATE, f.corr,
+                                    core.SASL_MECHANISM_NOT_SUPPORTED))
+            self._fail()
+            return
+        try:
+            username, password = sasl.parse_response(mech, f.fields["response"])
+        except errors.AMQPError:
+            self.send(core.response(core.SASL_AUTHENTICATE, f.corr, core.SASL_ERROR))
+            self._fail()
+            return
+        if mech == "EXTERNAL":
+            username = self._certificate_user()
+        ok = admission.authenticate(self.broker, self.peer, mech, username,  # type: ignore[arg-type]
+                                    password, protocol="stream")
+        if not ok:
+            loopback = (self.broker.users.user(username) is not None
+                        and not self.broker.loopback_allowed(username, self.peer))
+            code = core.SASL_AUTHENTICATION_FAILURE_LOOPBACK if loopback \
+                else core.AUTHENTICATION_FAILURE
+            self.send(core.response(core.SASL_AUTHENTICATE, f.corr, code))
+            self._fail()
+            return
+        self.username = username
+        self.send(core.response(core.SASL_AUTHENTICATE, f.corr, core.OK))
+        self.send(core.tune(self.listener.frame_max, self.listener.heartbeat))
+        self.step = TUNING
+
+    def _certificate_user(self) -> str:
+        """The EXTERNAL login name from the verified client certificate ("" without)."""
+        ssl_object = self.transport.get_extra_info("ssl_object") if self.transport else None
+        if ssl_object is None:
+            return ""
+        return tls.external_login_name(ssl_object.getpeercert(), self.broker.config) or ""
+
+    def _tune(self, f: core.Frame) -> None:
+        if self.step != TUNING:
+            self._fail()
+            return
+        fm, hb = f.fields["frame_max"], f.fields["heartbeat"]
+        self.frame_max = min(fm, self.listener.frame_max) if fm else self.listener.frame_max
+        self.splitter.frame_max = self.frame_max
+        self.heartbeat = hb
+        self.step = TUNED
+        if hb:
+            loop = asyncio.get_running_loop()
+            self._heartbeat_timer = loop.call_later(hb, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        """Send a heartbeat every `heartbeat` seconds; close after two silent periods (the
+        client sends heartbeats or frames)."""
+        if self.transport is None:
+            return
+        if time.monotonic() - self._last_in > 2 * self.heartbeat:
+            log.warning("stream connection %s: missed heartbeats from client, timeout: %ds",
+                        self.peer, self.heartbeat)
+            self._fail()
+            return
+        self.send(core.heartbeat())
+        self._heartbeat_timer = asyncio.get_running_loop().call_later(
+            self.heartbeat, self._heartbeat_tick)
+
+    def _open(self, f: core.Frame) -> None:
+        if self.step != TUNED:
+            self._fail()
+            return
+        vhost = f.fields["virtual_host"] or "/"
+        try:
+            allowed = (vhost in self.broker.vhosts
+                       and self.broker.users.control.vhost_allowed(self.username, vhost))
+        except errors.AMQPError:  # connection limits
+            allowed = False
+        if not allowed:
+            log.warning("stream connection %s: access to vhost '%s' refused for user '%s'",
+                        self.peer, vhost, self.username)
+            self.send(core.response(core.OPEN, f.corr, core.VIRTUAL_HOST_ACCESS_FAILURE))
+            self._fail()
+            return
+        host, port = self.listener.endpoint()
+        self.vhost = vhost
+        self.send(core.response(core.OPEN, f.corr, core.OK, core.string_map(
+            {"advertised_host": host, "advertised_port": str(port)})))
+        self.step = OPENED
+
+    def _heartbeat(self, f: core.Frame) -> None:
+        pass  # arrival already counted
+
+    def _close_request(self, f: core.Frame) -> None:
+        log.info("stream connection %s closed by client: %s %s", self.peer,
+                 f.fields["closing_code"], f.fields["closing_reason"])
+        self.send(core.response(core.CLOSE, f.corr, core.OK))
+        self.step = CLOSING
+        if self.transport is not None:
+            self.transport.close()
+
+    def _close_response(self, f: core.Frame) -> None:
+        self._fail()
+
+    # -- managing streams --------------------------------------------------------------------
+    def _allowed(self, name: str, permission: str) -> bool:
+        assert self.vhost is not None
+        return self.broker.users.control.resource_allowed(self.username, self.vhost, name,
+                                                         permission)
+
+    def _stream(self, name: str) -> Any | None:
+        """The stream queue `name` of this connection's vhost (None when there is none or
+        the queue is not a stream)."""
+        assert self.vhost is not None
+        q = self.broker.vhosts[self.vhost].queues.get(name)
+        return q if q is not None and getattr(q, "queue_type", "") == "stream" else None
+
+    def _create_stream(self, f: core.Frame) -> None:
+        name = f.fields["stream"] or ""
+        if not self._allowed(name, "configure"):
+            self.send(core.response(core.CREATE_STREAM, f.corr, core.ACCESS_REFUSED))
+            return
+        args: dict[str, Any] = {"x-queue-type": "stream"}
+        for key, value in f.fields["arguments"].items():
+            arg = _CREATE_ARGUMENTS.get(key)
+            if arg is None:
+                self.send(core.response(core.CREATE_STREAM, f.corr, core.PRECONDITION_FAILED))
+                return
+            args[arg] = int(value) if value.isdigit() else value
+        vhost = self.broker.vhosts[self.vhost or "/"]
+        if name in vhost.queues:
+            self.send(core.response(core.CREATE_STREAM, f.corr, core.STREAM_ALREADY_EXISTS))
+            return
+        try:
+            vhost.declare_queue(name, durable=True, arguments=args)
+        except errors.AMQPError as exc:
+            log.warning("stream connection %s: cannot create stream '%s': %s", self.peer,
+                        name, exc)
+            code = core.ACCESS_REFUSED if getattr(exc, "reply_code", 0) == 403 \
+                else core.PRECONDITION_FAILED
+            self.send(core.response(core.CREATE_STREAM, f.corr, code))
+            return
+        self.send(core.response(core.CREATE_STREAM, f.corr, core.OK))
+
+    def _delete_stream(self, f: core.Frame) -> None:
+        name = f.fields["stream"] or ""
+        if not self._allowed(name, "configure"):
+            self.send(core.response(core.DELETE_STREAM, f.corr, core.ACCESS_REFUSED))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.send(core.response(core.DELETE_STREAM, f.corr, core.STREAM_DOES_NOT_EXIST))
+            return
+        self.broker.vhosts[self.vhost or "/"].delete_queue_now(q)
+        self.send(core.response(core.DELETE_STREAM, f.corr, core.OK))
+        for conn in list(self.listener.connections):
+            conn.stream_deleted(self.vhost or "/", name)
+
+    def stream_deleted(self, vhost: str, name: str) -> None:
+        """Stream `name` of `vhost` went: publishers and consumers on it are told with a
+        metadata_update (STREAM_NOT_AVAILABLE), as RabbitMQ does."""
+
+    def _metadata(self, f: core.Frame) -> None:
+        host, port = self.listener.endpoint()
+        out = []
+        for name in f.fields["streams"]:
+            if self._stream(name) is not None:
+                out.append((name, core.OK, 0, []))
+            else:
+                out.append((name, core.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
+        self.send(core.metadata_response(f.corr, [(host, port)], out))
+
+    def _stream_stats(self, f: core.Frame) -> None:
+        q = self._stream(f.fields["stream"] or "")
+        if q is None:
+            self.send(core.response(core.STREAM_STATS, f.corr, core.STREAM_DOES_NOT_EXIST,
+                                    core.int_map({})))
+            return
+        log_ = q.log
+        last_chunk = getattr(log_, "_last_chunk", -1)
+        stats = {"first_chunk_id": log_.first_offset if log_.next_offset > log_.first_offset
+                 else -1,
+                 "committed_chunk_id": last_chunk}
+        self.send(core.response(core.STREAM_STATS, f.corr, core.OK, core.int_map(stats)))
+
+    def _exchange_command_versions(self, f: core.Frame) -> None:
+        for key, _lo, hi in f.fields["commands"]:
+            if key == core.DELIVER and hi >= 2:
+                self.deliver_version = 2
+        self.send(core.response(core.EXCHANGE_COMMAND_VERSIONS, f.corr, core.OK,
+                                core.command_versions(core.COMMAND_VERSIONS)))
+
+    def _partitions(self, f: core.Frame) -> None:
+        streams = self._super_stream_partitions(f.fields["super_stream"] or "")
+        if streams is None:
+            self.send(core.response(core.PARTITIONS, f.corr, core.STREAM_DOES_NOT_EXIST,
+                                    core.strings([])))
+            return
+        self.send(core.response(core.PARTITIONS, f.corr, core.OK,
+                                core.strings([s for s, _key in streams])))
+
+    def _route(self, f: core.Frame) -> None:
+        streams = self._super_stream_partitions(f.fields["super_stream"] or "")
+        if streams is None:
+            self.send(core.response(core.ROUTE, f.corr, core.STREAM_DOES_NOT_EXIST,
+                                    core.strings([])))
+            return
+        key = f.fields["routing_key"] or ""
+        self.send(core.response(core.ROUTE, f.corr, core.OK,
+                                core.strings([s for s, k in streams if k == key])))
+
+    def _super_stream_partitions(self, name: str) -> list[tuple[str, str]] | None:
+        """[(partition stream, binding key)] of super stream `name` (the direct exchange's
+        bindings to streams, in x-stream-partition-order), None when there is no such
+        exchange (rabbit_stream_manager:partitions/2)."""
+        vhost = self.broker.vhosts[self.vhost or "/"]
+        exchange = vhost.exchanges.get(name)
+        if exchange is None:
+            return None
+        found = []
+        for dest, key, args in exchange.routing.bindings():
+            if isinstance(dest, str) and self._stream(dest) is not None:
+                order = (args or {}).get("x-stream-partition-order", 0)
+                found.append((order, dest, key))
+        found.sort(key=lambda t: (t[0], t[1]))
+        return [(dest, key) for _o, dest, key in found]
+
+
+_HANDLERS = {
+    (core.PEER_PROPERTIES, False): StreamConnection._peer_properties,
+    (core.SASL_HANDSHAKE, False): StreamConnection._sasl_handshake,
+    (core.SASL_AUTHENTICATE, False): StreamConnection._sasl_authenticate,
+    (core.TUNE, True): StreamConnection._tune,
+    (core.TUNE, False): StreamConnection._tune,
+    (core.OPEN, False): StreamConnection._open,
+    (core.HEARTBEAT, False): StreamConnection._heartbeat,
+    (core.CLOSE, False): StreamConnection._close_request,
+    (core.CLOSE, True): StreamConnection._close_response,
+    (core.CREATE_STREAM, False): StreamConnection._create_stream,
+    (core.DELETE_STREAM, False): StreamConnection._delete_stream,
+    (core.METADATA, False): StreamConnection._metadata,
+    (core.STREAM_STATS, False): StreamConnection._stream_stats,
+    (core.EXCHANGE_COMMAND_VERSIONS, False): StreamConnection._exchange_command_versions,
+    (core.PARTITIONS, False): StreamConnection._partitions,
+    (core.ROUTE, False): StreamConnection._route,
+}
