@@ -4,17 +4,17 @@ per segment from offset and timestamp to file position, retention by whole segme
 
 Owns: one stream's directory. Nothing else reads or writes it; it never calls out.
 
-On disk, all integers big-endian:
-    <dir>/<FIRST:020d>.segment   chunks, back to back; FIRST is the first offset in the file
-        Chunk = Magic "STRC" | Version:u8 (1) | Entries:u32 | FirstOffset:u64
-                | Timestamp:u64 (ms since the epoch, never decreasing) | DataSize:u32
-                | CRC32:u32 (of Data) | Data
-        Data  = Entries x (Size:u32 | Entry), an Entry being opaque bytes (see entry_bytes)
-    <dir>/<FIRST:020d>.index     one record per chunk of the segment, in order:
-        FirstOffset:u64 | Timestamp:u64 | Position:u64 (of the chunk in the segment)
-        | Entries:u32
-A chunk's offsets are FirstOffset .. FirstOffset + Entries - 1; offsets are consecutive
-across chunks and segments.
+On disk, osiris's layout (issue 37 item 3; osiris_log.erl), integers big-endian:
+    <dir>/<FIRST:020d>.segment   "OSIL" | Version:u32 (1) | chunks back to back, each as
+        broker/stream/osiris_chunk.py lays it out (48-byte header, bloom filter, data
+        entries, trailer); FIRST is the first offset in the file
+    <dir>/<FIRST:020d>.index     "OSII" | Version:u32 (1) | one 29-byte record per chunk:
+        ChunkId:u64 | Timestamp:i64 (ms) | Epoch:u64 | FilePos:u32 | ChunkType:u8
+A chunk's offsets are ChunkId .. ChunkId + NumRecords - 1 (a sub-batch entry holds several
+records, a tracking chunk one); offsets are consecutive across chunks and segments.
+Entries are AMQP 1.0 messages for the broker (broker/stream/message_record.py) and any
+bytes for the log. A directory in the previous release's format is converted when it is
+opened (broker/stream/log_v1.py).
 
 Guarantees by call:
     append()  the chunk and its index record handed to the OS (write(2)): they survive a
@@ -23,13 +23,14 @@ Guarantees by call:
               survives a power cut (the stream confirms publishes after this). It may run
               on a worker thread while the owner appends.
     open      (the constructor) recovery: the last segment is checked from its last indexed
-              chunk on; a torn or corrupt tail (bad magic, size or CRC) is truncated, in the
+              chunk on; a torn or corrupt tail (bad header, size or CRC) is truncated, in the
               segment and in its index, and logged with the position; an index behind its
               segment is completed from the segment.
 Reading: `locate(spec)` turns first / last / next / an offset / a timestamp into an offset by
 binary search over the segment list and one index file (O(log n) reads, no scan);
-`read_chunk(offset)` returns the entries of the chunk holding `offset`. Memory holds the
-segment list and the active segment's tail state only, not the stream.
+`read_chunk(offset)` returns the records of the chunk holding `offset`, `read_raw(offset)`
+its bytes as stored. Memory holds the segment list and the active segment's tail state only,
+not the stream.
 """
 
 from __future__ import annotations
@@ -39,18 +40,18 @@ import os
 import struct
 import threading
 import time
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import broker.stream.log_v1 as log_v1
+import broker.stream.osiris_chunk as oc
 from broker import replication_hook
 
 log = logging.getLogger("broker.stream")
 
-MAGIC = b"STRC"
-VERSION = 1
-_CHUNK = struct.Struct(">4sBIQQII")  # magic, version, entries, first, timestamp, size, crc
-_INDEX = struct.Struct(">QQQI")  # first offset, timestamp, position, entries
-_SIZE = struct.Struct(">I")
+LOG_HEADER = b"OSIL" + (1).to_bytes(4, "big")
+IDX_HEADER = b"OSII" + (1).to_bytes(4, "big")
+_INDEX = struct.Struct(">QqQIB")  # chunk id, timestamp, epoch, file position, chunk type
 DEFAULT_MAX_SEGMENT_SIZE = 500_000_000  # bytes (x-stream-max-segment-size-bytes)
 
 FIRST, LAST, NEXT = "first", "last", "next"
@@ -65,11 +66,14 @@ class _Segment:
 
 @dataclass
 class Chunk:
-    """A chunk as read back: its first offset, timestamp (ms) and entries."""
+    """A chunk as read back: its first offset, timestamp (ms) and one item per offset it
+    holds: the record's bytes, or None where nothing can be delivered (a tracking chunk, a
+    compressed sub-batch this broker cannot open)."""
 
     first: int
     timestamp: int
-    entries: list[bytes]
+    entries: list[bytes | None]
+    chunk_type: int = oc.CHNK_USER
 
 
 class StreamLog:
@@ -77,10 +81,19 @@ class StreamLog:
     `max_segment_size` bytes."""
 
     def __init__(self, directory: str, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True,
+                 convert_entry: Callable[[bytes], bytes] | None = None) -> None:
+        """`convert_entry` turns an entry of the previous release's format into this one's
+        when the directory holds that format (the stream queue passes the 0-9-1 → AMQP 1.0
+        conversion); without it such a directory is converted with entries unchanged."""
         self.directory = directory
         self.max_segment_size = max_segment_size
         self.fsync = fsync
+        log_v1.finish_interrupted(directory)
+        if log_v1.is_v1(directory):
+            n = log_v1.convert(directory, self._write_converted, convert_entry or bytes)
+            log.info("stream %s: converted %d chunks from the previous release's format",
+                     directory, n)
         os.makedirs(directory, exist_ok=True)
         self._segments: list[_Segment] = []  # oldest first
         self.next_offset = 0  # the offset the next entry gets
@@ -105,31 +118,35 @@ class StreamLog:
             return
         seg = self._segments[-1]
         records = self._index_records(seg)
-        pos, offset = 0, seg.first
+        pos, offset = len(LOG_HEADER), seg.first
         if records:  # trust what the index says but the last chunk: check from there
-            first, ts, pos, _n = records[-1]
-            offset = first
+            offset, _ts, _epoch, pos, _t = records[-1]
             records = records[:-1]
         with open(seg.path, "rb") as f:
             data_end = os.fstat(f.fileno()).st_size
+            if data_end < len(LOG_HEADER) or f.read(len(LOG_HEADER)) != LOG_HEADER:
+                pos = 0  # not even a header: the file is rewritten below
             good = []
-            while True:
-                chunk = _read_chunk_at(f, pos, data_end)
-                if chunk is None:
+            while pos >= len(LOG_HEADER):
+                h = _check_chunk_at(f, pos, data_end)
+                if h is None or h.chunk_id != offset:
                     break
-                c, size = chunk
-                if c.first != offset:
-                    break
-                good.append((c.first, c.timestamp, pos, len(c.entries)))
-                pos += size
-                offset += len(c.entries)
-        if pos < data_end:
+                good.append((h.chunk_id, h.timestamp, h.epoch, pos, h.chunk_type))
+                pos += h.size
+                offset += h.num_records
+        if pos < data_end or pos < len(LOG_HEADER):
             log.warning("stream %s: truncating a torn tail of %s at byte %d (of %d)",
                         self.directory, os.path.basename(seg.path), pos, data_end)
-            os.truncate(seg.path, pos)
-            replication_hook.truncated(seg.path, pos)
+            if pos < len(LOG_HEADER):
+                with open(seg.path, "wb") as out:
+                    out.write(LOG_HEADER)
+                replication_hook.replaced(seg.path, LOG_HEADER)
+                pos = len(LOG_HEADER)
+            else:
+                os.truncate(seg.path, pos)
+                replication_hook.truncated(seg.path, pos)
         records += good
-        index = b"".join(_INDEX.pack(*r) for r in records)
+        index = IDX_HEADER + b"".join(_INDEX.pack(*r) for r in records)
         with open(seg.index, "wb") as out:  # rewritten: consistent with the segment
             out.write(index)
         replication_hook.replaced(seg.index, index)
@@ -157,11 +174,16 @@ class StreamLog:
                 os.close(self._fd)
                 os.close(self._ifd)
         seg = self._segment(first)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
         self._fd = os.open(seg.path, flags, 0o644)
         self._ifd = os.open(seg.index, flags, 0o644)
+        os.write(self._fd, LOG_HEADER)
+        os.write(self._ifd, IDX_HEADER)
+        if replication_hook.sink is not None:
+            replication_hook.replaced(seg.path, LOG_HEADER)
+            replication_hook.replaced(seg.index, IDX_HEADER)
         self._segments.append(seg)
-        self._size = 0
+        self._size = len(LOG_HEADER)
         if self.fsync:
             dfd = os.open(self.directory, os.O_RDONLY)
             try:
@@ -170,29 +192,41 @@ class StreamLog:
                 os.close(dfd)
 
     @staticmethod
-    def _index_records(seg: _Segment) -> list[tuple[int, int, int, int]]:
+    def _index_records(seg: _Segment) -> list[tuple[int, int, int, int, int]]:
+        """(chunk id, timestamp, epoch, position, chunk type) of every indexed chunk."""
         try:
             with open(seg.index, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             return []
-        n = len(data) // _INDEX.size
-        return [_INDEX.unpack_from(data, i * _INDEX.size) for i in range(n)]
+        if data[:len(IDX_HEADER)] != IDX_HEADER:
+            return []
+        h = len(IDX_HEADER)
+        n = (len(data) - h) // _INDEX.size
+        return [_INDEX.unpack_from(data, h + i * _INDEX.size) for i in range(n)]
 
     # -- writing -----------------------------------------------------------------------------
     def append(self, entries: list[bytes], now_ms: int | None = None) -> tuple[int, int]:
-        """Append one chunk of `entries` (at least one); returns (first, last) offset."""
+        """Append one chunk of simple `entries` (at least one); returns (first, last)
+        offset."""
         if not entries:
             raise ValueError("a chunk needs at least one entry")
+        return self.append_chunk([(None, e) for e in entries], now_ms)
+
+    def append_chunk(self, entries: list[oc.FilteredEntry], now_ms: int | None = None,
+                     chunk_type: int = oc.CHNK_USER, trailer: bytes = b"",
+                     filter_size: int = oc.DEFAULT_FILTER_SIZE) -> tuple[int, int]:
+        """Append one chunk of `entries` ((filter value or None, record or SubBatch)) with
+        tracking `trailer`; returns (first, last) offset. The chunk's timestamp never goes
+        back (ms)."""
         if self._size >= self.max_segment_size:
             self._open_segment(self.next_offset)
         ts = max(self._last_ts, int(time.time() * 1000) if now_ms is None else now_ms)
-        data = b"".join(_SIZE.pack(len(e)) + e for e in entries)
         first = self.next_offset
-        head = _CHUNK.pack(MAGIC, VERSION, len(entries), first, ts, len(data),
-                           zlib.crc32(data))
-        chunk = head + data
-        record = _INDEX.pack(first, ts, self._size, len(entries))
+        pieces, records = oc.encode_chunk(entries, first, ts, 0, chunk_type, trailer,
+                                          filter_size)
+        chunk = b"".join(pieces)
+        record = _INDEX.pack(first, ts, 0, self._size, chunk_type)
         os.write(self._fd, chunk)
         os.write(self._ifd, record)
         if replication_hook.sink is not None:
@@ -200,10 +234,33 @@ class StreamLog:
             replication_hook.appended(seg.path, self._size, chunk)
             replication_hook.appended_fd(self._ifd, seg.index, record)
         self._written = True
-        self._size += len(head) + len(data)
-        self.next_offset = first + len(entries)
+        self._size += len(chunk)
+        self.next_offset = first + records
         self._last_chunk, self._last_ts = first, ts
         return first, self.next_offset - 1
+
+    @staticmethod
+    def _write_converted(directory: str, chunks: list[tuple[int, int, list[bytes]]],
+                         start: int) -> None:
+        """Write the converted chunks of an old log into `directory` in this format: one
+        segment from offset `start`, fsynced with its directory."""
+        base = os.path.join(directory, f"{start:020d}")
+        seg, idx = bytearray(LOG_HEADER), bytearray(IDX_HEADER)
+        for chunk_first, ts, entries in chunks:
+            pieces, _n = oc.encode_chunk([(None, e) for e in entries], chunk_first, ts)
+            idx += _INDEX.pack(chunk_first, ts, 0, len(seg), oc.CHNK_USER)
+            for piece in pieces:
+                seg += piece
+        for path, data in ((base + ".segment", seg), (base + ".index", idx)):
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     def sync(self) -> None:
         """fsync what was appended before this call (no-op with fsync off). Safe to call
@@ -253,32 +310,55 @@ class StreamLog:
                 return found
         return self.next_offset
 
-    def read_chunk(self, offset: int) -> Chunk | None:
-        """The chunk that holds `offset`, or None when `offset` is at or past the end (or
-        was removed by retention)."""
+    def _chunk_position(self, offset: int) -> tuple[_Segment, int] | None:
+        """The segment and file position of the chunk holding `offset` (binary search over
+        its index's fixed-size records), or None when it is not there."""
         if offset >= self.next_offset or offset < self.first_offset:
             return None
         firsts = [s.first for s in self._segments]
-        i = _bisect_right(firsts, offset) - 1
-        seg = self._segments[i]
-        with open(seg.index, "rb") as f:  # binary search over fixed-size records
-            n = os.fstat(f.fileno()).st_size // _INDEX.size
+        seg = self._segments[_bisect_right(firsts, offset) - 1]
+        h = len(IDX_HEADER)
+        with open(seg.index, "rb") as f:
+            n = (os.fstat(f.fileno()).st_size - h) // _INDEX.size
+            if n <= 0:
+                return None
             lo, hi = 0, n - 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                f.seek(mid * _INDEX.size)
+                f.seek(h + mid * _INDEX.size)
                 if _INDEX.unpack(f.read(_INDEX.size))[0] <= offset:
                     lo = mid
                 else:
                     hi = mid - 1
-            f.seek(lo * _INDEX.size)
+            f.seek(h + lo * _INDEX.size)
             record = f.read(_INDEX.size)
         if len(record) < _INDEX.size:
             return None
-        _first, _ts, pos, _n = _INDEX.unpack(record)
+        return seg, _INDEX.unpack(record)[3]
+
+    def read_raw(self, offset: int) -> tuple[oc.ChunkHeader, bytes] | None:
+        """The header and the bytes as stored of the chunk holding `offset` (what a Deliver
+        frame carries), or None when it is not there."""
+        where = self._chunk_position(offset)
+        if where is None:
+            return None
+        seg, pos = where
         with open(seg.path, "rb") as f:
-            got = _read_chunk_at(f, pos, os.fstat(f.fileno()).st_size)
-        return got[0] if got is not None else None
+            end = os.fstat(f.fileno()).st_size
+            h = _check_chunk_at(f, pos, end)
+            if h is None:
+                return None
+            f.seek(pos)
+            return h, f.read(h.size)
+
+    def read_chunk(self, offset: int) -> Chunk | None:
+        """The chunk that holds `offset`, or None when `offset` is at or past the end (or
+        was removed by retention)."""
+        got = self.read_raw(offset)
+        if got is None:
+            return None
+        h, data = got
+        return Chunk(h.chunk_id, h.timestamp, _records(h, data), h.chunk_type)
 
     # -- retention ---------------------------------------------------------------------------
     def total_bytes(self) -> int:
@@ -296,8 +376,8 @@ class StreamLog:
             too_big = max_bytes is not None and self.total_bytes() > max_bytes
             too_old = False
             if max_age_ms is not None:  # the segment's newest chunk: its last index record
-                n = os.path.getsize(seg.index) // _INDEX.size
-                last = _index_record(seg.index, n - 1) if n else None
+                n = (os.path.getsize(seg.index) - len(IDX_HEADER)) // _INDEX.size
+                last = _index_record(seg.index, n - 1) if n > 0 else None
                 too_old = last is not None and last[1] < now - max_age_ms
             if not (too_big or too_old):
                 break
@@ -320,11 +400,11 @@ class StreamLog:
                 self._fd = self._ifd = -1
 
 
-def _index_record(path: str, i: int) -> tuple[int, int, int, int] | None:
+def _index_record(path: str, i: int) -> tuple[int, int, int, int, int] | None:
     """Record `i` of an index file (None past its end or when the file is gone)."""
     try:
         with open(path, "rb") as f:
-            f.seek(i * _INDEX.size)
+            f.seek(len(IDX_HEADER) + i * _INDEX.size)
             raw = f.read(_INDEX.size)
     except FileNotFoundError:
         return None
@@ -335,10 +415,10 @@ def _first_at_or_after(path: str, ms: int) -> int | None:
     """The first offset of the first chunk of this index written at or after `ms`, by
     binary search over its fixed-size records; None when there is none."""
     try:
-        n = os.path.getsize(path) // _INDEX.size
+        n = (os.path.getsize(path) - len(IDX_HEADER)) // _INDEX.size
     except FileNotFoundError:
         return None
-    lo, hi = 0, n
+    lo, hi = 0, max(n, 0)
     while lo < hi:
         mid = (lo + hi) // 2
         record = _index_record(path, mid)
@@ -361,26 +441,39 @@ def _bisect_right(values: list[int], x: int) -> int:
     return lo
 
 
-def _read_chunk_at(f: object, pos: int, end: int) -> tuple[Chunk, int] | None:
-    """The chunk at `pos` of an open segment file and its size in bytes, or None if what is
-    there is not a whole, intact chunk."""
-    if pos + _CHUNK.size > end:
+def _check_chunk_at(f: object, pos: int, end: int) -> oc.ChunkHeader | None:
+    """The header of the chunk at `pos` of an open segment file if a whole, intact chunk
+    (header, sizes, data CRC) is there, else None."""
+    if pos + oc.HEADER_SIZE > end:
         return None
     f.seek(pos)  # type: ignore[attr-defined]
-    head = f.read(_CHUNK.size)  # type: ignore[attr-defined]
-    magic, version, n, first, ts, size, crc = _CHUNK.unpack(head)
-    if magic != MAGIC or version != VERSION or pos + _CHUNK.size + size > end:
+    head = f.read(oc.HEADER_SIZE)  # type: ignore[attr-defined]
+    try:
+        h = oc.read_header(head)
+    except oc.ChunkError:
         return None
-    data = f.read(size)  # type: ignore[attr-defined]
-    if len(data) != size or zlib.crc32(data) != crc:
+    if pos + h.size > end:
         return None
-    entries, i = [], 0
-    for _ in range(n):
-        if i + 4 > size:
-            return None
-        (length,) = _SIZE.unpack_from(data, i)
-        entries.append(data[i + 4:i + 4 + length])
-        i += 4 + length
-    if i != size:
+    f.seek(pos)  # type: ignore[attr-defined]
+    try:
+        return oc.check(f.read(h.size))  # type: ignore[attr-defined]
+    except oc.ChunkError:
         return None
-    return Chunk(first, ts, entries), _CHUNK.size + size
+
+
+def _records(h: oc.ChunkHeader, data: bytes) -> list[bytes | None]:
+    """One item per offset of a chunk: the records of a user chunk (an uncompressed or
+    gzip sub-batch opened, another compression as None per record: RabbitMQ's AMQP readers
+    cannot open those either), None for a tracking chunk."""
+    if h.chunk_type != oc.CHNK_USER:
+        return [None] * h.num_records
+    out: list[bytes | None] = []
+    for entry in oc.entries(data, h):
+        if isinstance(entry, oc.SubBatch):
+            try:
+                out.extend(oc.sub_batch_records(entry))
+            except oc.ChunkError:
+                out.extend([None] * entry.records)
+        else:
+            out.append(entry)
+    return out

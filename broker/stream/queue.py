@@ -24,7 +24,6 @@ import hashlib
 import logging
 import os
 import shutil
-import struct
 from typing import TYPE_CHECKING, Any
 
 from broker import errors, replication_hook
@@ -32,10 +31,13 @@ from broker.backing_queue.memory import MemoryBackingQueue
 from broker.consumers import Consumer
 from broker.message import Message
 from broker.msg_store.vhost import vhost_dir_name
+from broker.protocol.encoding import encode_properties
+from broker.protocol.framing import decode_properties
 from broker.protocol.header_edit import with_long_header
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, QueueProcess
 from broker.stream import arguments as sa
+from broker.stream import log_v1, message_record
 from broker.stream.log import Chunk, StreamLog
 
 if TYPE_CHECKING:
@@ -57,7 +59,6 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     if _POOL is None:
         _POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stream-fsync")
     return _POOL
-_U32 = struct.Struct(">I")
 
 
 def stream_dir(data_dir: str, vhost: str, name: str) -> str:
@@ -66,12 +67,17 @@ def stream_dir(data_dir: str, vhost: str, name: str) -> str:
 
 
 def entry_bytes(message: Message) -> bytes:
-    """A log entry: ExchangeLen:u8 | Exchange | KeyLen:u8 | RoutingKey | PropsLen:u32 |
-    Properties (encoded, as received) | Body."""
-    x, k = message.exchange.encode(), message.routing_key.encode()
-    props = message.wire_properties()
-    return b"".join((bytes((len(x),)), x, bytes((len(k),)), k, _U32.pack(len(props)), props,
-                     message.body))
+    """A log entry: the message as AMQP 1.0, with its exchange and routing key as the
+    annotations x-exchange and x-routing-key (rabbit_stream_queue:msg_to_iodata/1)."""
+    return message_record.encode_message(message.exchange, message.routing_key,
+                                         message.properties, message.body)
+
+
+def convert_v1_entry(entry: bytes) -> bytes:
+    """An entry of the previous release's format (0-9-1 properties as received) as this
+    release's AMQP 1.0 entry: streams on disk are converted once, at first start."""
+    exchange, routing_key, raw, body = log_v1.entry_parts(entry)
+    return message_record.encode_message(exchange, routing_key, decode_properties(raw), body)
 
 
 def with_offset_header(raw: bytes, offset: int) -> bytes:
@@ -80,16 +86,13 @@ def with_offset_header(raw: bytes, offset: int) -> bytes:
     return with_long_header(raw, "x-stream-offset", offset)
 
 
-def entry_message(entry: bytes, offset: int) -> Message:
-    """The message of a log entry, with the `x-stream-offset` header added (its
-    properties stay encoded)."""
-    i = entry[0] + 1
-    exchange = entry[1:i].decode()
-    j = i + 1 + entry[i]
-    routing_key = entry[i + 1:j].decode()
-    (n,) = _U32.unpack_from(entry, j)
-    raw = with_offset_header(entry[j + 4:j + 4 + n], offset)
-    return Message.from_wire(exchange, routing_key, raw, _HOT, entry[j + 4 + n:])
+def entry_message(entry: bytes, offset: int, stream: str = "") -> Message:
+    """The 0-9-1 message of a log entry (rabbit_stream_queue:binary_to_msg/2), with the
+    `x-stream-offset` header added. An entry without x-exchange / x-routing-key (written
+    over the stream protocol) comes from the default exchange with the stream's name."""
+    exchange, routing_key, props, body = message_record.decode_message(entry, stream)
+    raw = with_offset_header(encode_properties(props), offset)
+    return Message.from_wire(exchange, routing_key, raw, _HOT, body)
 
 
 _HOT = (None, None, None, None, None)  # delivery needs none of the hot fields
@@ -109,7 +112,8 @@ class StreamQueue(QueueProcess):
                    or policy_def.get("stream-max-segment-size-bytes")
                    or sa.DEFAULT_SEGMENT_SIZE)
         self.directory = stream_dir(data_dir, vhost.name, name)
-        self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync)
+        self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync,
+                             convert_entry=convert_v1_entry)
         self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
         self._pending_confirms: list[tuple[ChannelFacade, int]] = []  # (channel, seq) in this batch
         self._unsynced: list[tuple[ChannelFacade, int]] = []  # appended, confirmed after the fsync
@@ -236,7 +240,11 @@ class StreamQueue(QueueProcess):
                         if offset >= log_.next_offset:
                             break
                         continue
-                message = entry_message(chunk.entries[offset - chunk.first], offset)
+                entry = chunk.entries[offset - chunk.first]
+                if entry is None:  # a tracking chunk, an unopenable sub-batch: no message
+                    offset += 1
+                    continue
+                message = entry_message(entry, offset, self.name)
                 consumer.unacked += 1
                 self.message_stats.deliver += 1
                 consumer.channel.deliver(self, consumer.tag, message, False, offset)
