@@ -106,7 +106,13 @@ class StreamLog:
         # sync() may run on a worker thread: it and the fd closes (segment roll, close)
         # take this lock, so an fsync never meets a closed or reused descriptor
         self._sync_lock = threading.Lock()
+        # osiris's tracking: publisher reference -> last publishing id stored (deduplication)
+        # and consumer reference -> stored offset; rebuilt at open from the last segment's
+        # snapshot chunk, its delta chunks and its user chunks' trailers
+        self.sequences: dict[str, int] = {}
+        self.offsets: dict[str, int] = {}
         self._recover()
+        self._recover_tracking()
 
     # -- opening -----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -151,12 +157,15 @@ class StreamLog:
             out.write(index)
         replication_hook.replaced(seg.index, index)
         self.next_offset = offset
-        if records:
-            self._last_chunk, self._last_ts = records[-1][0], records[-1][1]
-        elif len(self._segments) > 1:  # an empty last segment: the previous one's tail
-            prev = self._index_records(self._segments[-2])
-            if prev:
-                self._last_chunk, self._last_ts = prev[-1][0], prev[-1][1]
+        tail = records or (self._index_records(self._segments[-2])
+                           if len(self._segments) > 1 else [])
+        if tail:  # an empty last segment: the previous one's tail
+            self._last_ts = tail[-1][1]
+        user = [r for r in records if r[4] == oc.CHNK_USER]
+        if not user and len(self._segments) > 1:
+            user = [r for r in self._index_records(self._segments[-2]) if r[4] == oc.CHNK_USER]
+        if user:
+            self._last_chunk = user[-1][0]  # LAST: the last chunk of messages
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
         self._ifd = os.open(seg.index, os.O_WRONLY | os.O_APPEND)
         self._size = pos
@@ -164,6 +173,29 @@ class StreamLog:
     def _segment(self, first: int) -> _Segment:
         base = os.path.join(self.directory, f"{first:020d}")
         return _Segment(first, base + ".segment", base + ".index")
+
+    def _recover_tracking(self) -> None:
+        """Tracking as the last segment holds it: its first chunk's snapshot, then every
+        delta chunk and user chunk trailer in order (osiris_log:recover_tracking)."""
+        seg = self._segments[-1]
+        with open(seg.path, "rb") as f:
+            for _chid, _ts, _ep, pos, ctype in self._index_records(seg):
+                f.seek(pos)
+                try:
+                    h = oc.read_header(f.read(oc.HEADER_SIZE))
+                except oc.ChunkError:
+                    break
+                if ctype == oc.CHNK_USER:
+                    if not h.trailer_length:
+                        continue
+                    f.seek(pos + h.data_start + h.data_length)
+                    seqs, offs = oc.parse_tracking(f.read(h.trailer_length))
+                else:
+                    seqs, offs = oc.parse_tracking(_tracking_data(f, pos, h),
+                                                   snapshot=ctype == oc.CHNK_TRK_SNAPSHOT)
+                for ref, v in seqs.items():
+                    self.sequences[ref] = v[1] if isinstance(v, tuple) else v
+                self.offsets.update(offs)
 
     def _open_segment(self, first: int) -> None:
         if self._fd >= 0:
@@ -214,13 +246,52 @@ class StreamLog:
         return self.append_chunk([(None, e) for e in entries], now_ms)
 
     def append_chunk(self, entries: list[oc.FilteredEntry], now_ms: int | None = None,
-                     chunk_type: int = oc.CHNK_USER, trailer: bytes = b"",
+                     chunk_type: int = oc.CHNK_USER, sequences: dict[str, int] | None = None,
                      filter_size: int = oc.DEFAULT_FILTER_SIZE) -> tuple[int, int]:
-        """Append one chunk of `entries` ((filter value or None, record or SubBatch)) with
-        tracking `trailer`; returns (first, last) offset. The chunk's timestamp never goes
-        back (ms)."""
+        """Append one chunk of `entries` ((filter value or None, record or SubBatch));
+        `sequences` {publisher reference: last publishing id in the chunk} goes in its
+        trailer and into `self.sequences`. Returns (first, last) offset. The chunk's
+        timestamp never goes back (ms)."""
         if self._size >= self.max_segment_size:
             self._open_segment(self.next_offset)
+            self._write_snapshot(now_ms)
+        trailer = b""
+        if sequences:
+            trailer = oc.tracking_entries(sequences=sequences)
+            self.sequences.update(sequences)
+        return self._write_chunk(entries, now_ms, chunk_type, trailer, filter_size)
+
+    def store_offsets(self, offsets: dict[str, int], now_ms: int | None = None) -> int:
+        """Store consumer offsets {reference: offset} (store_offset) as a tracking delta
+        chunk, which takes one offset as osiris's do; returns that offset."""
+        self.offsets.update(offsets)
+        if self._size >= self.max_segment_size:
+            self._open_segment(self.next_offset)
+            self._write_snapshot(now_ms)
+            return self.next_offset - 1  # the snapshot holds them
+        first, _last = self._write_chunk(
+            [(None, oc.tracking_entries(offsets=offsets))], now_ms, oc.CHNK_TRK_DELTA, b"",
+            oc.DEFAULT_FILTER_SIZE)
+        return first
+
+    def _write_snapshot(self, now_ms: int | None) -> None:
+        """The first chunk of a new segment: every tracked sequence and offset, so that
+        retention deleting older segments loses none of them (osiris's tracking snapshot,
+        osiris_log:evaluate_tracking_snapshot/2; offsets below the stream's first offset are
+        dropped as osiris drops them)."""
+        if not self.sequences and not self.offsets:
+            return  # osiris writes none while nothing is tracked
+        first = self.first_offset
+        offsets = {r: o for r, o in self.offsets.items() if o >= first}
+        self.offsets = offsets
+        snap = oc.tracking_entries(
+            snapshot_sequences={r: (self._last_chunk, q) for r, q in self.sequences.items()},
+            offsets=offsets)
+        self._write_chunk([(None, snap)], now_ms, oc.CHNK_TRK_SNAPSHOT, b"",
+                          oc.DEFAULT_FILTER_SIZE)
+
+    def _write_chunk(self, entries: list[oc.FilteredEntry], now_ms: int | None,
+                     chunk_type: int, trailer: bytes, filter_size: int) -> tuple[int, int]:
         ts = max(self._last_ts, int(time.time() * 1000) if now_ms is None else now_ms)
         first = self.next_offset
         pieces, records = oc.encode_chunk(entries, first, ts, 0, chunk_type, trailer,
@@ -236,7 +307,9 @@ class StreamLog:
         self._written = True
         self._size += len(chunk)
         self.next_offset = first + records
-        self._last_chunk, self._last_ts = first, ts
+        self._last_ts = ts
+        if chunk_type == oc.CHNK_USER:
+            self._last_chunk = first
         return first, self.next_offset - 1
 
     @staticmethod
@@ -459,6 +532,13 @@ def _check_chunk_at(f: object, pos: int, end: int) -> oc.ChunkHeader | None:
         return oc.check(f.read(h.size))  # type: ignore[attr-defined]
     except oc.ChunkError:
         return None
+
+
+def _tracking_data(f: object, pos: int, h: oc.ChunkHeader) -> bytes:
+    """The tracking entries a delta or snapshot chunk holds (its data entries joined)."""
+    f.seek(pos)  # type: ignore[attr-defined]
+    raw = f.read(h.size)  # type: ignore[attr-defined]
+    return b"".join(e for e in oc.entries(raw, h) if isinstance(e, bytes))
 
 
 def _records(h: oc.ChunkHeader, data: bytes) -> list[bytes | None]:

@@ -134,3 +134,38 @@ def test_whatever_is_appended_reads_back_in_order(tmp_path_factory, chunks, segm
     again = StreamLog(str(d), max_segment_size=segment_size, fsync=False)
     assert [e for _o, e in read_all(again, 0)] == flat
     again.close()
+
+
+def test_tracking_survives_reopen_and_retention_through_segment_snapshots(tmp_path):
+    """Publisher sequences (chunk trailers) and consumer offsets (delta chunks) are rebuilt
+    at open from the last segment alone: a new segment starts with a snapshot of both, so
+    retention deleting the segments that first held them loses nothing (osiris's
+    tracking). Tracking chunks take an offset and read as no message."""
+    log = StreamLog(str(tmp_path), max_segment_size=300, fsync=False)
+    log.append_chunk([(None, b"a"), (None, b"b")], sequences={"producer-1": 2})
+    at = log.store_offsets({"reader": 1})
+    assert at == 2 and log.read_chunk(2).entries == [None]
+    assert log.locate(LAST) == 0  # the last chunk of messages, not the tracking one
+    for i in range(20):  # roll past several segments
+        log.append_chunk([(None, b"x" * 40)], sequences={"producer-2": 100 + i})
+    assert len([n for n in os.listdir(tmp_path) if n.endswith(".segment")]) > 3
+    log.apply_retention(max_bytes=400, max_age_ms=None)
+    assert log.first_offset > 2  # the chunks that first held both are gone
+    log.close()
+    again = StreamLog(str(tmp_path), max_segment_size=300, fsync=False)
+    assert again.sequences == {"producer-1": 2, "producer-2": 119}
+    assert again.offsets == {"reader": 1}  # carried by each segment's snapshot
+    assert [e for _o, e in read_all(again, again.first_offset) if e is not None][-1] == b"x" * 40
+    again.close()
+
+
+def test_a_stored_offset_survives_reopen(tmp_path):
+    log = StreamLog(str(tmp_path), fsync=False)
+    log.append([b"m"] * 3)
+    log.store_offsets({"app": 2})
+    log.store_offsets({"app": 3, "other": 1})
+    log.close()
+    again = StreamLog(str(tmp_path), fsync=False)
+    assert again.offsets == {"app": 3, "other": 1}
+    assert again.next_offset == 5
+    again.close()
