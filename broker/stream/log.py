@@ -348,6 +348,12 @@ class StreamLog:
 
     # -- reading -----------------------------------------------------------------------------
     @property
+    def last_chunk(self) -> int:
+        """The first offset of the last chunk of messages (-1: none): deliver v2's
+        committed chunk id on one broker."""
+        return self._last_chunk
+
+    @property
     def first_offset(self) -> int:
         """The oldest offset still kept (== next_offset when the stream is empty)."""
         return self._segments[0].first if self._segments else self.next_offset

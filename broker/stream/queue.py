@@ -24,7 +24,8 @@ import hashlib
 import logging
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import errors, replication_hook
 from broker.backing_queue.memory import MemoryBackingQueue
@@ -38,6 +39,7 @@ from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISH, PUBLISHES, REQUEUE, QueueProcess
 from broker.stream import arguments as sa
 from broker.stream import log_v1, message_record
+from broker.stream import osiris_chunk as oc
 from broker.stream.log import Chunk, StreamLog
 
 if TYPE_CHECKING:
@@ -50,6 +52,37 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.queue")
 DELIVERIES_PER_TURN = 256  # as a classic queue: one consumer cannot hold the loop
 SYNCED = 100  # (SYNCED,) the worker's fsync ended: release the confirms it covered
+# (STREAM_PUBLISH, client, publisher id, reference | None, [(publishing id, filter, message)]):
+# a stream protocol publish (broker/stream_protocol/reader.py)
+STREAM_PUBLISH = 101
+WRITE_BUFFER_LIMIT = 1 << 20  # bytes queued to a stream client before its deliveries pause
+
+
+class StreamClient(Protocol):
+    """A stream protocol connection as a stream queue sees it (the reader's
+    StreamConnection)."""
+
+    def publish_confirmed(self, publisher_id: int, ids: list[int]) -> None: ...
+
+    def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
+                      committed: int) -> None: ...
+
+    def write_buffer_size(self) -> int: ...  # bytes queued on its socket
+
+    def stream_gone(self, vhost: str, name: str) -> None: ...  # deleted or stopped
+
+
+@dataclass
+class Subscription:
+    """A stream protocol consumer: `offset` is the next chunk's first offset to send,
+    `credit` the chunks it may still receive (subscribe's initial credit, then credit
+    commands)."""
+
+    client: StreamClient
+    subscription_id: int
+    offset: int
+    credit: int
+    properties: dict = field(default_factory=dict)
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -114,7 +147,15 @@ class StreamQueue(QueueProcess):
         self.directory = stream_dir(data_dir, vhost.name, name)
         self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync,
                              convert_entry=convert_v1_entry)
-        self._pending: list[bytes] = []  # entries of this batch, appended in after_batch
+        self._pending: list[Any] = []  # entries of this batch ((filter, entry)), appended in after_batch
+        self._pending_seqs: dict[str, int] = {}  # reference -> last publishing id this batch
+        # (client, publisher id, [publishing ids]) of this batch, then after the append,
+        # then those the running fsync covers: confirmed when it ends
+        self._stream_confirms: list[tuple[StreamClient, int, list[int]]] = []
+        self._unsynced_stream: list[tuple[StreamClient, int, list[int]]] = []
+        self._in_sync_stream: list[tuple[StreamClient, int, list[int]]] | None = None
+        self.subscriptions: list[Subscription] = []
+        self.clients: set[StreamClient] = set()  # stream connections with publishers or consumers here
         self._pending_confirms: list[tuple[ChannelFacade, int]] = []  # (channel, seq) in this batch
         self._unsynced: list[tuple[ChannelFacade, int]] = []  # appended, confirmed after the fsync
         self._in_sync: list[tuple[ChannelFacade, int]] | None = None  # what the running fsync covers
@@ -143,7 +184,7 @@ class StreamQueue(QueueProcess):
     # -- publishing --------------------------------------------------------------------------
     def _publish(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
         self.message_stats.publish += 1
-        self._pending.append(entry_bytes(message))
+        self._pending.append((None, entry_bytes(message)))
         if seq is not None:
             # a seq no comes with its channel: only dead-lettered copies have neither
             self._pending_confirms.append((channel, seq))  # type: ignore[arg-type]
@@ -161,26 +202,58 @@ class StreamQueue(QueueProcess):
             pass
         elif kind == SYNCED:
             self._synced()
+        elif kind == STREAM_PUBLISH:
+            self._stream_publish(msg[1], msg[2], msg[3], msg[4])
         else:
             super().handle(msg)
 
+    def _stream_publish(self, client: StreamClient, publisher_id: int, reference: str | None,
+                        messages: list[tuple[int, str | None, bytes]]) -> None:
+        """Messages of a stream protocol publisher: with a reference, one whose publishing
+        id is not above the last stored (or earlier in this batch) for that reference is
+        dropped and still confirmed (osiris's deduplication)."""
+        ids = []
+        last = -1
+        if reference:
+            last = max(self.log.sequences.get(reference, -1),
+                       self._pending_seqs.get(reference, -1))
+        pending = self._pending
+        for pid, flt, body in messages:
+            ids.append(pid)
+            if reference and pid <= last:
+                continue  # a duplicate: confirmed with the others, not stored
+            pending.append((flt, body))
+            last = pid
+        if reference and last >= 0:
+            self._pending_seqs[reference] = last
+        self.message_stats.publish += len(messages)
+        self._stream_confirms.append((client, publisher_id, ids))
+
     def after_batch(self) -> None:
-        if self._pending:
+        if self._pending or self._stream_confirms:
             entries, self._pending = self._pending, []
-            self.log.append(entries)
+            seqs, self._pending_seqs = self._pending_seqs, {}
+            if entries:
+                self.log.append_chunk(entries, sequences=seqs or None)
             self._unsynced.extend(self._pending_confirms)
             self._pending_confirms = []
+            self._unsynced_stream.extend(self._stream_confirms)
+            self._stream_confirms = []
             if self._max_bytes is not None or self._max_age is not None:
                 self.log.apply_retention(self._max_bytes, self._max_age)
         if not self.deleted:
             self._run_deliveries()
+            if self.subscriptions:
+                self._run_subscriptions()
         self._flush_confirms()
 
     def on_mailbox_empty(self) -> None:
         """Group commit: one fsync, on the fsync thread, for every chunk appended since the
         last one started; the confirms follow when it ends (SYNCED)."""
-        if self._unsynced and self._in_sync is None and not self.deleted:
+        if ((self._unsynced or self._unsynced_stream) and self._in_sync is None
+                and not self.deleted):
             self._in_sync, self._unsynced = self._unsynced, []
+            self._in_sync_stream, self._unsynced_stream = self._unsynced_stream, []
             future = self._loop.run_in_executor(_pool(), self.log.sync)
             future.add_done_callback(lambda _f: self.cast((SYNCED,)))
 
@@ -189,6 +262,70 @@ class StreamQueue(QueueProcess):
         for channel, seq in owed:
             self._owe_confirm(channel, seq)
         self._flush_confirms()
+        stream_owed, self._in_sync_stream = self._in_sync_stream or [], None
+        for client, publisher_id, ids in stream_owed:
+            client.publish_confirmed(publisher_id, ids)
+        if self._unsynced or self._unsynced_stream:
+            self.on_mailbox_empty()  # what came during that fsync: the next one
+
+    # -- stream protocol subscriptions ---------------------------------------------------------
+    def subscribe(self, sub: Subscription) -> None:
+        """A stream protocol consumer starts at `sub.offset`; chunks go out as credit
+        allows."""
+        self.subscriptions.append(sub)
+        self.cast((RUN,))
+
+    def unsubscribe(self, client: StreamClient, subscription_id: int) -> bool:
+        before = len(self.subscriptions)
+        self.subscriptions = [s for s in self.subscriptions
+                              if not (s.client is client and s.subscription_id == subscription_id)]
+        return len(self.subscriptions) != before
+
+    def add_credit(self, client: StreamClient, subscription_id: int, credit: int) -> bool:
+        for sub in self.subscriptions:
+            if sub.client is client and sub.subscription_id == subscription_id:
+                sub.credit += credit
+                self.cast((RUN,))
+                return True
+        return False
+
+    def client_down(self, client: StreamClient) -> None:
+        """A stream protocol connection closed: its subscriptions go."""
+        self.subscriptions = [s for s in self.subscriptions if s.client is not client]
+        self.clients.discard(client)
+
+    def _run_subscriptions(self) -> None:
+        """Send each subscription the chunks it has credit for, as stored (header and data
+        unchanged), user chunks only; a client whose socket has WRITE_BUFFER_LIMIT bytes
+        queued waits (its resume casts RUN)."""
+        log_ = self.log
+        budget = DELIVERIES_PER_TURN
+        for sub in list(self.subscriptions):
+            client = sub.client
+            while (sub.credit > 0 and sub.offset < log_.next_offset
+                   and client.write_buffer_size() < WRITE_BUFFER_LIMIT):
+                if budget == 0:
+                    self.cast((RUN,))
+                    return
+                if sub.offset < log_.first_offset:
+                    sub.offset = log_.first_offset  # removed by retention
+                    continue
+                got = log_.read_raw(sub.offset)
+                if got is None:
+                    break
+                header, raw = got
+                sub.offset = header.chunk_id + header.num_records
+                if header.chunk_type != oc.CHNK_USER:
+                    continue
+                sub.credit -= 1
+                budget -= 1
+                self.message_stats.deliver += header.num_records
+                # as osiris sends a chunk to a consumer: the header as stored, then the data
+                # entries, without the bloom filter and the trailer (select_amount_to_send)
+                start = header.data_start
+                client.deliver_chunk(sub.subscription_id, raw[:oc.HEADER_SIZE],
+                                     memoryview(raw)[start:start + header.data_length],
+                                     log_.last_chunk)
 
     # -- consuming ---------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -298,6 +435,14 @@ class StreamQueue(QueueProcess):
         for channel, seq in owed:
             self._owe_confirm(channel, seq)
         self._flush_confirms()
+        stream_owed = (self._in_sync_stream or []) + self._unsynced_stream
+        self._in_sync_stream, self._unsynced_stream = None, []
+        for client, publisher_id, ids in stream_owed:
+            client.publish_confirmed(publisher_id, ids)
+        self.subscriptions = []
+        for client in list(self.clients):
+            client.stream_gone(self.vhost.name, self.name)
+        self.clients.clear()
         self.deleted = True
         count = self.message_count()
         for consumer in self.consumers:

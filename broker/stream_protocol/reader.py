@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from typing import Any, Protocol, cast
 
 from broker import __version__, admission, errors, tls
 from broker.protocol import sasl
+from broker.queue_delivery import RUN
+from broker.stream.log import FIRST, LAST, NEXT
+from broker.stream.queue import STREAM_PUBLISH, Subscription
 from broker.stream_protocol import core
 
 log = logging.getLogger("broker.stream_protocol")
@@ -128,6 +132,10 @@ class StreamConnection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_corr = 0
         self.deliver_version = 1  # 2 once the client announces deliver v2
+        # publisher id -> (stream queue, reference or None)
+        self.publishers: dict[int, tuple[Any, str | None]] = {}
+        # subscription id -> stream queue
+        self.subscriptions: dict[int, Any] = {}
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -160,9 +168,56 @@ class StreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
+        queues = [q for q, _r in self.publishers.values()] + list(self.subscriptions.values())
+        for q in {id(q): q for q in queues}.values():
+            q.client_down(self)
+        self.subscriptions.clear()
+        self.publishers.clear()
         if self._heartbeat_timer is not None:
             self._heartbeat_timer.cancel()
         self.transport = None
+
+    def resume_writing(self) -> None:
+        """The socket drained: stream queues may send this client chunks again."""
+        for q in {id(q): q for q in self.subscriptions.values()}.values():
+            q.cast((RUN,))
+
+    def pause_writing(self) -> None:
+        pass  # the queues look at write_buffer_size() before each chunk
+
+    # -- what stream queues call (broker/stream/queue.py StreamClient) -------------------------
+    def publish_confirmed(self, publisher_id: int, ids: list[int]) -> None:
+        if self.publishers.get(publisher_id) is not None:
+            self.send(core.publish_confirm(publisher_id, ids))
+
+    def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
+                      committed: int) -> None:
+        """A Deliver frame: the chunk's stored header and data entries (osiris sends no
+        bloom filter or trailer to consumers)."""
+        if self.transport is None:
+            return
+        self.transport.write(core.deliver_header(subscription_id, len(header) + len(data),
+                                                 self.deliver_version, max(committed, 0))
+                             + header)
+        self.transport.write(data)
+
+    def write_buffer_size(self) -> int:
+        t = self.transport
+        return t.get_write_buffer_size() if t is not None and not t.is_closing() else 1 << 62
+
+    def stream_gone(self, vhost: str, name: str) -> None:
+        """Stream `name` was deleted: its publishers and subscriptions here go, and the
+        client is told with metadata_update STREAM_NOT_AVAILABLE, as RabbitMQ does."""
+        if vhost != self.vhost:
+            return
+        gone = [sid for sid, q in self.subscriptions.items() if q.name == name]
+        pubs = [pid for pid, (q, _r) in self.publishers.items() if q.name == name]
+        for sid in gone:
+            del self.subscriptions[sid]
+        for pid in pubs:
+            del self.publishers[pid]
+        if gone or pubs:
+            self.send(core.metadata_update(name, core.STREAM_NOT_AVAILABLE))
 
     # -- sending -----------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -394,14 +449,8 @@ class StreamConnection(asyncio.Protocol):
         if q is None:
             self.send(core.response(core.DELETE_STREAM, f.corr, core.STREAM_DOES_NOT_EXIST))
             return
-        self.broker.vhosts[self.vhost or "/"].delete_queue_now(q)
+        self.broker.vhosts[self.vhost or "/"].delete_queue_now(q)  # tells its clients
         self.send(core.response(core.DELETE_STREAM, f.corr, core.OK))
-        for conn in list(self.listener.connections):
-            conn.stream_deleted(self.vhost or "/", name)
-
-    def stream_deleted(self, vhost: str, name: str) -> None:
-        """Stream `name` of `vhost` went: publishers and consumers on it are told with a
-        metadata_update (STREAM_NOT_AVAILABLE), as RabbitMQ does."""
 
     def _metadata(self, f: core.Frame) -> None:
         host, port = self.listener.endpoint()
@@ -469,6 +518,131 @@ class StreamConnection(asyncio.Protocol):
         return [(dest, key) for _o, dest, key in found]
 
 
+    # -- publishing --------------------------------------------------------------------------
+    def _declare_publisher(self, f: core.Frame) -> None:
+        d = f.fields
+        pid, ref, name = d["publisher_id"], d["reference"] or None, d["stream"] or ""
+        if pid in self.publishers:
+            self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.PRECONDITION_FAILED))
+            return
+        if not self._allowed(name, "write"):
+            self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.ACCESS_REFUSED))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.STREAM_DOES_NOT_EXIST))
+            return
+        if ref is not None and any(r == ref and pq is q for pq, r in self.publishers.values()):
+            # rabbit_stream_reader: one reference per stream and connection
+            self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.PRECONDITION_FAILED))
+            return
+        self.publishers[pid] = (q, ref)
+        q.clients.add(self)
+        self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.OK))
+
+    def _publish(self, f: core.Frame) -> None:
+        pid = f.fields["publisher_id"]
+        messages = f.fields["messages"]
+        entry = self.publishers.get(pid)
+        if entry is None or entry[0].deleted:
+            code = core.PUBLISHER_DOES_NOT_EXIST if entry is None else core.STREAM_DOES_NOT_EXIST
+            self.send(core.publish_error(pid, [(m[0], code) for m in messages]))
+            return
+        q, ref = entry
+        q.cast((STREAM_PUBLISH, self, pid, ref, messages))
+
+    def _query_publisher_sequence(self, f: core.Frame) -> None:
+        q = self._stream(f.fields["stream"] or "")
+        if q is None:
+            self.send(core.response(core.QUERY_PUBLISHER_SEQUENCE, f.corr,
+                                    core.STREAM_DOES_NOT_EXIST, struct.pack(">Q", 0)))
+            return
+        seq = q.call(lambda: q.log.sequences.get(f.fields["reference"] or "", 0))
+        self.send(core.response(core.QUERY_PUBLISHER_SEQUENCE, f.corr, core.OK,
+                                struct.pack(">Q", seq)))
+
+    def _delete_publisher(self, f: core.Frame) -> None:
+        if self.publishers.pop(f.fields["publisher_id"], None) is None:
+            self.send(core.response(core.DELETE_PUBLISHER, f.corr,
+                                    core.PUBLISHER_DOES_NOT_EXIST))
+            return
+        self.send(core.response(core.DELETE_PUBLISHER, f.corr, core.OK))
+
+    # -- consuming ---------------------------------------------------------------------------
+    def _subscribe(self, f: core.Frame) -> None:
+        d = f.fields
+        sid, name = d["subscription_id"], d["stream"] or ""
+        if sid in self.subscriptions:
+            self.send(core.response(core.SUBSCRIBE, f.corr, core.SUBSCRIPTION_ID_ALREADY_EXISTS))
+            return
+        if not self._allowed(name, "read"):
+            self.send(core.response(core.SUBSCRIBE, f.corr, core.ACCESS_REFUSED))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.send(core.response(core.SUBSCRIBE, f.corr, core.STREAM_DOES_NOT_EXIST))
+            return
+        kind, value = d["offset_spec"]
+        spec: Any = {core.OFFSET_FIRST: FIRST, core.OFFSET_LAST: LAST,
+                     core.OFFSET_NEXT: NEXT}.get(kind)
+        if kind == core.OFFSET_OFFSET:
+            spec = value
+        elif kind == core.OFFSET_TIMESTAMP:
+            spec = ("timestamp", value)
+        elif spec is None:
+            spec = NEXT
+        offset = q.call(q.log.locate, spec)
+        self.subscriptions[sid] = q
+        q.clients.add(self)
+        self.send(core.response(core.SUBSCRIBE, f.corr, core.OK))
+        q.subscribe(Subscription(self, sid, offset, d["credit"], d["properties"]))
+
+    def _credit(self, f: core.Frame) -> None:
+        sid = f.fields["subscription_id"]
+        q = self.subscriptions.get(sid)
+        if q is None or not q.add_credit(self, sid, f.fields["credit"]):
+            self.send(core.credit_response(core.SUBSCRIPTION_ID_DOES_NOT_EXIST, sid))
+
+    def _unsubscribe(self, f: core.Frame) -> None:
+        sid = f.fields["subscription_id"]
+        q = self.subscriptions.pop(sid, None)
+        if q is None:
+            self.send(core.response(core.UNSUBSCRIBE, f.corr,
+                                    core.SUBSCRIPTION_ID_DOES_NOT_EXIST))
+            return
+        q.unsubscribe(self, sid)
+        self.send(core.response(core.UNSUBSCRIBE, f.corr, core.OK))
+
+    # -- offset tracking -----------------------------------------------------------------------
+    def _store_offset(self, f: core.Frame) -> None:
+        """store_offset has no response; a stream that does not exist or a user without
+        read access is ignored, as in rabbit_stream_reader."""
+        name, ref = f.fields["stream"] or "", f.fields["reference"] or ""
+        q = self._stream(name)
+        if q is None or not ref or not self._allowed(name, "read"):
+            return
+        offset = f.fields["offset"]
+        q.call(q.log.store_offsets, {ref: offset})
+
+    def _query_offset(self, f: core.Frame) -> None:
+        name, ref = f.fields["stream"] or "", f.fields["reference"] or ""
+        if not self._allowed(name, "read"):
+            self.send(core.response(core.QUERY_OFFSET, f.corr, core.ACCESS_REFUSED,
+                                    struct.pack(">Q", 0)))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.send(core.response(core.QUERY_OFFSET, f.corr, core.STREAM_DOES_NOT_EXIST,
+                                    struct.pack(">Q", 0)))
+            return
+        offset = q.log.offsets.get(ref)
+        if offset is None:
+            self.send(core.response(core.QUERY_OFFSET, f.corr, core.NO_OFFSET,
+                                    struct.pack(">Q", 0)))
+            return
+        self.send(core.response(core.QUERY_OFFSET, f.corr, core.OK, struct.pack(">Q", offset)))
+
+
 _HANDLERS = {
     (core.PEER_PROPERTIES, False): StreamConnection._peer_properties,
     (core.SASL_HANDSHAKE, False): StreamConnection._sasl_handshake,
@@ -486,4 +660,13 @@ _HANDLERS = {
     (core.EXCHANGE_COMMAND_VERSIONS, False): StreamConnection._exchange_command_versions,
     (core.PARTITIONS, False): StreamConnection._partitions,
     (core.ROUTE, False): StreamConnection._route,
+    (core.DECLARE_PUBLISHER, False): StreamConnection._declare_publisher,
+    (core.PUBLISH, False): StreamConnection._publish,
+    (core.QUERY_PUBLISHER_SEQUENCE, False): StreamConnection._query_publisher_sequence,
+    (core.DELETE_PUBLISHER, False): StreamConnection._delete_publisher,
+    (core.SUBSCRIBE, False): StreamConnection._subscribe,
+    (core.CREDIT, False): StreamConnection._credit,
+    (core.UNSUBSCRIBE, False): StreamConnection._unsubscribe,
+    (core.STORE_OFFSET, False): StreamConnection._store_offset,
+    (core.QUERY_OFFSET, False): StreamConnection._query_offset,
 }

@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 import pika
 import pytest
@@ -186,4 +187,151 @@ def test_close_by_the_client_is_answered(sbroker):
     sock.sendall(frame(struct.pack(">HHIH", 22, 1, 7, 1) + s("bye")))
     assert struct.unpack(">HHIH", read_frame(sock)) == (0x8016, 1, 7, 1)
     assert closed(sock)
+    sock.close()
+
+
+# -- publishing and consuming ----------------------------------------------------------------
+async def _consume(b, stream: str, n: int, spec=None, name: str | None = None) -> list:
+    """(offset, body) of the first `n` messages rstream's consumer gets."""
+    got: list = []
+    done = asyncio.Event()
+    consumer = rstream.Consumer("127.0.0.1", b.stream_port, username="guest",
+                                password="guest")
+
+    async def on_message(msg, ctx) -> None:
+        got.append((ctx.offset, bytes(msg.body) if hasattr(msg, "body") else msg))
+        if len(got) >= n:
+            done.set()
+
+    async with consumer:
+        await consumer.subscribe(stream, on_message, decoder=rstream.amqp_decoder,
+                                 offset_specification=spec or rstream.ConsumerOffsetSpecification(
+                                     rstream.OffsetType.FIRST, None),
+                                 subscriber_name=name)
+        task = asyncio.create_task(consumer.run())
+        await asyncio.wait_for(done.wait(), 20)
+        await consumer.close()
+        task.cancel()
+    return got
+
+
+def test_publish_with_confirms_and_consume_from_first(sbroker):
+    async def main() -> list:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-pub")
+            for i in range(5):
+                await p.send_wait("sp-pub", rstream.AMQPMessage(body=b"m%d" % i))
+            await p.send_batch("sp-pub", [rstream.AMQPMessage(body=b"b%d" % i)
+                                          for i in range(3)])
+        return await _consume(sbroker, "sp-pub", 8)
+
+    got = run(main())
+    assert [body for _o, body in got] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"b0", b"b1", b"b2"]
+    assert [o for o, _b in got] == list(range(8))
+
+
+def test_a_named_producer_continues_its_sequence_across_connections(sbroker):
+    """rstream asks for the last publishing id of its producer name when it declares the
+    publisher (query_publisher_sequence) and numbers on from there."""
+    async def main() -> list:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-named")
+        for _ in range(2):
+            async with producer(sbroker) as again:
+                for i in range(3):
+                    await again.send_wait("sp-named", rstream.AMQPMessage(body=b"d%d" % i),
+                                          publisher_name="app-1")
+        return await _consume(sbroker, "sp-named", 6)
+
+    assert [body for _o, body in run(main())] == [b"d0", b"d1", b"d2"] * 2
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["sp-named"])
+    assert sbroker.call(lambda: q.log.sequences["app-1"]) == 6
+
+
+def _publish_frame(publisher_id: int, items: list[tuple[int, bytes]]) -> bytes:
+    body = struct.pack(">HHBI", 2, 1, publisher_id, len(items)) + b"".join(
+        struct.pack(">Qi", pid, len(m)) + m for pid, m in items)
+    return frame(body)
+
+
+def test_a_publishing_id_at_or_below_the_last_stored_is_confirmed_and_dropped(sbroker):
+    """Deduplication (osiris): a publisher with a reference that sends ids 1, 2 and then
+    2, 3 gets every id confirmed, and the stream holds three messages."""
+    async def create() -> None:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-dedup")
+    run(create())
+    sock = opened(sbroker)
+    sock.sendall(frame(struct.pack(">HHIB", 1, 1, 20, 3) + s("raw-1") + s("sp-dedup")))
+    assert struct.unpack(">HHIH", read_frame(sock)) == (0x8001, 1, 20, 1)
+    confirmed: list[int] = []
+    for batch, total in (([(1, b"a"), (2, b"b")], 2), ([(2, b"b-again"), (3, b"c")], 4)):
+        sock.sendall(_publish_frame(3, batch))
+        while len(confirmed) < total:
+            f = read_frame(sock)
+            key, _v, pub, n = struct.unpack_from(">HHBI", f)
+            assert (key, pub) == (3, 3)
+            confirmed += list(struct.unpack_from(f">{n}Q", f, 9))
+    assert sorted(confirmed) == [1, 2, 2, 3]
+    sock.sendall(frame(struct.pack(">HHI", 5, 1, 21) + s("raw-1") + s("sp-dedup")))
+    assert struct.unpack(">HHIHQ", read_frame(sock)) == (0x8005, 1, 21, 1, 3)
+    sock.close()
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["sp-dedup"])
+    assert sbroker.call(lambda: q.log.next_offset) == 3
+
+
+def test_offsets_are_stored_and_queried(sbroker):
+    async def main() -> tuple:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-offsets")
+            for i in range(3):
+                await p.send_wait("sp-offsets", rstream.AMQPMessage(body=b"o%d" % i))
+        consumer = rstream.Consumer("127.0.0.1", sbroker.stream_port, username="guest",
+                                    password="guest")
+        async with consumer:
+            with pytest.raises(rexc.OffsetNotFound):
+                await consumer.query_offset("sp-offsets", "reader-1")
+            await consumer.store_offset("sp-offsets", "reader-1", 2)
+            await asyncio.sleep(0.2)
+            return await consumer.query_offset("sp-offsets", "reader-1")
+
+    assert run(main()) == 2
+
+
+def test_a_stream_is_read_across_protocols(sbroker):
+    """Published over the stream protocol, consumed over AMQP 0-9-1 (from the default
+    exchange with the stream's name, with the application properties as headers); and
+    published over AMQP 0-9-1, consumed over the stream protocol as AMQP 1.0."""
+    async def publish() -> None:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-cross")
+            await p.send_wait("sp-cross", rstream.AMQPMessage(
+                body=b"from-stream", application_properties={"region": "eu"}))
+
+    run(publish())
+    conn = pika.BlockingConnection(pika.URLParameters(sbroker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", "sp-cross", b"from-amqp")
+    ch.basic_qos(prefetch_count=10)
+    got: list = []
+    ch.basic_consume("sp-cross", lambda c, m, p, body: got.append((m.routing_key, p.headers, body)),
+                     arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.close()
+    assert got[0] == ("sp-cross", {"region": "eu", "x-stream-offset": 0}, b"from-stream")
+    assert got[1][2] == b"from-amqp"
+    assert [b for _o, b in run(_consume(sbroker, "sp-cross", 2))] == [b"from-stream",
+                                                                     b"from-amqp"]
+
+
+def test_publishing_to_an_unknown_publisher_or_a_deleted_stream(sbroker):
+    sock = opened(sbroker)
+    sock.sendall(frame(struct.pack(">HHBI", 2, 1, 9, 1) + struct.pack(">Q", 5)
+                       + struct.pack(">i", 1) + b"x"))
+    assert read_frame(sock) == struct.pack(">HHBIQH", 4, 1, 9, 1, 5, 0x12)  # not declared
+    sock.sendall(frame(struct.pack(">HHIB", 1, 1, 11, 1) + s("") + s("no-such-stream")))
+    assert struct.unpack(">HHIH", read_frame(sock)) == (0x8001, 1, 11, 2)
     sock.close()
