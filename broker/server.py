@@ -369,6 +369,8 @@ class Broker:
         """Tell every connection (connection.blocked / unblocked, pausing publishers)."""
         for conn in list(self.connections):
             conn.alarms_changed(active)
+        if self.stream is not None:
+            self.stream.alarms_changed(active)
 
     def active_alarms(self) -> list[str]:
         """Resource alarms in effect: a sorted list of "memory" / "disk"."""

@@ -96,6 +96,7 @@ class StreamListener:
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.connections: set[StreamConnection] = set()
+        self.blocked = False  # a resource alarm is in effect
 
     def endpoint(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to (metadata, open's properties)."""
@@ -104,6 +105,14 @@ class StreamListener:
 
     def protocol(self) -> StreamConnection:
         return StreamConnection(self)
+
+    def alarms_changed(self, active: frozenset[str]) -> None:
+        """A memory or disk alarm came or went: connections with publishers stop or resume
+        reading their sockets (this protocol has no connection.blocked; RabbitMQ blocks
+        the reader the same way)."""
+        self.blocked = bool(active)
+        for conn in list(self.connections):
+            conn.flow()
 
     def close_all(self) -> None:
         """Broker shutdown: every connection gets a close request (OK, "shutdown") and its
@@ -176,6 +185,17 @@ class StreamConnection(asyncio.Protocol):
         if self._heartbeat_timer is not None:
             self._heartbeat_timer.cancel()
         self.transport = None
+
+    def flow(self) -> None:
+        """Stop reading while a resource alarm is in effect and this connection has a
+        publisher; read again when either ends."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if self.listener.blocked and self.publishers:
+            t.pause_reading()
+        else:
+            t.resume_reading()
 
     def resume_writing(self) -> None:
         """The socket drained: stream queues may send this client chunks again."""
@@ -539,6 +559,8 @@ class StreamConnection(asyncio.Protocol):
         self.publishers[pid] = (q, ref)
         q.clients.add(self)
         self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.OK))
+        if self.listener.blocked:
+            self.flow()
 
     def _publish(self, f: core.Frame) -> None:
         pid = f.fields["publisher_id"]

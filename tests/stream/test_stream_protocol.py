@@ -335,3 +335,32 @@ def test_publishing_to_an_unknown_publisher_or_a_deleted_stream(sbroker):
     sock.sendall(frame(struct.pack(">HHIB", 1, 1, 11, 1) + s("") + s("no-such-stream")))
     assert struct.unpack(">HHIH", read_frame(sock)) == (0x8001, 1, 11, 2)
     sock.close()
+
+
+def test_a_resource_alarm_stops_reading_from_publishing_connections(sbroker):
+    """While a disk alarm is in effect a connection with a publisher is not read (its
+    publishes wait in the socket), a consumer-only connection still is; when the alarm
+    clears the publishes are stored and confirmed."""
+    async def create() -> None:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-alarm")
+    run(create())
+    pub = opened(sbroker)
+    pub.sendall(frame(struct.pack(">HHIB", 1, 1, 30, 1) + s("") + s("sp-alarm")))
+    assert struct.unpack(">HHIH", read_frame(pub)) == (0x8001, 1, 30, 1)
+    other = opened(sbroker)
+    free = sbroker.call(lambda: sbroker.broker.resources.free)
+    sbroker.call(lambda: sbroker.broker.set_disk_free_limit(free + 10**15))
+    try:
+        pub.sendall(_publish_frame(1, [(1, b"held")]))
+        pub.settimeout(1.0)
+        with pytest.raises(socket.timeout):
+            read_frame(pub)
+        other.sendall(frame(struct.pack(">HHII", 15, 1, 31, 1) + s("sp-alarm")))
+        assert struct.unpack_from(">HHI", read_frame(other)) == (0x800F, 1, 31)
+    finally:
+        sbroker.call(lambda: sbroker.broker.set_disk_free_limit("1MB"))
+    pub.settimeout(10)
+    assert read_frame(pub) == struct.pack(">HHBIQ", 3, 1, 1, 1, 1)
+    pub.close()
+    other.close()
