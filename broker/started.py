@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from broker.loop_lag import LoopLagProbe
     from broker.reader import Reader  # noqa: F401  (named as a string in the base below)
     from broker.shovel.supervisor import Shovels
+    from broker.stream_protocol.reader import StreamListener
     from broker.vhost import VHost
 
 
@@ -40,6 +41,9 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
 
     @property
     def ssl_port(self) -> int | None: ...  # the bound amqps port, if any
+
+    @property
+    def stream(self) -> StreamListener | None: ...  # the stream protocol's listener, when on
 
     @property
     def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value

@@ -40,6 +40,7 @@ from broker.management import (
     parameters,
     policies,
     queues,
+    streams,
     users,
 )
 from broker.management.auth import API_USER, authenticate
@@ -93,7 +94,7 @@ def make_app(broker: StartedBroker, sampler: RateSampler) -> web.Application:
     app[SAMPLER] = sampler
     for module in (overview, queues, exchanges, bindings, connections, users, policies,
                    definitions, parameters, federation, health, global_parameters, limits,
-                   feature_flags, operator_policies, operations, node_memory, login):
+                   feature_flags, operator_policies, operations, node_memory, login, streams):
         app.router.add_routes(module.routes)
         app.router.add_routes(with_trailing_slash(module.routes))
     if UI_DIR.is_dir():

@@ -83,6 +83,7 @@ class Subscription:
     offset: int
     credit: int
     properties: dict = field(default_factory=dict)
+    consumed: int = 0  # messages sent (records of the chunks delivered)
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -318,6 +319,7 @@ class StreamQueue(QueueProcess):
                 if header.chunk_type != oc.CHNK_USER:
                     continue
                 sub.credit -= 1
+                sub.consumed += header.num_records
                 budget -= 1
                 self.message_stats.deliver += header.num_records
                 # as osiris sends a chunk to a consumer: the header as stored, then the data

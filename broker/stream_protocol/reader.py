@@ -25,6 +25,7 @@ import asyncio
 import logging
 import struct
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from broker import __version__, admission, errors, tls
@@ -121,6 +122,18 @@ class StreamListener:
             conn.shutdown()
 
 
+@dataclass
+class Publisher:
+    """A declared publisher: its stream queue, reference (None without one) and counters
+    (messages published, confirmed, errored), as /api/stream/publishers shows them."""
+
+    queue: Any
+    reference: str | None
+    published: int = 0
+    confirmed: int = 0
+    errored: int = 0
+
+
 class StreamConnection(asyncio.Protocol):
     """One client connection (see the module docstring for the states and errors)."""
 
@@ -133,6 +146,7 @@ class StreamConnection(asyncio.Protocol):
         self.peer: Any = None
         self.client_properties: dict[str, str] = {}
         self.username = ""
+        self.auth_mechanism = ""
         self.vhost: str | None = None
         self.frame_max = listener.frame_max  # negotiated
         self.heartbeat = listener.heartbeat  # negotiated (s)
@@ -141,8 +155,7 @@ class StreamConnection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_corr = 0
         self.deliver_version = 1  # 2 once the client announces deliver v2
-        # publisher id -> (stream queue, reference or None)
-        self.publishers: dict[int, tuple[Any, str | None]] = {}
+        self.publishers: dict[int, Publisher] = {}  # publisher id -> publisher
         # subscription id -> stream queue
         self.subscriptions: dict[int, Any] = {}
 
@@ -177,7 +190,7 @@ class StreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
-        queues = [q for q, _r in self.publishers.values()] + list(self.subscriptions.values())
+        queues = [p.queue for p in self.publishers.values()] + list(self.subscriptions.values())
         for q in {id(q): q for q in queues}.values():
             q.client_down(self)
         self.subscriptions.clear()
@@ -207,7 +220,9 @@ class StreamConnection(asyncio.Protocol):
 
     # -- what stream queues call (broker/stream/queue.py StreamClient) -------------------------
     def publish_confirmed(self, publisher_id: int, ids: list[int]) -> None:
-        if self.publishers.get(publisher_id) is not None:
+        pub = self.publishers.get(publisher_id)
+        if pub is not None:
+            pub.confirmed += len(ids)
             self.send(core.publish_confirm(publisher_id, ids))
 
     def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
@@ -231,7 +246,7 @@ class StreamConnection(asyncio.Protocol):
         if vhost != self.vhost:
             return
         gone = [sid for sid, q in self.subscriptions.items() if q.name == name]
-        pubs = [pid for pid, (q, _r) in self.publishers.items() if q.name == name]
+        pubs = [pid for pid, p in self.publishers.items() if p.queue.name == name]
         for sid in gone:
             del self.subscriptions[sid]
         for pid in pubs:
@@ -346,6 +361,7 @@ class StreamConnection(asyncio.Protocol):
             self._fail()
             return
         self.username = username
+        self.auth_mechanism = mech
         self.send(core.response(core.SASL_AUTHENTICATE, f.corr, core.OK))
         self.send(core.tune(self.listener.frame_max, self.listener.heartbeat))
         self.step = TUNING
@@ -552,11 +568,12 @@ class StreamConnection(asyncio.Protocol):
         if q is None:
             self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.STREAM_DOES_NOT_EXIST))
             return
-        if ref is not None and any(r == ref and pq is q for pq, r in self.publishers.values()):
+        if ref is not None and any(p.reference == ref and p.queue is q
+                                   for p in self.publishers.values()):
             # rabbit_stream_reader: one reference per stream and connection
             self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.PRECONDITION_FAILED))
             return
-        self.publishers[pid] = (q, ref)
+        self.publishers[pid] = Publisher(q, ref)
         q.clients.add(self)
         self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.OK))
         if self.listener.blocked:
@@ -565,13 +582,15 @@ class StreamConnection(asyncio.Protocol):
     def _publish(self, f: core.Frame) -> None:
         pid = f.fields["publisher_id"]
         messages = f.fields["messages"]
-        entry = self.publishers.get(pid)
-        if entry is None or entry[0].deleted:
-            code = core.PUBLISHER_DOES_NOT_EXIST if entry is None else core.STREAM_DOES_NOT_EXIST
+        pub = self.publishers.get(pid)
+        if pub is None or pub.queue.deleted:
+            code = core.PUBLISHER_DOES_NOT_EXIST if pub is None else core.STREAM_DOES_NOT_EXIST
+            if pub is not None:
+                pub.errored += len(messages)
             self.send(core.publish_error(pid, [(m[0], code) for m in messages]))
             return
-        q, ref = entry
-        q.cast((STREAM_PUBLISH, self, pid, ref, messages))
+        pub.published += len(messages)
+        pub.queue.cast((STREAM_PUBLISH, self, pid, pub.reference, messages))
 
     def _query_publisher_sequence(self, f: core.Frame) -> None:
         q = self._stream(f.fields["stream"] or "")

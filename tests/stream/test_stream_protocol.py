@@ -364,3 +364,58 @@ def test_a_resource_alarm_stops_reading_from_publishing_connections(sbroker):
     assert read_frame(pub) == struct.pack(">HHBIQ", 3, 1, 1, 1, 1)
     pub.close()
     other.close()
+
+
+def test_the_http_api_lists_stream_connections_publishers_and_consumers():
+    """/api/stream/connections, /api/stream/publishers and /api/stream/consumers in the
+    shapes of RabbitMQ's rabbitmq_stream_management, read with a real HTTP client while
+    rstream publishes and consumes."""
+    import requests
+
+    b = EmbeddedBroker(stream_listeners_tcp_default="0", management_tcp_port=-1).start()
+    api = f"http://127.0.0.1:{b.management_port}"
+    auth = ("guest", "guest")
+    try:
+        async def main() -> tuple:
+            async with producer(b, connection_name="api-producer") as p:
+                await p.create_stream("sp-api")
+                for i in range(4):
+                    await p.send_wait("sp-api", rstream.AMQPMessage(body=b"%d" % i),
+                                      publisher_name="api-ref")
+                consumer = rstream.Consumer("127.0.0.1", b.stream_port, username="guest",
+                                            password="guest")
+                async with consumer:
+                    seen = asyncio.Event()
+                    await consumer.subscribe("sp-api", lambda m, c: seen.set(),
+                                             decoder=rstream.amqp_decoder,
+                                             offset_specification=rstream.ConsumerOffsetSpecification(
+                                                 rstream.OffsetType.FIRST, None))
+                    task = asyncio.create_task(consumer.run())
+                    await asyncio.wait_for(seen.wait(), 10)
+                    loop = asyncio.get_running_loop()
+                    got = await loop.run_in_executor(None, lambda: [
+                        requests.get(api + path, auth=auth, timeout=10).json()
+                        for path in ("/api/stream/connections", "/api/stream/publishers",
+                                     "/api/stream/consumers/%2F",
+                                     "/api/stream/publishers/%2F/sp-api")])
+                    task.cancel()
+                    return got
+
+        conns, pubs, cons, by_stream = run(main())
+        assert {c["protocol"] for c in conns} == {"stream"} and len(conns) >= 2
+        producer_conn = next(c for c in conns
+                             if c["client_properties"].get("connection_name") == "api-producer")
+        assert producer_conn["user"] == "guest" and producer_conn["vhost"] == "/"
+        assert producer_conn["auth_mechanism"] == "PLAIN"
+        pub = next(p for p in pubs if p["reference"] == "api-ref")
+        assert pub["queue"] == {"name": "sp-api", "vhost": "/"}
+        assert (pub["published"], pub["confirmed"], pub["errored"]) == (4, 4, 0)
+        assert pub["connection_details"]["name"] == producer_conn["name"]
+        assert by_stream == pubs
+        con = cons[0]
+        assert con["queue"]["name"] == "sp-api" and con["consumed"] == 4
+        assert {"credits", "offset", "offset_lag", "subscription_id", "properties"} <= set(con)
+        r = requests.get(api + "/api/stream/connections", auth=("nobody", "x"), timeout=10)
+        assert r.status_code == 401
+    finally:
+        b.stop()
