@@ -23,6 +23,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.stream.osiris_chunk import SubBatch
+
 # -- command keys (rabbit_stream.hrl) --------------------------------------------------------
 DECLARE_PUBLISHER = 1
 PUBLISH = 2
@@ -186,6 +188,14 @@ class Cursor:
         self.pos += s.size
         return v
 
+    def _take_struct(self, s: struct.Struct) -> tuple:
+        try:
+            v = s.unpack_from(self.data, self.pos)
+        except struct.error:
+            raise ParseError(f"frame ends at byte {len(self.data)}, field at {self.pos}") from None
+        self.pos += s.size
+        return v
+
     def u8(self) -> int:
         if self.pos >= len(self.data):
             raise ParseError(f"frame ends at byte {len(self.data)}")
@@ -278,13 +288,24 @@ class Frame:
         return NAMES.get(self.key, f"unknown({self.key})")
 
 
-def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes]]:
-    """Publish's messages: [(publishing_id, filter_value, message)]."""
+_BATCH_HEAD = struct.Struct(">BHII")  # 1 | compression:3 | 0:4, records, uncompressed, size
+
+
+def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes | SubBatch]]:
+    """Publish's messages: [(publishing_id, filter_value, message)]. A message whose size
+    field has its top bit set is a sub-entry batch (PROTOCOL.adoc "sub-entry batching";
+    rabbit_stream_reader:publishing_ids_from_messages): 1 | compression:3 | 0:4 |
+    records:u16 | uncompressed size:u32 | size:u32 | body, kept as a SubBatch to be stored
+    as it came."""
     n = c.u32()
-    out = []
+    out: list[tuple[int, str | None, bytes | SubBatch]] = []
     for _ in range(n):
         pid = c.u64()
         flt = c.string() if version == 2 else None
+        if c.pos < len(c.data) and c.data[c.pos] & 0x80:
+            flag, records, unc, size = c._take_struct(_BATCH_HEAD)
+            out.append((pid, flt, SubBatch(records, (flag >> 4) & 0x7, unc, c.raw(size))))
+            continue
         msg = c.blob()
         out.append((pid, flt, msg or b""))
     return out

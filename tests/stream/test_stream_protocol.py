@@ -419,3 +419,36 @@ def test_the_http_api_lists_stream_connections_publishers_and_consumers():
         assert r.status_code == 401
     finally:
         b.stop()
+
+
+def test_sub_entry_batches_are_stored_as_they_come_and_read_by_both_protocols(sbroker):
+    """rstream's sub-entry batching, uncompressed and gzip: each batch is one entry of
+    the chunk holding its records (stored as received), read back by rstream and, record by
+    record with consecutive offsets, over AMQP 0-9-1."""
+    async def main() -> list:
+        async with producer(sbroker) as p:
+            await p.create_stream("sp-sub")
+            await p.send_sub_entry("sp-sub", [rstream.AMQPMessage(body=b"u%d" % i)
+                                              for i in range(3)])
+            await p.send_sub_entry("sp-sub", [rstream.AMQPMessage(body=b"g%d" % i)
+                                              for i in range(2)],
+                                   compression_type=rstream.CompressionType.Gzip)
+            await asyncio.sleep(0.5)
+        return await _consume(sbroker, "sp-sub", 5)
+
+    got = run(main())
+    assert [b for _o, b in got] == [b"u0", b"u1", b"u2", b"g0", b"g1"]
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["sp-sub"])
+    header, _raw = sbroker.call(lambda: q.log.read_raw(0))
+    assert header.num_entries == 1 and header.num_records == 3  # one sub-batch entry
+    conn = pika.BlockingConnection(pika.URLParameters(sbroker.url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    seen: list = []
+    ch.basic_consume("sp-sub", lambda c, m, p, body: seen.append(
+        (p.headers["x-stream-offset"], body)), arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 10
+    while len(seen) < 5 and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.close()
+    assert seen == [(0, b"u0"), (1, b"u1"), (2, b"u2"), (3, b"g0"), (4, b"g1")]

@@ -132,3 +132,15 @@ def test_server_frames_have_the_documented_bytes():
                        + s("nope") + struct.pack(">HHI", 2, 0xFFFF, 0))
     assert core.close(1, 1, "OK") == frame(struct.pack(">HHIH", 22, 1, 1, 1) + s("OK"))
     assert core.consumer_update(5, 3, True) == frame(struct.pack(">HHIBB", 26, 1, 5, 3, 1))
+
+
+def test_publish_keeps_a_sub_entry_batch_as_it_came():
+    body = b"\x00\x00\x00\x01a\x00\x00\x00\x01b"
+    batch = struct.pack(">BHII", 0x80 | (1 << 4), 2, 99, len(body)) + body  # gzip flag
+    f = core.parse(struct.pack(">HHBI", 2, 1, 4, 2) + struct.pack(">Q", 7) + batch
+                   + struct.pack(">Qi", 8, 1) + b"x")
+    (pid, flt, sub), simple = f.fields["messages"]
+    assert (pid, flt) == (7, None) and simple == (8, None, b"x")
+    assert (sub.records, sub.compression, sub.uncompressed_length, sub.data) == (2, 1, 99, body)
+    with pytest.raises(core.ParseError):
+        core.parse(struct.pack(">HHBI", 2, 1, 4, 1) + struct.pack(">Q", 7) + batch[:-3])
