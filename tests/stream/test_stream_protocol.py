@@ -32,6 +32,30 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
+def create_stream(b, name: str) -> None:
+    """Create stream `name` over the stream protocol (rstream)."""
+    async def main() -> None:
+        async with producer(b) as p:
+            await p.create_stream(name)
+    run(main())
+
+
+def amqp_read(url: str, queue: str, n: int) -> list:
+    """The first `n` deliveries of `queue` from its first offset over AMQP 0-9-1 (pika):
+    [(routing key, headers, body)]."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    got: list = []
+    ch.basic_consume(queue, lambda c, m, p, body: got.append((m.routing_key, p.headers, body)),
+                     arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 10
+    while len(got) < n and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.close()
+    return got
+
+
 def producer(b, **kw) -> rstream.Producer:
     kw.setdefault("username", "guest")
     kw.setdefault("password", "guest")
@@ -257,10 +281,7 @@ def _publish_frame(publisher_id: int, items: list[tuple[int, bytes]]) -> bytes:
 def test_a_publishing_id_at_or_below_the_last_stored_is_confirmed_and_dropped(sbroker):
     """Deduplication (osiris): a publisher with a reference that sends ids 1, 2 and then
     2, 3 gets every id confirmed, and the stream holds three messages."""
-    async def create() -> None:
-        async with producer(sbroker) as p:
-            await p.create_stream("sp-dedup")
-    run(create())
+    create_stream(sbroker, "sp-dedup")
     sock = opened(sbroker)
     sock.sendall(frame(struct.pack(">HHIB", 1, 1, 20, 3) + s("raw-1") + s("sp-dedup")))
     assert struct.unpack(">HHIH", read_frame(sock)) == (0x8001, 1, 20, 1)
@@ -309,18 +330,11 @@ def test_a_stream_is_read_across_protocols(sbroker):
                 body=b"from-stream", application_properties={"region": "eu"}))
 
     run(publish())
-    conn = pika.BlockingConnection(pika.URLParameters(sbroker.url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.basic_publish("", "sp-cross", b"from-amqp")
-    ch.basic_qos(prefetch_count=10)
-    got: list = []
-    ch.basic_consume("sp-cross", lambda c, m, p, body: got.append((m.routing_key, p.headers, body)),
-                     arguments={"x-stream-offset": "first"})
-    deadline = time.monotonic() + 10
-    while len(got) < 2 and time.monotonic() < deadline:
-        conn.process_data_events(0.05)
-    conn.close()
+    with pika.BlockingConnection(pika.URLParameters(sbroker.url)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "sp-cross", b"from-amqp")
+    got = amqp_read(sbroker.url, "sp-cross", 2)
     assert got[0] == ("sp-cross", {"region": "eu", "x-stream-offset": 0}, b"from-stream")
     assert got[1][2] == b"from-amqp"
     assert [b for _o, b in run(_consume(sbroker, "sp-cross", 2))] == [b"from-stream",
@@ -341,10 +355,7 @@ def test_a_resource_alarm_stops_reading_from_publishing_connections(sbroker):
     """While a disk alarm is in effect a connection with a publisher is not read (its
     publishes wait in the socket), a consumer-only connection still is; when the alarm
     clears the publishes are stored and confirmed."""
-    async def create() -> None:
-        async with producer(sbroker) as p:
-            await p.create_stream("sp-alarm")
-    run(create())
+    create_stream(sbroker, "sp-alarm")
     pub = opened(sbroker)
     pub.sendall(frame(struct.pack(">HHIB", 1, 1, 30, 1) + s("") + s("sp-alarm")))
     assert struct.unpack(">HHIH", read_frame(pub)) == (0x8001, 1, 30, 1)
@@ -441,14 +452,5 @@ def test_sub_entry_batches_are_stored_as_they_come_and_read_by_both_protocols(sb
     q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["sp-sub"])
     header, _raw = sbroker.call(lambda: q.log.read_raw(0))
     assert header.num_entries == 1 and header.num_records == 3  # one sub-batch entry
-    conn = pika.BlockingConnection(pika.URLParameters(sbroker.url))
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=10)
-    seen: list = []
-    ch.basic_consume("sp-sub", lambda c, m, p, body: seen.append(
-        (p.headers["x-stream-offset"], body)), arguments={"x-stream-offset": "first"})
-    deadline = time.monotonic() + 10
-    while len(seen) < 5 and time.monotonic() < deadline:
-        conn.process_data_events(0.05)
-    conn.close()
+    seen = [(h["x-stream-offset"], body) for _k, h, body in amqp_read(sbroker.url, "sp-sub", 5)]
     assert seen == [(0, b"u0"), (1, b"u1"), (2, b"u2"), (3, b"g0"), (4, b"g1")]
