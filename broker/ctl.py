@@ -30,7 +30,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-from broker import ctl_parameters
+from broker import ctl_parameters, ctl_streams
 
 EX_USAGE, EX_UNAVAILABLE, EX_SOFTWARE = 64, 69, 70
 
@@ -161,11 +161,17 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
             "close_connection": 2, "export_definitions": 1, "import_definitions": 1,
             "forget_cluster_node": 1}
     need.update(ctl_parameters.ARGUMENTS)
+    need.update(ctl_streams.ARGUMENTS)
     if len(a) < need.get(c, 0):
         raise CtlError(f"Error: {c} needs {need[c]} argument(s)", EX_USAGE)
     if c in ctl_parameters.COMMANDS:
         try:
             return ctl_parameters.run(client, args, q)  # type: ignore[return-value]
+        except ValueError as exc:
+            raise CtlError(f"Error: {exc}", EX_USAGE) from None
+    if c in ctl_streams.COMMANDS:
+        try:
+            return ctl_streams.run(client, args, q)
         except ValueError as exc:
             raise CtlError(f"Error: {exc}", EX_USAGE) from None
     if c in LISTS:
@@ -294,7 +300,8 @@ COMMANDS = sorted([*LISTS, "add_user", "delete_user", "change_password", "set_us
                    "set_policy", "clear_policy", "purge_queue", "delete_queue",
                    "close_connection", "status", "cluster_status", "forget_cluster_node",
                    "export_definitions", "import_definitions",
-                   "trace_on", "trace_off", *ctl_parameters.COMMANDS])
+                   "trace_on", "trace_off", *ctl_parameters.COMMANDS,
+                   *ctl_streams.COMMANDS])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -315,6 +322,7 @@ def parser() -> argparse.ArgumentParser:
                    help="federation_status: only links that are not running or starting")
     p.add_argument("--apply-to", default="all", choices=["all", "queues", "exchanges"],
                    help="set_policy: what the policy applies to")
+    ctl_streams.add_arguments(p)
     p.add_argument("command", choices=COMMANDS, metavar="command",
                    help="one of: " + ", ".join(COMMANDS))
     p.add_argument("args", nargs="*", help="the command's arguments or columns")

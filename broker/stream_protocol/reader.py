@@ -554,6 +554,37 @@ class StreamConnection(asyncio.Protocol):
         return [(dest, key) for _o, dest, key in found]
 
 
+    # -- super streams -------------------------------------------------------------------------
+    def _create_super_stream(self, f: core.Frame) -> None:
+        """create_super_stream (3.13): a durable direct exchange with x-super-stream, one
+        stream per partition, each bound with its binding key and x-stream-partition-order
+        (rabbit_stream_manager:create_super_stream); what was made is undone on an error."""
+        d = f.fields
+        name, parts, keys = d["super_stream"] or "", d["partitions"], d["binding_keys"]
+        code = create_super_stream(self.broker.vhosts[self.vhost or "/"], name, parts, keys,
+                                   d["arguments"],
+                                   lambda n: self._allowed(n, "configure"))
+        self.send(core.response(core.CREATE_SUPER_STREAM, f.corr, code))
+
+    def _delete_super_stream(self, f: core.Frame) -> None:
+        name = f.fields["super_stream"] or ""
+        streams = self._super_stream_partitions(name)
+        if not self._allowed(name, "configure") or any(
+                not self._allowed(s_, "configure") for s_, _k in streams or []):
+            self.send(core.response(core.DELETE_SUPER_STREAM, f.corr, core.ACCESS_REFUSED))
+            return
+        if streams is None:
+            self.send(core.response(core.DELETE_SUPER_STREAM, f.corr,
+                                    core.STREAM_DOES_NOT_EXIST))
+            return
+        vhost = self.broker.vhosts[self.vhost or "/"]
+        vhost.delete_exchange(name, False)
+        for stream, _key in streams:
+            q = self._stream(stream)
+            if q is not None:
+                vhost.delete_queue_now(q)
+        self.send(core.response(core.DELETE_SUPER_STREAM, f.corr, core.OK))
+
     # -- publishing --------------------------------------------------------------------------
     def _declare_publisher(self, f: core.Frame) -> None:
         d = f.fields
@@ -684,6 +715,47 @@ class StreamConnection(asyncio.Protocol):
         self.send(core.response(core.QUERY_OFFSET, f.corr, core.OK, struct.pack(">Q", offset)))
 
 
+def create_super_stream(vhost: Any, name: str, partitions: list[str], binding_keys: list[str],
+                        arguments: dict[str, str], may_configure: Any) -> int:
+    """Create super stream `name` in `vhost` (the stream protocol's create_super_stream and
+    `brokerctl add_super_stream`); returns the response code: ACCESS_REFUSED without
+    configure permission on the name and every partition, PRECONDITION_FAILED for no
+    partitions, repeated ones, a count other than the binding keys' or a bad argument,
+    STREAM_ALREADY_EXISTS when the exchange or a partition exists."""
+    if not may_configure(name) or not all(may_configure(p) for p in partitions):
+        return core.ACCESS_REFUSED
+    if (not name or not partitions or len(partitions) != len(binding_keys)
+            or len(set(partitions)) != len(partitions)):
+        return core.PRECONDITION_FAILED
+    if name in vhost.exchanges or any(p in vhost.queues for p in partitions):
+        return core.STREAM_ALREADY_EXISTS
+    args: dict[str, Any] = {"x-queue-type": "stream", "x-queue-leader-locator": "balanced"}
+    for key, value in arguments.items():
+        arg = _CREATE_ARGUMENTS.get(key)
+        if arg is None:
+            return core.PRECONDITION_FAILED
+        args[arg] = int(value) if value.isdigit() else value
+    made: list[str] = []
+    try:
+        vhost.declare_exchange(name, "direct", durable=True,
+                               arguments={"x-super-stream": True})
+        for partition in partitions:
+            vhost.declare_queue(partition, durable=True, arguments=dict(args))
+            made.append(partition)
+        for order, (partition, key) in enumerate(zip(partitions, binding_keys, strict=True)):
+            vhost.bind("queue", partition, name, key, {"x-stream-partition-order": order})
+    except errors.AMQPError as exc:
+        log.warning("cannot create super stream '%s': %s", name, exc)
+        for partition in made:
+            q = vhost.queues.get(partition)
+            if q is not None:
+                vhost.delete_queue_now(q)
+        if name in vhost.exchanges:
+            vhost.delete_exchange(name, False)
+        return core.PRECONDITION_FAILED
+    return core.OK
+
+
 _HANDLERS = {
     (core.PEER_PROPERTIES, False): StreamConnection._peer_properties,
     (core.SASL_HANDSHAKE, False): StreamConnection._sasl_handshake,
@@ -710,4 +782,6 @@ _HANDLERS = {
     (core.UNSUBSCRIBE, False): StreamConnection._unsubscribe,
     (core.STORE_OFFSET, False): StreamConnection._store_offset,
     (core.QUERY_OFFSET, False): StreamConnection._query_offset,
+    (core.CREATE_SUPER_STREAM, False): StreamConnection._create_super_stream,
+    (core.DELETE_SUPER_STREAM, False): StreamConnection._delete_super_stream,
 }

@@ -163,3 +163,30 @@ def test_usage_and_unreachable_exit_codes():
                            "http://127.0.0.1:9", "list_queues"],
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 69 and "unable to reach" in down.stderr
+
+
+def test_add_and_delete_super_stream_like_rabbitmq_streams(ctl, api):
+    """brokerctl add_super_stream NAME --partitions N | --binding-keys K,… (rabbitmq-streams
+    add_super_stream): a durable direct exchange with x-super-stream, a stream per
+    partition bound with its key and x-stream-partition-order; delete_super_stream removes
+    them. Only the HTTP API is used, so it works against RabbitMQ too."""
+    name = uniq("ss")
+    out = ctl("add_super_stream", name, "--partitions", "3", "--max-age", "24h").stdout
+    assert f"Adding a super stream {name}" in out
+    x = api.get(f"/api/exchanges/%2F/{name}").json()
+    assert (x["type"], x["durable"], x["arguments"]) == ("direct", True, {"x-super-stream": True})
+    bindings = api.get(f"/api/exchanges/%2F/{name}/bindings/source").json()
+    assert sorted((b["destination"], b["routing_key"], b["arguments"]["x-stream-partition-order"])
+                  for b in bindings) == [(f"{name}-{i}", str(i), i) for i in range(3)]
+    q = api.get(f"/api/queues/%2F/{name}-1").json()
+    assert q["arguments"]["x-queue-type"] == "stream" and q["arguments"]["x-max-age"] == "24h"
+    assert ctl("delete_super_stream", name).returncode == 0
+    assert api.get(f"/api/exchanges/%2F/{name}").status_code == 404
+    assert api.get(f"/api/queues/%2F/{name}-0").status_code == 404
+    keyed = uniq("ss")
+    ctl("add_super_stream", keyed, "--binding-keys", "amer,emea")
+    assert api.get(f"/api/queues/%2F/{keyed}-emea").status_code == 200
+    ctl("delete_super_stream", keyed)
+    bad = ctl("add_super_stream", uniq("ss"), "--partitions", "2", "--binding-keys", "a",
+              ok=False)
+    assert bad.returncode == 64 and "either --partitions or --binding-keys" in bad.stderr

@@ -463,3 +463,68 @@ def test_sub_entry_batches_are_stored_as_they_come_and_read_by_both_protocols(sb
     assert [(e.records, e.compression) for e in entries] == [(3, 0), (2, 1)]
     seen = [(h["x-stream-offset"], body) for _k, h, body in amqp_read(sbroker.url, "sp-sub", 5)]
     assert seen == [(0, b"u0"), (1, b"u1"), (2, b"u2"), (3, b"g0"), (4, b"g1")]
+
+
+def test_a_super_stream_is_created_routed_consumed_and_deleted(sbroker):
+    """rstream's super stream producer creates one (3 partitions: create_super_stream)
+    and spreads messages over the partitions it lists (`partitions`; rstream's key routing
+    caches the first key's route, so its hash routing is used), its consumer reads every
+    partition; the partitions are streams bound to a direct exchange with
+    x-stream-partition-order, `route` answers a binding key's partition, and
+    delete_super_stream removes exchange and partitions."""
+    async def main() -> list:
+        async def key(msg) -> str:
+            return msg.application_properties["k"]
+
+        async with rstream.SuperStreamProducer(
+                "127.0.0.1", sbroker.stream_port, username="guest", password="guest",
+                super_stream="invoices", routing_extractor=key,
+                super_stream_creation_option=rstream.SuperStreamCreationOption(
+                    n_partitions=3)) as p:
+            for i in range(6):
+                await p.send(rstream.AMQPMessage(body=b"i%d" % i,
+                                                 application_properties={"k": str(i % 3)}))
+            await asyncio.sleep(1.0)  # the batch goes out every 0.2 s
+        got: list = []
+        done = asyncio.Event()
+
+        def on_message(msg, ctx) -> None:
+            got.append((ctx.stream, bytes(msg.body)))
+            if len(got) == 6:
+                done.set()
+
+        consumer = rstream.SuperStreamConsumer("127.0.0.1", sbroker.stream_port,
+                                               username="guest", password="guest",
+                                               super_stream="invoices")
+        async with consumer:
+            await consumer.subscribe(on_message, decoder=rstream.amqp_decoder,
+                                     offset_specification=rstream.ConsumerOffsetSpecification(
+                                         rstream.OffsetType.FIRST, None))
+            task = asyncio.create_task(consumer.run())
+            await asyncio.wait_for(done.wait(), 15)
+            task.cancel()
+        return got
+
+    got = run(main())
+    assert sorted(b for _s, b in got) == [b"i%d" % i for i in range(6)]
+    assert {s_ for s_, _b in got} <= {"invoices-0", "invoices-1", "invoices-2"}
+    vhost = sbroker.broker.vhosts["/"]
+    bindings = sbroker.call(lambda: sorted(
+        (d, k, a["x-stream-partition-order"])
+        for d, k, a in vhost.exchanges["invoices"].routing.bindings()))
+    assert bindings == [("invoices-0", "0", 0), ("invoices-1", "1", 1), ("invoices-2", "2", 2)]
+    assert sbroker.call(lambda: vhost.exchanges["invoices"].arguments) == {"x-super-stream": True}
+    sock = opened(sbroker)
+    sock.sendall(frame(struct.pack(">HHI", 24, 1, 38) + s("1") + s("invoices")))
+    assert read_frame(sock) == struct.pack(">HHIHI", 0x8018, 1, 38, 1, 1) + s("invoices-1")
+    sock.sendall(frame(struct.pack(">HHI", 25, 1, 39) + s("invoices")))
+    assert read_frame(sock) == struct.pack(">HHIHI", 0x8019, 1, 39, 1, 3) + b"".join(
+        s(f"invoices-{i}") for i in range(3))
+    sock.sendall(frame(struct.pack(">HHI", 30, 1, 40) + s("invoices")))
+    assert struct.unpack(">HHIH", read_frame(sock)) == (0x801E, 1, 40, 1)
+    sock.sendall(frame(struct.pack(">HHI", 30, 1, 41) + s("invoices")))
+    assert struct.unpack(">HHIH", read_frame(sock)) == (0x801E, 1, 41, 2)
+    sock.close()
+    gone = sbroker.call(lambda: ("invoices" in vhost.exchanges,
+                                 [f"invoices-{i}" in vhost.queues for i in range(3)]))
+    assert gone == (False, [False, False, False])
