@@ -120,6 +120,7 @@ class BrokerConfig:
     # stream.*): its listener is off until the protocol is complete ("" = off; "5552" or
     # "HOST:PORT" turns it on)
     stream_listeners_tcp_default: str = ""
+    stream_listeners_ssl_default: str = ""  # the TLS listener ("5551"; ssl_options.* apply)
     stream_advertised_host: str = ""  # what metadata and open answer ("" = the bound host)
     stream_advertised_port: int = 0  # (0 = the bound port)
     stream_frame_max: int = 1_048_576  # bytes the server proposes in tune

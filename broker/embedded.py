@@ -44,6 +44,7 @@ class EmbeddedBroker:
         self.port: int = 0
         self.ssl_port: int | None = None  # the amqps port when listeners_ssl_default is set
         self.stream_port: int | None = None  # the stream protocol's port when it listens
+        self.stream_ssl_port: int | None = None  # its TLS port
         self.management_port: int | None = None  # the HTTP API's port when it is on
         self.prometheus_port: int | None = None  # the Prometheus endpoint's port when on
 
@@ -85,6 +86,7 @@ class EmbeddedBroker:
             self.port = self.broker.port
             self.ssl_port = self.broker.ssl_port
             self.stream_port = self.broker.stream_port
+            self.stream_ssl_port = self.broker.stream_ssl_port
             mgmt = self.broker.management
             if mgmt is not None:
                 self.management_port = mgmt.port

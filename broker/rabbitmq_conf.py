@@ -142,6 +142,7 @@ _KEYS: dict[str, Setter] = {
     "disk_free_limit.relative": _field("disk_free_limit_relative", float),
     "log.console.level": _log_level,
     "stream.listeners.tcp.default": _field("stream_listeners_tcp_default"),
+    "stream.listeners.ssl.default": _field("stream_listeners_ssl_default"),
     "stream.advertised_host": _field("stream_advertised_host"),
     "stream.advertised_port": _field("stream_advertised_port", int),
     "stream.frame_max": _field("stream_frame_max", int),

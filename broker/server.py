@@ -64,6 +64,7 @@ class Broker:
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.stream_port: int | None = None  # bound stream protocol port, when it listens
+        self.stream_ssl_port: int | None = None  # its TLS port, when that listens
         self.stream: Any = None  # broker.stream_protocol.reader.StreamListener, when on
         self.management: ManagementServer | None = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
         self.loop_lag = LoopLagProbe()  # loop lag and GC pauses (broker/loop_lag.py)
@@ -308,8 +309,8 @@ class Broker:
                 where.append(f"{host}:{self.ssl_port} (amqps)")
             if not self._servers:
                 raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
-            if cfg.stream_listeners_tcp_default:
-                where.append(await self._listen_stream(cfg))
+            if cfg.stream_listeners_tcp_default or cfg.stream_listeners_ssl_default:
+                where += await self._listen_stream(cfg)
             # the supervisors exist before the file is read: its shovel and federation
             # parameters go through them (RabbitMQ imports definitions once its plugins run)
             self.shovels = Shovels(serving)
@@ -344,25 +345,42 @@ class Broker:
         self._servers.append(server)
         return server
 
-    async def _listen_stream(self, cfg: BrokerConfig) -> str:
-        """Bind the stream protocol's listener (stream.listeners.tcp.default); returns where
-        it listens. ListenerError when the address cannot be bound."""
+    async def _listen_stream(self, cfg: BrokerConfig) -> list[str]:
+        """Bind the stream protocol's listeners (stream.listeners.tcp.default and, with the
+        ssl_options.* of AMQPS, stream.listeners.ssl.default); returns where they listen.
+        ListenerError when an address cannot be bound."""
         from broker.stream_protocol.reader import StreamListener
 
         assert self.loop is not None
-        host, port = tls.parse_listener(cfg.stream_listeners_tcp_default, cfg.host)
+        plain = cfg.stream_listeners_tcp_default
+        host, port = tls.parse_listener(plain or cfg.stream_listeners_ssl_default, cfg.host)
         self.stream = StreamListener(
             self, host=host, port=port, frame_max=cfg.stream_frame_max,  # type: ignore[arg-type]
             heartbeat=cfg.stream_heartbeat, advertised_host=cfg.stream_advertised_host,
             advertised_port=cfg.stream_advertised_port)
-        try:
-            server = await self.loop.create_server(self.stream.protocol, host, port,
-                                                   reuse_address=True)
-        except OSError as exc:
-            raise listeners.ListenerError(listeners.STREAM, host, port, exc) from exc
-        self._servers.append(server)
-        self.stream.port = self.stream_port = server.sockets[0].getsockname()[1]
-        return f"{host}:{self.stream_port} (stream)"
+        where = []
+        for spec, kwargs in ((plain, {}), (cfg.stream_listeners_ssl_default,
+                                           {"ssl": None})):
+            if not spec:
+                continue
+            host, port = tls.parse_listener(spec, cfg.host)
+            if "ssl" in kwargs:
+                kwargs = {"ssl": tls.server_context(cfg),
+                          "ssl_handshake_timeout": cfg.handshake_timeout}
+            try:
+                server = await self.loop.create_server(self.stream.protocol, host, port,
+                                                       reuse_address=True, **kwargs)
+            except OSError as exc:
+                raise listeners.ListenerError(listeners.STREAM, host, port, exc) from exc
+            self._servers.append(server)
+            bound = server.sockets[0].getsockname()[1]
+            if "ssl" in kwargs:
+                self.stream_ssl_port = self.stream.tls_port = bound
+                where.append(f"{host}:{bound} (stream, TLS)")
+            else:
+                self.stream.port = self.stream_port = bound
+                where.append(f"{host}:{bound} (stream)")
+        return where
 
     # -- resources (rabbitmq.com/alarms.html, memory.html, disk-alarms.html) -----------------
     def _alarms_changed(self, active: frozenset[str]) -> None:

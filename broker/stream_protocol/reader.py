@@ -96,11 +96,15 @@ class StreamListener:
         self.heartbeat = heartbeat
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
+        self.tls_port = 0  # the bound TLS port, when there is one
         self.connections: set[StreamConnection] = set()
         self.blocked = False  # a resource alarm is in effect
 
-    def endpoint(self) -> tuple[str, int]:
-        """(host, port) clients are told to connect to (metadata, open's properties)."""
+    def endpoint(self, tls: bool = False) -> tuple[str, int]:
+        """(host, port) clients are told to connect to (metadata, open's properties): the
+        TLS port for a TLS connection (rabbit_stream:tls_port), as RabbitMQ answers."""
+        if tls:
+            return (self.advertised_host or self.host or "localhost", self.tls_port)
         return (self.advertised_host or self.host or "localhost",
                 self.advertised_port or self.port)
 
@@ -416,7 +420,7 @@ class StreamConnection(asyncio.Protocol):
             self.send(core.response(core.OPEN, f.corr, core.VIRTUAL_HOST_ACCESS_FAILURE))
             self._fail()
             return
-        host, port = self.listener.endpoint()
+        host, port = self.listener.endpoint(self._tls())
         self.vhost = vhost
         self.send(core.response(core.OPEN, f.corr, core.OK, core.string_map(
             {"advertised_host": host, "advertised_port": str(port)})))
@@ -489,7 +493,7 @@ class StreamConnection(asyncio.Protocol):
         self.send(core.response(core.DELETE_STREAM, f.corr, core.OK))
 
     def _metadata(self, f: core.Frame) -> None:
-        host, port = self.listener.endpoint()
+        host, port = self.listener.endpoint(self._tls())
         out = []
         for name in f.fields["streams"]:
             if self._stream(name) is not None:

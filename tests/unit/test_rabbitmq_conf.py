@@ -115,12 +115,14 @@ def test_toml_stays(tmp_path):
 def test_the_stream_protocols_settings_in_both_formats(tmp_path):
     """stream.* as rabbitmq_stream's schema names them (issue 37 item 1), and the same
     fields in TOML."""
-    text = ("stream.listeners.tcp.default = 5552\nstream.advertised_host = broker.example\n"
+    text = ("stream.listeners.tcp.default = 5552\nstream.listeners.ssl.default = 5551\n"
+            "stream.advertised_host = broker.example\n"
             "stream.advertised_port = 15552\nstream.frame_max = 2097152\n"
             "stream.heartbeat = 30\nstream.initial_credits = 1000\n")
     cfg = load_config(["--config", str(_conf(tmp_path, text))], environ={})
-    assert (cfg.stream_listeners_tcp_default, cfg.stream_advertised_host,
-            cfg.stream_advertised_port) == ("5552", "broker.example", 15552)
+    assert (cfg.stream_listeners_tcp_default, cfg.stream_listeners_ssl_default,
+            cfg.stream_advertised_host, cfg.stream_advertised_port) == (
+        "5552", "5551", "broker.example", 15552)
     assert (cfg.stream_frame_max, cfg.stream_heartbeat, cfg.stream_initial_credits) == (
         2097152, 30, 1000)
     assert not cfg.warnings
