@@ -41,6 +41,7 @@ from broker.stream import arguments as sa
 from broker.stream import log_v1, message_record
 from broker.stream import osiris_chunk as oc
 from broker.stream.log import Chunk, StreamLog
+from broker.stream.sac import ActiveConsumers, group_of
 
 if TYPE_CHECKING:
     import asyncio
@@ -71,6 +72,8 @@ class StreamClient(Protocol):
 
     def stream_gone(self, vhost: str, name: str) -> None: ...  # deleted or stopped
 
+    def consumer_update(self, queue: Any, subscription_id: int, active: bool) -> None: ...
+
 
 @dataclass
 class Subscription:
@@ -84,6 +87,13 @@ class Subscription:
     credit: int
     properties: dict = field(default_factory=dict)
     consumed: int = 0  # messages sent (records of the chunks delivered)
+    active: bool = True  # False while single active consumer keeps it waiting
+    partition_index: int = -1  # its stream's index in the super stream it consumes (SAC)
+    queue: Any = None  # the stream queue it reads (set by subscribe)
+
+    def ask(self, active: bool) -> None:
+        """consumer_update(active) to its client (broker/stream/sac.py)."""
+        self.client.consumer_update(self.queue, self.subscription_id, active)
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -156,6 +166,7 @@ class StreamQueue(QueueProcess):
         self._unsynced_stream: list[tuple[StreamClient, int, list[int]]] = []
         self._in_sync_stream: list[tuple[StreamClient, int, list[int]]] | None = None
         self.subscriptions: list[Subscription] = []
+        self.sac = ActiveConsumers()  # single active consumer groups
         self.clients: set[StreamClient] = set()  # stream connections with publishers or consumers here
         self._pending_confirms: list[tuple[ChannelFacade, int]] = []  # (channel, seq) in this batch
         self._unsynced: list[tuple[ChannelFacade, int]] = []  # appended, confirmed after the fsync
@@ -272,15 +283,33 @@ class StreamQueue(QueueProcess):
     # -- stream protocol subscriptions ---------------------------------------------------------
     def subscribe(self, sub: Subscription) -> None:
         """A stream protocol consumer starts at `sub.offset`; chunks go out as credit
-        allows."""
+        allows (to a single active consumer group's member once it is active)."""
+        sub.queue = self
         self.subscriptions.append(sub)
+        if group_of(sub.properties) is not None:
+            self.sac.join(sub)
         self.cast((RUN,))
 
     def unsubscribe(self, client: StreamClient, subscription_id: int) -> bool:
-        before = len(self.subscriptions)
-        self.subscriptions = [s for s in self.subscriptions
-                              if not (s.client is client and s.subscription_id == subscription_id)]
-        return len(self.subscriptions) != before
+        gone = [s for s in self.subscriptions
+                if s.client is client and s.subscription_id == subscription_id]
+        for sub in gone:
+            self.subscriptions.remove(sub)
+            self.sac.leave(sub)
+        return bool(gone)
+
+    def consumer_update_answered(self, client: StreamClient, subscription_id: int,
+                                 active: bool, spec: Any) -> None:
+        """The client answered consumer_update: an activated member starts where its
+        answer says (an offset specification; None keeps its own)."""
+        for sub in self.subscriptions:
+            if sub.client is client and sub.subscription_id == subscription_id:
+                def start(m: Any) -> None:
+                    if spec is not None:
+                        m.offset = self.log.locate(spec)
+                    self.cast((RUN,))
+                self.sac.answered(sub, active, start)
+                return
 
     def add_credit(self, client: StreamClient, subscription_id: int, credit: int) -> bool:
         for sub in self.subscriptions:
@@ -291,8 +320,11 @@ class StreamQueue(QueueProcess):
         return False
 
     def client_down(self, client: StreamClient) -> None:
-        """A stream protocol connection closed: its subscriptions go."""
-        self.subscriptions = [s for s in self.subscriptions if s.client is not client]
+        """A stream protocol connection closed: its subscriptions go (a single active
+        consumer group activates its next member)."""
+        for sub in [s for s in self.subscriptions if s.client is client]:
+            self.subscriptions.remove(sub)
+            self.sac.leave(sub)
         self.clients.discard(client)
 
     def _run_subscriptions(self) -> None:
@@ -303,7 +335,7 @@ class StreamQueue(QueueProcess):
         budget = DELIVERIES_PER_TURN
         for sub in list(self.subscriptions):
             client = sub.client
-            while (sub.credit > 0 and sub.offset < log_.next_offset
+            while (sub.active and sub.credit > 0 and sub.offset < log_.next_offset
                    and client.write_buffer_size() < WRITE_BUFFER_LIMIT):
                 if budget == 0:
                     self.cast((RUN,))

@@ -339,6 +339,9 @@ def parse(frame: bytes | memoryview) -> Frame:
             d["response_code"] = c.u16()
             if key == CONSUMER_UPDATE:
                 d["offset_spec"] = c.offset_spec()
+                # clients send 8 bytes of offset whatever the type (rstream does); RabbitMQ
+                # reads the value only for offset and timestamp (offset_spec/2)
+                c.pos = len(c.data)
         c.end()
         return f
     if key == PUBLISH:

@@ -162,6 +162,9 @@ class StreamConnection(asyncio.Protocol):
         self.publishers: dict[int, Publisher] = {}  # publisher id -> publisher
         # subscription id -> stream queue
         self.subscriptions: dict[int, Any] = {}
+        # correlation id -> (stream queue, subscription id, active) of consumer_updates sent
+        self._updates: dict[int, tuple[Any, int, bool]] = {}
+        self._next_corr = 1 << 30  # the server's own correlation ids
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -239,6 +242,27 @@ class StreamConnection(asyncio.Protocol):
                                                  self.deliver_version, max(committed, 0))
                              + header)
         self.transport.write(data)
+
+    def consumer_update(self, queue: Any, subscription_id: int, active: bool) -> None:
+        """Ask the client whether a single active consumer takes over (active) or steps
+        down; its answer goes back to `queue`."""
+        self._next_corr += 1
+        self._updates[self._next_corr] = (queue, subscription_id, active)
+        self.send(core.consumer_update(self._next_corr, subscription_id, active))
+
+    def _consumer_update_response(self, f: core.Frame) -> None:
+        pending = self._updates.pop(f.corr, None)
+        if pending is None:
+            return
+        q, sid, active = pending
+        kind, value = f.fields["offset_spec"]
+        spec: Any = {core.OFFSET_FIRST: FIRST, core.OFFSET_LAST: LAST,
+                     core.OFFSET_NEXT: NEXT}.get(kind)
+        if kind == core.OFFSET_OFFSET:
+            spec = value
+        elif kind == core.OFFSET_TIMESTAMP:
+            spec = ("timestamp", value)
+        q.consumer_update_answered(self, sid, active, spec)
 
     def write_buffer_size(self) -> int:
         t = self.transport
@@ -671,7 +695,12 @@ class StreamConnection(asyncio.Protocol):
         self.subscriptions[sid] = q
         q.clients.add(self)
         self.send(core.response(core.SUBSCRIBE, f.corr, core.OK))
-        q.subscribe(Subscription(self, sid, offset, d["credit"], d["properties"]))
+        sub = Subscription(self, sid, offset, d["credit"], d["properties"])
+        super_stream = d["properties"].get("super-stream")
+        if super_stream:
+            names = [s_ for s_, _k in self._super_stream_partitions(super_stream) or []]
+            sub.partition_index = names.index(name) if name in names else 0
+        q.subscribe(sub)
 
     def _credit(self, f: core.Frame) -> None:
         sid = f.fields["subscription_id"]
@@ -788,4 +817,5 @@ _HANDLERS = {
     (core.QUERY_OFFSET, False): StreamConnection._query_offset,
     (core.CREATE_SUPER_STREAM, False): StreamConnection._create_super_stream,
     (core.DELETE_SUPER_STREAM, False): StreamConnection._delete_super_stream,
+    (core.CONSUMER_UPDATE, True): StreamConnection._consumer_update_response,
 }

@@ -528,3 +528,121 @@ def test_a_super_stream_is_created_routed_consumed_and_deleted(sbroker):
     gone = sbroker.call(lambda: ("invoices" in vhost.exchanges,
                                  [f"invoices-{i}" in vhost.queues for i in range(3)]))
     assert gone == (False, [False, False, False])
+
+
+def test_single_active_consumer_on_a_stream(sbroker):
+    """Two rstream consumers subscribe with single-active-consumer and one name: the first
+    is activated (consumer_update, answered with where to start) and gets the messages, the
+    second gets nothing until the first goes, then takes over where its own answer says."""
+    create_stream(sbroker, "sp-sac")
+
+    async def main() -> tuple:
+        async with producer(sbroker) as p:
+            for i in range(3):
+                await p.send_wait("sp-sac", rstream.AMQPMessage(body=b"a%d" % i))
+        got: dict[str, list] = {"one": [], "two": []}
+        updates: list = []
+
+        def consumer(tag: str):
+            c = rstream.Consumer("127.0.0.1", sbroker.stream_port, username="guest",
+                                 password="guest")
+
+            async def on_update(active: bool, ctx) -> rstream.OffsetSpecification:
+                updates.append((tag, active))
+                return rstream.OffsetSpecification(
+                    rstream.OffsetType.FIRST if tag == "one" else rstream.OffsetType.NEXT, 0)
+
+            async def sub() -> None:
+                await c.subscribe("sp-sac", lambda m, ctx: got[tag].append(bytes(m.body)),
+                                  decoder=rstream.amqp_decoder, subscriber_name="grp",
+                                  properties={"single-active-consumer": "true", "name": "grp"},
+                                  consumer_update_listener=on_update)
+            return c, sub
+
+        one, sub_one = consumer("one")
+        two, sub_two = consumer("two")
+        await one.start()
+        await two.start()
+        await sub_one()
+        t1 = asyncio.create_task(one.run())
+        await sub_two()
+        t2 = asyncio.create_task(two.run())
+        for _ in range(100):
+            if len(got["one"]) == 3:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        first = (list(got["one"]), list(got["two"]))
+        t1.cancel()
+        await one.close()
+        for _ in range(100):
+            if ("two", True) in updates:
+                break
+            await asyncio.sleep(0.05)
+        async with producer(sbroker) as p:
+            await p.send_wait("sp-sac", rstream.AMQPMessage(body=b"b0"))
+        for _ in range(100):
+            if got["two"]:
+                break
+            await asyncio.sleep(0.05)
+        t2.cancel()
+        await two.close()
+        return first, got["two"], updates
+
+    first, second, updates = run(main())
+    assert first == ([b"a0", b"a1", b"a2"], [])
+    assert second == [b"b0"]  # from "next", as its answer said
+    assert updates[0] == ("one", True) and ("two", True) in updates
+
+
+def test_single_active_consumer_spreads_a_super_streams_partitions(sbroker):
+    """Two consumers of a 2-partition super stream in one single-active-consumer group
+    (property super-stream): the first is active on both until the second joins, then the
+    first steps down on the second partition (consumer_update active=false, answered) and
+    the second takes it: each partition has one active consumer."""
+    run(_create_super(sbroker, "orders-ss", 2))
+
+    async def main() -> dict:
+        got: dict[str, set] = {"x": set(), "y": set()}
+        updates: list = []
+        clients = []
+        for tag in ("x", "y"):
+            c = rstream.SuperStreamConsumer("127.0.0.1", sbroker.stream_port, username="guest",
+                                            password="guest", super_stream="orders-ss")
+            await c.start()
+
+            async def on_update(active: bool, ctx, tag=tag) -> rstream.OffsetSpecification:
+                updates.append((tag, ctx.stream, active))
+                return rstream.OffsetSpecification(rstream.OffsetType.NEXT, 0)
+
+            await c.subscribe(lambda m, ctx, tag=tag: got[tag].add(ctx.stream),
+                              decoder=rstream.amqp_decoder,
+                              properties={"single-active-consumer": "true", "name": "g",
+                                          "super-stream": "orders-ss"},
+                              consumer_update_listener=on_update)
+            clients.append((c, asyncio.create_task(c.run())))
+            await asyncio.sleep(0.5)
+        async with producer(sbroker) as p:
+            for part in ("orders-ss-0", "orders-ss-1"):
+                await p.send_wait(part, rstream.AMQPMessage(body=part.encode()))
+        for _ in range(100):
+            if got["x"] and got["y"]:
+                break
+            await asyncio.sleep(0.05)
+        for c, task in clients:
+            task.cancel()
+            await c.close()
+        return {"got": got, "updates": updates}
+
+    out = run(main())
+    assert out["got"] == {"x": {"orders-ss-0"}, "y": {"orders-ss-1"}}
+    assert ("x", "orders-ss-1", False) in out["updates"]  # stepped down, then
+    assert ("y", "orders-ss-1", True) in out["updates"]  # the second took over
+
+
+async def _create_super(b, name: str, n: int) -> None:
+    async with rstream.SuperStreamProducer(
+            "127.0.0.1", b.stream_port, username="guest", password="guest",
+            super_stream=name, routing_extractor=lambda m: "0",
+            super_stream_creation_option=rstream.SuperStreamCreationOption(n_partitions=n)):
+        pass
