@@ -91,6 +91,35 @@ class BrokerCollector:
         yield from self._links()
         yield from self._cluster()
         yield from self._loop_lag()
+        yield from self._stream_protocol()
+
+    def _stream_protocol(self) -> Iterator[Metric]:
+        """The stream protocol's global counters with RabbitMQ 3.13's names and the label
+        protocol="stream" (rabbit_global_counters): publishers, consumers, messages
+        received, confirmed and delivered. Per stream, the queue series above count what
+        each stream moved."""
+        listener = self.broker.stream
+        if listener is None:
+            return
+        conns = list(listener.connections)
+        for name, help_, value in (
+                ("rabbitmq_global_publishers", "Current number of publishers",
+                 sum(len(c.publishers) for c in conns)),
+                ("rabbitmq_global_consumers", "Current number of consumers",
+                 sum(len(c.subscriptions) for c in conns))):
+            g = GaugeMetricFamily(name, help_, labels=["protocol"])
+            g.add_metric(["stream"], value)
+            yield g
+        for name, help_, value in (
+                ("rabbitmq_global_messages_received", "Total number of messages received "
+                 "from publishers", listener.received),
+                ("rabbitmq_global_messages_confirmed", "Total number of messages confirmed "
+                 "to publishers", listener.confirmed),
+                ("rabbitmq_global_messages_delivered", "Total number of messages delivered "
+                 "to consumers", listener.delivered)):
+            c = CounterMetricFamily(name, help_, labels=["protocol"])
+            c.add_metric(["stream"], value)
+            yield c
 
     def _loop_lag(self) -> Iterator[Metric]:
         """How late the event loop ran its 10 ms timer, and GC pauses by generation

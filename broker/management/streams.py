@@ -99,9 +99,17 @@ def _consumers(request: web.Request, conns: list[Any]) -> list[dict]:
                         "subscription_id": sid, "credits": sub.credit,
                         "consumed": sub.consumed, "offset": sub.offset,
                         "offset_lag": max(0, last - sub.offset + 1) if last >= 0 else 0,
-                        "active": True, "activity_status": "up",
+                        "active": sub.active,
+                        "activity_status": _activity(sub),
                         "properties": sub.properties})
     return out
+
+
+def _activity(sub: Any) -> str:
+    """rabbit_stream_utils:consumer_activity_status/2: up, single_active or waiting."""
+    if str(sub.properties.get("single-active-consumer", "")).lower() != "true":
+        return "up"
+    return "single_active" if sub.active else "waiting"
 
 
 def _find(request: web.Request) -> Any:

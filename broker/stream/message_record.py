@@ -67,19 +67,41 @@ def _header_value(v: Any) -> Value | None:
     return None  # tables and arrays: rabbit_msg_record's unsupported_header_value_type
 
 
+_SYM_EXCHANGE = amqp10.encode(("symbol", "x-exchange"))
+_SYM_ROUTING_KEY = amqp10.encode(("symbol", "x-routing-key"))
+_SYM_EXPIRATION = amqp10.encode(("symbol", "x-basic-expiration"))
+_SYM_DELIVERY_MODE = amqp10.encode(("symbol", "x-basic-delivery-mode"))
+_SYM_PRIORITY = amqp10.encode(("symbol", "x-basic-priority"))
+_MA_SECTION = b"\x00\x53" + bytes((amqp10.MESSAGE_ANNOTATIONS,))
+_DATA_SECTION = b"\x00\x53" + bytes((amqp10.DATA,))
+
+
+def _utf8_bytes(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) < 256:
+        return bytes((0xA1, len(raw))) + raw
+    return b"\xb1" + len(raw).to_bytes(4, "big") + raw
+
+
+def _map_bytes(pairs: list[bytes], count: int) -> bytes:
+    body = b"".join(pairs)
+    if len(body) + 1 < 256 and count < 256:
+        return bytes((0xC1, len(body) + 1, count)) + body
+    return b"\xd1" + (len(body) + 4).to_bytes(4, "big") + count.to_bytes(4, "big") + body
+
+
 def encode_message(exchange: str, routing_key: str, props: Properties, body: bytes) -> bytes:
-    """The AMQP 1.0 bytes of a 0-9-1 message (rabbit_stream_queue:msg_to_iodata/1)."""
-    ma: list[tuple[Value, Value]] = [
-        (("symbol", "x-exchange"), ("utf8", exchange)),
-        (("symbol", "x-routing-key"), ("utf8", routing_key)),
-    ]
+    """The AMQP 1.0 bytes of a 0-9-1 message (rabbit_stream_queue:msg_to_iodata/1). The
+    annotations and the data section are laid out here directly (the publish path of a
+    stream: the general encoder took 7 µs a message), the rest by broker/amqp10.py."""
+    ma = [_SYM_EXCHANGE, _utf8_bytes(exchange), _SYM_ROUTING_KEY, _utf8_bytes(routing_key)]
     if props.expiration is not None:
-        ma.append((("symbol", "x-basic-expiration"), ("utf8", props.expiration)))
+        ma += (_SYM_EXPIRATION, _utf8_bytes(props.expiration))
     if props.delivery_mode is not None:
-        ma.append((("symbol", "x-basic-delivery-mode"), ("ubyte", props.delivery_mode)))
+        ma += (_SYM_DELIVERY_MODE, bytes((0x50, props.delivery_mode)))
     if props.priority is not None:
-        ma.append((("symbol", "x-basic-priority"), ("ubyte", props.priority)))
-    out = [amqp10.section(amqp10.MESSAGE_ANNOTATIONS, ("map", ma))]
+        ma += (_SYM_PRIORITY, bytes((0x50, props.priority)))
+    out = [_MA_SECTION + _map_bytes(ma, len(ma))]
     ts = props.timestamp
     fields: list[Value | None] = [
         _utf8(props.message_id),
@@ -108,7 +130,9 @@ def encode_message(exchange: str, routing_key: str, props: Properties, body: byt
         ap.append((("utf8", "x-basic-type"), ("utf8", props.message_type)))
     if ap:
         out.append(amqp10.section(amqp10.APPLICATION_PROPERTIES, ("map", ap)))
-    out.append(amqp10.section(amqp10.DATA, ("binary", body)))
+    n = len(body)
+    out.append(_DATA_SECTION + (bytes((0xA0, n)) if n < 256 else b"\xb0" + n.to_bytes(4, "big")))
+    out.append(body)
     return b"".join(out)
 
 
@@ -157,10 +181,97 @@ def _message_id(v: Value | None, key: str, headers: dict) -> str | None:
     return None if x is None else str(x)
 
 
+def _fast(entry: bytes, stream: str) -> tuple[str, str, dict[str, Any], bytes] | None:
+    """The common entry an AMQP 0-9-1 publisher leaves: annotations whose values are utf8
+    strings or ubytes, then the data section, nothing else; None for anything else (the
+    general decoder takes it). A delivery from a stream decodes its entry: this path costs
+    a fraction of the general one's 14 µs."""
+    if entry[:3] != _MA_SECTION:
+        return None
+    c = entry[3]
+    if c == 0xC1:
+        count, p = entry[5], 6
+    elif c == 0xD1:
+        count, p = int.from_bytes(entry[8:12], "big"), 12
+    else:
+        return None
+    ann: dict[str, Any] = {}
+    try:
+        for _ in range(count // 2):
+            if entry[p] != 0xA3:
+                return None
+            n = entry[p + 1]
+            key = entry[p + 2:p + 2 + n].decode()
+            p += 2 + n
+            t = entry[p]
+            if t == 0xA1:
+                n = entry[p + 1]
+                ann[key] = entry[p + 2:p + 2 + n].decode()
+                p += 2 + n
+            elif t == 0x50:
+                ann[key] = entry[p + 1]
+                p += 2
+            else:
+                return None
+        if entry[p:p + 3] != _DATA_SECTION:
+            return None
+        t = entry[p + 3]
+        if t == 0xA0:
+            n, p = entry[p + 4], p + 5
+        elif t == 0xB0:
+            n, p = int.from_bytes(entry[p + 4:p + 8], "big"), p + 8
+        else:
+            return None
+    except (IndexError, UnicodeDecodeError):
+        return None
+    if p + n != len(entry):
+        return None
+    exchange, routing_key = ann.get("x-exchange", ""), ann.get("x-routing-key", stream)
+    if not isinstance(exchange, str) or not isinstance(routing_key, str):
+        return None
+    return exchange, routing_key, ann, entry[p:]
+
+
+def fast_wire(entry: bytes, stream: str) -> tuple[str, str, bytes, bytes] | None:
+    """(exchange, routing key, encoded 0-9-1 properties, body) of the common entry (see
+    `_fast`), the properties laid out directly (flags, delivery-mode, priority, expiration:
+    AMQP 0-9-1 §4.2.6 field order); None for any other entry."""
+    got = _fast(entry, stream)
+    if got is None:
+        return None
+    exchange, routing_key, ann, body = got
+    flags = 0
+    fields = []
+    mode, prio, exp = (ann.get("x-basic-delivery-mode"), ann.get("x-basic-priority"),
+                       ann.get("x-basic-expiration"))
+    if isinstance(mode, int):
+        flags |= 0x1000
+        fields.append(bytes((mode,)))
+    if isinstance(prio, int):
+        flags |= 0x0800
+        fields.append(bytes((prio,)))
+    if isinstance(exp, str):
+        raw = exp.encode()
+        if len(raw) > 255:
+            return None
+        flags |= 0x0100
+        fields.append(bytes((len(raw),)) + raw)
+    return exchange, routing_key, flags.to_bytes(2, "big") + b"".join(fields), body
+
+
 def decode_message(entry: bytes, stream: str) -> tuple[str, str, Properties, bytes]:
     """(exchange, routing key, properties, body) of a stream entry
     (rabbit_stream_queue:binary_to_msg/2). An entry that is not an AMQP 1.0 message is
     its own body, with no properties, from "" to the stream's name."""
+    fast = _fast(entry, stream)
+    if fast is not None:
+        exchange, routing_key, ann, body = fast
+        mode, prio, exp = (ann.get("x-basic-delivery-mode"), ann.get("x-basic-priority"),
+                           ann.get("x-basic-expiration"))
+        return exchange, routing_key, Properties(
+            delivery_mode=mode if isinstance(mode, int) else None,
+            priority=prio if isinstance(prio, int) else None,
+            expiration=exp if isinstance(exp, str) else None), body
     try:
         secs = amqp10.sections(entry)
     except amqp10.DecodeError:

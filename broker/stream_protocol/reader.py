@@ -98,6 +98,11 @@ class StreamListener:
         self.advertised_port = advertised_port
         self.tls_port = 0  # the bound TLS port, when there is one
         self.connections: set[StreamConnection] = set()
+        # rabbit_global_counters for protocol "stream": messages received (published),
+        # confirmed to publishers, and delivered (records of the chunks sent to consumers)
+        self.received = 0
+        self.confirmed = 0
+        self.delivered = 0
         self.blocked = False  # a resource alarm is in effect
 
     def endpoint(self, tls: bool = False) -> tuple[str, int]:
@@ -230,6 +235,7 @@ class StreamConnection(asyncio.Protocol):
         pub = self.publishers.get(publisher_id)
         if pub is not None:
             pub.confirmed += len(ids)
+            self.listener.confirmed += len(ids)
             self.send(core.publish_confirm(publisher_id, ids))
 
     def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
@@ -238,6 +244,7 @@ class StreamConnection(asyncio.Protocol):
         bloom filter or trailer to consumers)."""
         if self.transport is None:
             return
+        self.listener.delivered += int.from_bytes(header[4:8], "big")  # NumRecords
         self.transport.write(core.deliver_header(subscription_id, len(header) + len(data),
                                                  self.deliver_version, max(committed, 0))
                              + header)
@@ -649,6 +656,7 @@ class StreamConnection(asyncio.Protocol):
             self.send(core.publish_error(pid, [(m[0], code) for m in messages]))
             return
         pub.published += len(messages)
+        self.listener.received += len(messages)
         pub.queue.cast((STREAM_PUBLISH, self, pid, pub.reference, messages))
 
     def _query_publisher_sequence(self, f: core.Frame) -> None:

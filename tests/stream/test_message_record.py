@@ -12,6 +12,7 @@ import pytest
 from pamqp import commands
 
 from broker import amqp10
+from broker.protocol.encoding import encode_properties
 from broker.stream import message_record as mr
 
 Properties = commands.Basic.Properties
@@ -97,3 +98,28 @@ def test_a_stream_protocol_message_reads_as_sent_to_the_default_exchange():
 
 def test_an_entry_that_is_not_amqp10_is_its_own_body():
     assert mr.decode_message(b"raw bytes", "s1") == ("", "s1", Properties(), b"raw bytes")
+
+
+@pytest.mark.parametrize("props", [
+    Properties(delivery_mode=2),
+    Properties(delivery_mode=1, priority=5, expiration="60000"),
+    Properties(),
+])
+def test_the_common_entry_decodes_on_the_fast_path_as_on_the_general_one(props):
+    """An entry with only annotations and data (what most 0-9-1 publishes leave) takes the
+    short path; it must answer what the general decoder answers."""
+    for body in (b"", b"x" * 300):
+        entry = mr.encode_message("ex", "rk", props, body)
+        fast = mr._fast(entry, "s1")
+        assert fast is not None
+        secs = dict(amqp10.sections(entry))
+        ann = {k[1]: v[1] for k, v in secs[amqp10.MESSAGE_ANNOTATIONS][1]}
+        assert fast[:2] == (ann["x-exchange"], ann["x-routing-key"]) == ("ex", "rk")
+        assert fast[3] == secs[amqp10.DATA][1] == body
+        back = mr.decode_message(entry, "s1")[2]
+        for name in ("delivery_mode", "priority", "expiration"):
+            assert getattr(back, name) == getattr(props, name)
+        wire = mr.fast_wire(entry, "s1")
+        assert wire is not None and wire[2] == encode_properties(props)  # the same bytes
+    with_headers = mr.encode_message("ex", "rk", Properties(headers={"a": 1}), b"b")
+    assert mr._fast(with_headers, "s1") is None  # application properties: the general path

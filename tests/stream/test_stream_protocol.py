@@ -384,7 +384,8 @@ def test_the_http_api_lists_stream_connections_publishers_and_consumers():
     rstream publishes and consumes."""
     import requests
 
-    b = EmbeddedBroker(stream_listeners_tcp_default="0", management_tcp_port=-1).start()
+    b = EmbeddedBroker(stream_listeners_tcp_default="0", management_tcp_port=-1,
+                       prometheus_tcp_port=-1).start()
     api = f"http://127.0.0.1:{b.management_port}"
     auth = ("guest", "guest")
     try:
@@ -410,10 +411,18 @@ def test_the_http_api_lists_stream_connections_publishers_and_consumers():
                         for path in ("/api/stream/connections", "/api/stream/publishers",
                                      "/api/stream/consumers/%2F",
                                      "/api/stream/publishers/%2F/sp-api")])
+                    metrics = await loop.run_in_executor(None, lambda: requests.get(
+                        f"http://127.0.0.1:{b.prometheus_port}/metrics", timeout=10).text)
                     task.cancel()
-                    return got
+                    return (*got, metrics)
 
-        conns, pubs, cons, by_stream = run(main())
+        conns, pubs, cons, by_stream, metrics = run(main())
+        for line in ('rabbitmq_global_messages_received_total{protocol="stream"} 4.0',
+                     'rabbitmq_global_messages_confirmed_total{protocol="stream"} 4.0',
+                     'rabbitmq_global_publishers{protocol="stream"} 1.0',
+                     'rabbitmq_global_consumers{protocol="stream"} 1.0'):
+            assert line in metrics, line
+        assert 'rabbitmq_global_messages_delivered_total{protocol="stream"}' in metrics
         assert {c["protocol"] for c in conns} == {"stream"} and len(conns) >= 2
         producer_conn = next(c for c in conns
                              if c["client_properties"].get("connection_name") == "api-producer")
@@ -646,3 +655,54 @@ async def _create_super(b, name: str, n: int) -> None:
             super_stream=name, routing_extractor=lambda m: "0",
             super_stream_creation_option=rstream.SuperStreamCreationOption(n_partitions=n)):
         pass
+
+
+def _region(msg) -> str:
+    """The region application property of a message rstream decoded (keys and values come
+    back as bytes)."""
+    props = msg.application_properties or {}
+    value = props.get(b"region", props.get("region"))
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def test_filtering_skips_chunks_whose_bloom_filter_cannot_match(sbroker):
+    """3.13 filtering: publish v2 carries each message's filter value into the chunk's
+    bloom filter; a consumer subscribed with filter.0 = eu is sent only chunks that may hold
+    eu messages (the client then filters message by message)."""
+    create_stream(sbroker, "sp-filter")
+
+    async def main() -> list:
+        async def region(msg) -> str:
+            return _region(msg)
+
+        async with producer(sbroker, filter_value_extractor=region) as p:
+            for r in ("eu", "us", "us", "eu"):  # one send, one chunk each
+                await p.send_wait("sp-filter", rstream.AMQPMessage(
+                    body=r.encode(), application_properties={"region": r}))
+        got: list = []
+        done = asyncio.Event()
+        c = rstream.Consumer("127.0.0.1", sbroker.stream_port, username="guest",
+                             password="guest")
+        async with c:
+            def on_message(msg, ctx) -> None:
+                got.append(bytes(msg.body))
+                if len(got) == 2:
+                    done.set()
+
+            await c.subscribe(
+                "sp-filter", on_message, decoder=rstream.amqp_decoder,
+                offset_specification=rstream.ConsumerOffsetSpecification(
+                    rstream.OffsetType.FIRST, None),
+                filter_input=rstream.FilterConfiguration(
+                    values_to_filter=["eu"], predicate=lambda m: _region(m) == "eu"))
+            task = asyncio.create_task(c.run())
+            await asyncio.wait_for(done.wait(), 10)
+            await asyncio.sleep(0.3)
+            q = sbroker.broker.vhosts["/"].queues["sp-filter"]
+            consumed = [s_.consumed for s_ in q.subscriptions]
+            task.cancel()
+        return got, consumed
+
+    got, consumed = run(main())
+    assert got == [b"eu", b"eu"]
+    assert consumed == [2]  # the two "us" chunks were never sent
