@@ -26,7 +26,8 @@ A point is **sustained** when the broker took at least 97 % of the offered rate,
 consumers had everything within 3 % of the run's length (at least 0.5 s) after publishing
 ended (its queues did not grow), and the run verified (every message once). ``--target`` ``NAME=URI`` (repeatable); ``--rates`` total msg/s, comma-separated;
 ``--up-to NAME=RATE`` stops a target at its maximum while the others go further.
-``python -m bench.latency_curve --table DIR/curve.json BASELINE SUBJECT`` prints the
+``--floor`` adds a null server (``bench sink``) as the target ``floor`` at every rate: the
+client's own latency. ``python -m bench.latency_curve --table DIR/curve.json BASELINE SUBJECT`` prints the
 markdown table of a finished curve, with whether the subject's p99 and p99.9 medians are at
 or below the baseline's at each rate.
 
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-load", type=float, default=1.5,
                    help="wait before each run until the 1-minute load is below this")
     p.add_argument("--out", required=True, help="directory for the runs, JSON and plot")
+    p.add_argument("--floor", action="store_true",
+                   help="also run every point against a null server (`python -m bench "
+                        "sink`, target 'floor'): the client's own latency")
     p.add_argument("--up-to", action="append", default=[], metavar="NAME=RATE",
                    help="run target NAME only at rates up to RATE msg/s (its maximum: "
                         "points past it only pile up a backlog that slows the next run)")
@@ -197,6 +201,38 @@ def main(argv: list[str] | None = None) -> int:
     rates = [float(r) for r in a.rates.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    floor = None
+    if a.floor:
+        floor, uri = start_sink()
+        targets.append(["floor", uri])
+    try:
+        return _run_curve(a, targets, up_to, rates, out)
+    finally:
+        if floor is not None:
+            floor.terminate()
+            floor.wait(10)
+            if floor.stdout is not None:
+                floor.stdout.close()
+
+
+def start_sink() -> tuple[subprocess.Popen[str], str]:
+    """`python -m bench sink --port 0` and the URI of the port it reports (the null server
+    the client's floor is measured against). Raises RuntimeError if it does not start."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sink", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 15)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("sink listening on "):
+        proc.kill()
+        raise RuntimeError(f"the null server did not start: {line!r}")
+    return proc, f"amqp://guest:guest@127.0.0.1:{int(line.rsplit(':', 1)[1])}/%2F"
+
+
+def _run_curve(a: argparse.Namespace, targets: list, up_to: dict[str, float],
+               rates: list[float], out: Path) -> int:
     runs: list[dict[str, Any]] = []
     for rate in rates:
         for rnd in range(1, a.rounds + 1):

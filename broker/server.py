@@ -359,22 +359,24 @@ class Broker:
             heartbeat=cfg.stream_heartbeat, advertised_host=cfg.stream_advertised_host,
             advertised_port=cfg.stream_advertised_port)
         where = []
-        for spec, kwargs in ((plain, {}), (cfg.stream_listeners_ssl_default,
-                                           {"ssl": None})):
+        for spec, use_tls in ((plain, False), (cfg.stream_listeners_ssl_default, True)):
             if not spec:
                 continue
             host, port = tls.parse_listener(spec, cfg.host)
-            if "ssl" in kwargs:
-                kwargs = {"ssl": tls.server_context(cfg),
-                          "ssl_handshake_timeout": cfg.handshake_timeout}
             try:
-                server = await self.loop.create_server(self.stream.protocol, host, port,
-                                                       reuse_address=True, **kwargs)
+                if use_tls:
+                    server = await self.loop.create_server(
+                        self.stream.protocol, host, port, reuse_address=True,
+                        ssl=tls.server_context(cfg),
+                        ssl_handshake_timeout=cfg.handshake_timeout)
+                else:
+                    server = await self.loop.create_server(self.stream.protocol, host, port,
+                                                           reuse_address=True)
             except OSError as exc:
                 raise listeners.ListenerError(listeners.STREAM, host, port, exc) from exc
             self._servers.append(server)
             bound = server.sockets[0].getsockname()[1]
-            if "ssl" in kwargs:
+            if use_tls:
                 self.stream_ssl_port = self.stream.tls_port = bound
                 where.append(f"{host}:{bound} (stream, TLS)")
             else:

@@ -525,7 +525,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _metadata(self, f: core.Frame) -> None:
         host, port = self.listener.endpoint(self._tls())
-        out = []
+        out: list[tuple[str, int, int, list[int]]] = []
         for name in f.fields["streams"]:
             if self._stream(name) is not None:
                 out.append((name, core.OK, 0, []))
@@ -540,7 +540,7 @@ class StreamConnection(asyncio.Protocol):
                                     core.int_map({})))
             return
         log_ = q.log
-        last_chunk = getattr(log_, "_last_chunk", -1)
+        last_chunk = log_.last_chunk
         stats = {"first_chunk_id": log_.first_offset if log_.next_offset > log_.first_offset
                  else -1,
                  "committed_chunk_id": last_chunk}

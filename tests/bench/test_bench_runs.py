@@ -400,3 +400,17 @@ def test_latency_curve_table_says_where_the_subject_is_at_or_below(tmp_path: Any
                        "5.00 (2.50-10.00) | 8.0 | 10.0 | yes, no |")
     assert rows[3].endswith("| - |") and "(not sustained)" in rows[3]
     assert rows[4].startswith("| 300 | - | 0.70")
+
+
+def test_latency_curve_floor_runs_a_null_server_at_every_rate(sink: Any, tmp_path: Any) -> None:
+    """`--floor`: the client's own latency, against a null server the curve starts itself,
+    as one more target at every rate."""
+    from bench import latency_curve
+
+    uri, _proc = sink()
+    assert latency_curve.main(["--shape", "s2", "--target", f"a={uri}", "--rates", "500",
+                               "--rounds", "1", "-z", "1", "--quiet-load", "100", "--floor",
+                               "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "curve.json").read_text())
+    assert [(r["rate"], r["target"]) for r in doc["runs"]] == [(500.0, "a"), (500.0, "floor")]
+    assert doc["summary"]["floor"]["500"]["sustained"] is True
