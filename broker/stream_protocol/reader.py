@@ -262,14 +262,7 @@ class StreamConnection(asyncio.Protocol):
         if pending is None:
             return
         q, sid, active = pending
-        kind, value = f.fields["offset_spec"]
-        spec: Any = {core.OFFSET_FIRST: FIRST, core.OFFSET_LAST: LAST,
-                     core.OFFSET_NEXT: NEXT}.get(kind)
-        if kind == core.OFFSET_OFFSET:
-            spec = value
-        elif kind == core.OFFSET_TIMESTAMP:
-            spec = ("timestamp", value)
-        q.consumer_update_answered(self, sid, active, spec)
+        q.consumer_update_answered(self, sid, active, _log_spec(*f.fields["offset_spec"]))
 
     def write_buffer_size(self) -> int:
         t = self.transport
@@ -690,16 +683,8 @@ class StreamConnection(asyncio.Protocol):
         if q is None:
             self.send(core.response(core.SUBSCRIBE, f.corr, core.STREAM_DOES_NOT_EXIST))
             return
-        kind, value = d["offset_spec"]
-        spec: Any = {core.OFFSET_FIRST: FIRST, core.OFFSET_LAST: LAST,
-                     core.OFFSET_NEXT: NEXT}.get(kind)
-        if kind == core.OFFSET_OFFSET:
-            spec = value
-        elif kind == core.OFFSET_TIMESTAMP:
-            spec = ("timestamp", value)
-        elif spec is None:
-            spec = NEXT
-        offset = q.call(q.log.locate, spec)
+        spec = _log_spec(*d["offset_spec"])
+        offset = q.call(q.log.locate, NEXT if spec is None else spec)  # offset 0 is an offset
         self.subscriptions[sid] = q
         q.clients.add(self)
         self.send(core.response(core.SUBSCRIBE, f.corr, core.OK))
@@ -795,6 +780,16 @@ def create_super_stream(vhost: Any, name: str, partitions: list[str], binding_ke
             vhost.delete_exchange(name, False)
         return core.PRECONDITION_FAILED
     return core.OK
+
+
+def _log_spec(kind: int, value: int | None) -> Any:
+    """A protocol offset specification as StreamLog.locate takes it: FIRST, LAST, NEXT, an
+    offset or ("timestamp", ms); None for "none" (keep the subscription's own)."""
+    if kind == core.OFFSET_OFFSET:
+        return value
+    if kind == core.OFFSET_TIMESTAMP:
+        return ("timestamp", value)
+    return {core.OFFSET_FIRST: FIRST, core.OFFSET_LAST: LAST, core.OFFSET_NEXT: NEXT}.get(kind)
 
 
 _HANDLERS = {

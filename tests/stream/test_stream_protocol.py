@@ -706,3 +706,17 @@ def test_filtering_skips_chunks_whose_bloom_filter_cannot_match(sbroker):
     got, consumed = run(main())
     assert got == [b"eu", b"eu"]
     assert consumed == [2]  # the two "us" chunks were never sent
+
+
+def test_subscribing_at_offset_zero_starts_at_the_first_message(sbroker):
+    """Offset specification "offset 0" is the first message, not "next"."""
+    create_stream(sbroker, "sp-zero")
+
+    async def main() -> list:
+        async with producer(sbroker) as p:
+            for i in range(2):
+                await p.send_wait("sp-zero", rstream.AMQPMessage(body=b"z%d" % i))
+        return await _consume(sbroker, "sp-zero", 2, rstream.ConsumerOffsetSpecification(
+            rstream.OffsetType.OFFSET, 0))
+
+    assert [b for _o, b in run(main())] == [b"z0", b"z1"]
