@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.embedded import EmbeddedBroker
+from tests.fuzz.harness import _Errors
 
 
 def _s(text: str) -> bytes:
@@ -83,15 +84,6 @@ def mutate(frames: list[bytes], rnd: random.Random) -> bytes:
             f[pos:pos] = rnd.randbytes(rnd.randrange(1, 9))
         out[i] = bytes(f)
     return b"".join(out)
-
-
-class _Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture(scope="module")
