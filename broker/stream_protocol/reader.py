@@ -34,6 +34,7 @@ from broker.queue_delivery import RUN
 from broker.stream.log import FIRST, LAST, NEXT
 from broker.stream.queue import STREAM_PUBLISH, Subscription
 from broker.stream_protocol import core
+from broker.stream_protocol.super_streams import CREATE_ARGUMENTS, create_super_stream
 
 log = logging.getLogger("broker.stream_protocol")
 
@@ -49,17 +50,6 @@ FAILURE = "failure"
 
 _PRE_AUTH = {core.PEER_PROPERTIES, core.SASL_HANDSHAKE, core.SASL_AUTHENTICATE, core.TUNE,
              core.OPEN, core.HEARTBEAT}
-
-# stream arguments the create command takes, and the queue arguments they become
-# (rabbit_stream_utils:parse_map / rabbit_stream_manager:create)
-_CREATE_ARGUMENTS = {
-    "max-length-bytes": "x-max-length-bytes",
-    "max-age": "x-max-age",
-    "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
-    "initial-cluster-size": "x-initial-cluster-size",
-    "queue-leader-locator": "x-queue-leader-locator",
-    "stream-filter-size-bytes": "x-stream-filter-size-bytes",
-}
 
 
 class StreamServing(Protocol):
@@ -484,7 +474,7 @@ class StreamConnection(asyncio.Protocol):
             return
         args: dict[str, Any] = {"x-queue-type": "stream"}
         for key, value in f.fields["arguments"].items():
-            arg = _CREATE_ARGUMENTS.get(key)
+            arg = CREATE_ARGUMENTS.get(key)
             if arg is None:
                 self.send(core.response(core.CREATE_STREAM, f.corr, core.PRECONDITION_FAILED))
                 return
@@ -739,47 +729,6 @@ class StreamConnection(asyncio.Protocol):
                                     struct.pack(">Q", 0)))
             return
         self.send(core.response(core.QUERY_OFFSET, f.corr, core.OK, struct.pack(">Q", offset)))
-
-
-def create_super_stream(vhost: Any, name: str, partitions: list[str], binding_keys: list[str],
-                        arguments: dict[str, str], may_configure: Any) -> int:
-    """Create super stream `name` in `vhost` (the stream protocol's create_super_stream and
-    `brokerctl add_super_stream`); returns the response code: ACCESS_REFUSED without
-    configure permission on the name and every partition, PRECONDITION_FAILED for no
-    partitions, repeated ones, a count other than the binding keys' or a bad argument,
-    STREAM_ALREADY_EXISTS when the exchange or a partition exists."""
-    if not may_configure(name) or not all(may_configure(p) for p in partitions):
-        return core.ACCESS_REFUSED
-    if (not name or not partitions or len(partitions) != len(binding_keys)
-            or len(set(partitions)) != len(partitions)):
-        return core.PRECONDITION_FAILED
-    if name in vhost.exchanges or any(p in vhost.queues for p in partitions):
-        return core.STREAM_ALREADY_EXISTS
-    args: dict[str, Any] = {"x-queue-type": "stream", "x-queue-leader-locator": "balanced"}
-    for key, value in arguments.items():
-        arg = _CREATE_ARGUMENTS.get(key)
-        if arg is None:
-            return core.PRECONDITION_FAILED
-        args[arg] = int(value) if value.isdigit() else value
-    made: list[str] = []
-    try:
-        vhost.declare_exchange(name, "direct", durable=True,
-                               arguments={"x-super-stream": True})
-        for partition in partitions:
-            vhost.declare_queue(partition, durable=True, arguments=dict(args))
-            made.append(partition)
-        for order, (partition, key) in enumerate(zip(partitions, binding_keys, strict=True)):
-            vhost.bind("queue", partition, name, key, {"x-stream-partition-order": order})
-    except errors.AMQPError as exc:
-        log.warning("cannot create super stream '%s': %s", name, exc)
-        for partition in made:
-            q = vhost.queues.get(partition)
-            if q is not None:
-                vhost.delete_queue_now(q)
-        if name in vhost.exchanges:
-            vhost.delete_exchange(name, False)
-        return core.PRECONDITION_FAILED
-    return core.OK
 
 
 def _log_spec(kind: int, value: int | None) -> Any:
