@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.histogram import TOP
+
 try:
     import numpy as np
 except ImportError:  # pragma: no cover - numpy comes with matplotlib; without it: per frame
@@ -120,9 +122,9 @@ def ack_frames(channel: int, dtags: Any, multiple: bool) -> bytes:
 def latency_buckets(now_ns: int, ts: Any) -> tuple[Any, Any, int]:
     """(bucket indices, counts, max µs) of ``now - ts`` with bench.histogram's layout."""
     v = (np.int64(now_ns) - ts.astype(np.int64)) // 1000
-    v = np.maximum(v, 0)
+    v = np.minimum(np.maximum(v, 0), TOP)
     _, exp = np.frexp(v.astype(np.float64))  # exp == bit_length for v < 2**53
-    s = np.maximum(exp - 6, 0)
-    idx = np.where(v < 64, v, (s << 5) + (v >> s))
+    s = np.maximum(exp - 8, 0)
+    idx = np.where(v < 256, v, (s << 7) + (v >> s))
     uniq, counts = np.unique(idx, return_counts=True)
     return uniq, counts, int(v.max())

@@ -15,7 +15,7 @@ from pamqp import commands
 
 from bench import batch, wire
 from bench.amqp import Channel
-from bench.histogram import Histogram
+from bench.histogram import TOP, Histogram
 
 
 class Tally:
@@ -67,11 +67,13 @@ class Consumer:
         t.consumed_bytes += size
         v = (now - ts) // 1000
         hist = t.latency
-        if v < 64:
+        if v < 256:
             hist.counts[v if v > 0 else 0] += 1
         else:
-            s = v.bit_length() - 6
-            hist.counts[(s << 5) + (v >> s)] += 1
+            if v > TOP:
+                v = TOP
+            s = v.bit_length() - 8
+            hist.counts[(s << 7) + (v >> s)] += 1
             if v > hist.max_us:
                 hist.max_us = v
         pid = tag >> wire.SEQ_BITS

@@ -20,7 +20,7 @@ from pamqp import commands
 from bench import wire
 from bench.amqp import Channel
 from bench.confirms import Outstanding
-from bench.histogram import Histogram
+from bench.histogram import TOP, Histogram
 from bench.options import Scenario
 
 POLL = 0.25  # s: longest a waiting publisher goes without re-checking stop/timeouts
@@ -88,11 +88,13 @@ class Publisher:
                 continue
             self.confirmed += n
             v = (now - sent) // 1000
-            if v < 64:
+            if v < 256:
                 counts[v if v > 0 else 0] += n
             else:
-                s = v.bit_length() - 6
-                counts[(s << 5) + (v >> s)] += n
+                if v > TOP:
+                    v = TOP
+                s = v.bit_length() - 8
+                counts[(s << 7) + (v >> s)] += n
             if v > hist.max_us:
                 hist.max_us = v
         if len(self.outstanding) < self.window:

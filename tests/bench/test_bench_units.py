@@ -11,31 +11,60 @@ from bench import compare, options, report, scenarios, topology
 from bench.histogram import Histogram, bucket, bucket_value
 
 
-def test_histogram_percentiles_within_bucket_error() -> None:
+def test_histogram_percentiles_are_hdrhistograms() -> None:
+    """Percentiles come from the hdrhistogram library and match its own record_value path."""
+    from hdrh.histogram import HdrHistogram
+
     rng = random.Random(1)
     values = [int(rng.lognormvariate(7, 1.5)) for _ in range(20000)]
     h = Histogram()
+    lib = HdrHistogram(1, 1 << 36, 2)
     for v in values:
         h.record(v)
+        lib.record_value(v)
     values.sort()
-    p = h.percentiles((50, 95, 99))
-    for q in (50, 95, 99):
+    p = h.percentiles((50, 95, 99, 99.9))
+    for q in (50, 95, 99, 99.9):
+        assert p[f"p{q:g}"] == round(min(lib.get_value_at_percentile(q), values[-1]) / 1000, 3)
         exact = values[int(len(values) * q / 100) - 1] / 1000
-        assert abs(p[f"p{q}"] - exact) <= 0.035 * exact + 0.001, q
+        assert abs(p[f"p{q:g}"] - exact) <= 0.01 * exact + 0.001, q
     assert p["max"] == values[-1] / 1000 and p["count"] == 20000
+    back = HdrHistogram.decode(h.encode())
+    assert back.get_total_count() == 20000
+    assert back.get_value_at_percentile(99) == lib.get_value_at_percentile(99)
+
+
+def test_histogram_index_is_the_librarys() -> None:
+    from hdrh.histogram import HdrHistogram
+
+    lib = HdrHistogram(1, 1 << 36, 2)
+    for v in [*range(0, 5000), 65535, 65536, 123456789, (1 << 36) - 1]:
+        assert bucket(v) == lib._counts_index_for(v), v
+    assert bucket(1 << 40) == bucket(1 << 36)
+    np = pytest.importorskip("numpy")
+    from bench import batch
+
+    vs = np.array([0, 5, 255, 256, 257, 1000, 99999, 1 << 37], dtype=np.int64)
+    idx, counts, vmax = batch.latency_buckets(10**15, 10**15 - vs * 1000)
+    assert sorted(idx.tolist()) == sorted({bucket(int(v)) for v in vs})
+    assert vmax == 1 << 36
 
 
 def test_histogram_buckets_are_monotonic_and_merge() -> None:
     idx = [bucket(v) for v in range(0, 100000, 7)]
     assert idx == sorted(idx)
-    for v in (0, 63, 64, 65, 1000, 123456789):
-        assert abs(bucket_value(bucket(v)) - v) <= max(0.5, v / 32)
+    for v in (0, 63, 64, 65, 255, 256, 1000, 123456789):
+        assert abs(bucket_value(bucket(v)) - v) <= max(0.5, v / 128)
     a, b = Histogram(), Histogram()
     a.record(10)
     b.record(2000)
     a.merge_sparse({str(k): c for k, c in b.take_sparse().items()})
     assert a.total == 2 and b.total == 0
     assert Histogram().percentiles()["p50"] is None
+    c = Histogram()
+    c.record(3)
+    c.record(5)
+    assert c.percentiles((50, 100)) == {"p50": 0.003, "p100": 0.005, "max": 0.005, "count": 2}
 
 
 def parse(*argv: str, base: options.Scenario | None = None) -> options.Scenario:
