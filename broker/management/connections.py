@@ -1,7 +1,9 @@
 """/api/connections (GET, DELETE = close with 320 CONNECTION_FORCED and the reason from the
 `X-Reason` header), /api/channels, /api/consumers and the per-vhost and per-connection
 forms. Users tagged monitoring or administrator see everyone's; others their own.
-Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
+Stream protocol connections are listed too, as RabbitMQ's stream plugin registers them
+(protocol "stream", no channels; broker/management/streams.py `as_connection`), and DELETE
+closes them. Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api/index.html."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.management import samples, shapes
+from broker.management import samples, shapes, streams
 from broker.management.auth import ApiUser, current, require_vhost, visible_vhosts
 from broker.management.context import broker, sampler
 from broker.management.http import list_reply, no_content, not_found, param, reply
@@ -25,14 +27,24 @@ def _mine(user: ApiUser, conn: Reader) -> bool:
     return user.is_monitor or conn.username == user.name
 
 
-def connections_of(request: web.Request, vhost: str | None = None) -> list[Any]:
+def connections_of(request: web.Request, vhost: str | None = None,
+                   stream: bool = True) -> list[Any]:
+    """Open AMQP 0-9-1 connections the caller may see, then (with `stream`) stream ones."""
     b = broker(request)
     user = current(request)
-    return [c for c in b.connections if c.vhost is not None and _mine(user, c)
-            and (vhost is None or c.vhost.name == vhost)]
+    out: list[Any] = [c for c in b.connections if c.vhost is not None and _mine(user, c)
+                      and (vhost is None or c.vhost.name == vhost)]
+    if stream:
+        out.extend(streams.stream_connections(request, vhost))
+    return out
 
 
-def find_connection(request: web.Request) -> Reader:
+def _is_stream(conn: Any) -> bool:
+    """A stream protocol connection (broker/stream_protocol/reader.py StreamConnection)."""
+    return getattr(conn, "protocol_name", "") == "stream"
+
+
+def find_connection(request: web.Request) -> Any:
     name = param(request, "name")
     for conn in connections_of(request):
         if shapes.connection_name(conn) == name:
@@ -40,10 +52,13 @@ def find_connection(request: web.Request) -> Reader:
     raise not_found()
 
 
-def _conn_json(request: web.Request, conn: Reader, ranges: Ranges, now_ms: int) -> dict:
+def _conn_json(request: web.Request, conn: Any, ranges: Ranges, now_ms: int) -> dict:
     """A connection's JSON; with a `data_rates` range, recv_oct / send_oct samples."""
     s = sampler(request)
-    out = shapes.connection(broker(request), s, conn)
+    if _is_stream(conn):
+        out = streams.as_connection(request, conn)
+    else:
+        out = shapes.connection(broker(request), s, conn)
     if ranges.any():
         samples.connection(out, s, ("connection", id(conn)), ranges, now_ms)
     return out
@@ -88,9 +103,17 @@ async def close(request: web.Request) -> web.Response:
     """Close the connection: connection.close 320 "CONNECTION_FORCED - <X-Reason or
     'Closed via management plugin'>" (RabbitMQ's text)."""
     conn = find_connection(request)
-    reason = request.headers.get("X-Reason", "Closed via management plugin")
-    conn.close(320, f"CONNECTION_FORCED - {reason}")
+    _force_close(conn, request.headers.get("X-Reason", "Closed via management plugin"))
     return no_content()
+
+
+def _force_close(conn: Any, reason: str) -> None:
+    """connection.close 320 on AMQP 0-9-1; a stream connection's socket closes, as
+    rabbit_mgmt_wm_connection's `Pid ! {shutdown, Reason}` makes the stream reader do."""
+    if _is_stream(conn):
+        conn.force_close(reason)
+    else:
+        conn.close(320, f"CONNECTION_FORCED - {reason}")
 
 
 def _of_user(request: web.Request) -> list[Any]:
@@ -111,13 +134,13 @@ async def close_user(request: web.Request) -> web.Response:
     DELETE /api/connections/{name} each); 204 even when there were none."""
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     for conn in _of_user(request):
-        conn.close(320, f"CONNECTION_FORCED - {reason}")
+        _force_close(conn, reason)
     return no_content()
 
 
 def _channels(request: web.Request, conns: list[Any]) -> web.Response:
     ranges, now_ms = samples.from_request(request)
-    items = [_channel_json(request, ch, ranges, now_ms) for c in conns
+    items = [_channel_json(request, ch, ranges, now_ms) for c in conns if not _is_stream(c)
              for ch in c.channels.values() if ch.opened]
     return list_reply(request, sorted(items, key=lambda i: i["name"]))
 

@@ -22,13 +22,16 @@ from aiohttp import web
 from broker.connection_names import connection_name
 from broker.management import shapes
 from broker.management.auth import current
-from broker.management.context import broker
+from broker.management.context import broker, sampler
 from broker.management.http import list_reply, no_content, not_found, param, reply
+from broker.management.rates import with_details
 
 routes = web.RouteTableDef()
 
 
-def _connections(request: web.Request, vhost: str | None = None) -> list[Any]:
+def stream_connections(request: web.Request, vhost: str | None = None) -> list[Any]:
+    """The open stream connections the caller may see (all for monitoring and
+    administrator users, else its own), optionally of one vhost."""
     listener = broker(request).stream
     if listener is None:
         return []
@@ -61,6 +64,34 @@ def _connection_json(request: web.Request, conn: Any) -> dict:
         "subscriptions": len(conn.subscriptions),
         "state": "running",
     }
+
+
+def as_connection(request: web.Request, conn: Any) -> dict:
+    """A stream connection as GET /api/connections lists it beside AMQP 0-9-1 ones:
+    rabbit_stream_reader's connection_created items (3.10.8: protocol "stream", no "type",
+    timeout = heartbeat, channels and channel_max 0, user_provided_name from the client's
+    connection_name) and its connection_stats (recv_oct, send_oct, recv_cnt, send_cnt,
+    send_pend, state "running" or "blocked" during a resource alarm)."""
+    out = _connection_json(request, conn)
+    del out["subscriptions"]
+    key = ("connection", id(conn))
+    out.update({
+        "user_who_performed_action": conn.username,
+        "timeout": conn.heartbeat,
+        "channels": 0,
+        "channel_max": 0,
+        "state": "blocked" if conn.listener.blocked and conn.publishers else "running",
+        **with_details(sampler(request), key, {"recv_oct": conn.recv_oct,
+                                                      "send_oct": conn.send_oct}),
+        "recv_cnt": conn.recv_cnt,
+        "send_cnt": conn.send_cnt,
+        "send_pend": conn.transport.get_write_buffer_size() if conn.transport else 0,
+        **shapes.tls_fields(conn),
+    })
+    name = conn.client_properties.get("connection_name")
+    if name is not None:
+        out["user_provided_name"] = name
+    return out
 
 
 def _details(request: web.Request, conn: Any) -> dict:
@@ -114,7 +145,7 @@ def _activity(sub: Any) -> str:
 
 def _find(request: web.Request) -> Any:
     vhost, name = param(request, "vhost"), param(request, "name")
-    for conn in _connections(request, vhost):
+    for conn in stream_connections(request, vhost):
         if connection_name(conn) == name:
             return conn
     raise not_found()
@@ -122,12 +153,12 @@ def _find(request: web.Request) -> Any:
 
 @routes.get("/api/stream/connections")
 async def list_connections(request: web.Request) -> web.Response:
-    return list_reply(request, [_connection_json(request, c) for c in _connections(request)])
+    return list_reply(request, [_connection_json(request, c) for c in stream_connections(request)])
 
 
 @routes.get("/api/stream/connections/{vhost}")
 async def list_vhost_connections(request: web.Request) -> web.Response:
-    conns = _connections(request, param(request, "vhost"))
+    conns = stream_connections(request, param(request, "vhost"))
     return list_reply(request, [_connection_json(request, c) for c in conns])
 
 
@@ -138,7 +169,9 @@ async def get_connection(request: web.Request) -> web.Response:
 
 @routes.delete("/api/stream/connections/{vhost}/{name}")
 async def close_connection(request: web.Request) -> web.Response:
-    _find(request).shutdown()
+    """Close it as rabbit_stream_connection_mgmt does: `{shutdown, Reason}` to the reader
+    (X-Reason or "Closed via management plugin"), which closes the socket."""
+    _find(request).force_close(request.headers.get("X-Reason", "Closed via management plugin"))
     return no_content()
 
 
@@ -154,27 +187,27 @@ async def connection_consumers(request: web.Request) -> web.Response:
 
 @routes.get("/api/stream/publishers")
 async def list_publishers(request: web.Request) -> web.Response:
-    return list_reply(request, _publishers(request, _connections(request)))
+    return list_reply(request, _publishers(request, stream_connections(request)))
 
 
 @routes.get("/api/stream/publishers/{vhost}")
 async def list_vhost_publishers(request: web.Request) -> web.Response:
     return list_reply(request, _publishers(request,
-                                           _connections(request, param(request, "vhost"))))
+                                           stream_connections(request, param(request, "vhost"))))
 
 
 @routes.get("/api/stream/publishers/{vhost}/{stream}")
 async def list_stream_publishers(request: web.Request) -> web.Response:
-    conns = _connections(request, param(request, "vhost"))
+    conns = stream_connections(request, param(request, "vhost"))
     return list_reply(request, _publishers(request, conns, param(request, "stream")))
 
 
 @routes.get("/api/stream/consumers")
 async def list_consumers(request: web.Request) -> web.Response:
-    return list_reply(request, _consumers(request, _connections(request)))
+    return list_reply(request, _consumers(request, stream_connections(request)))
 
 
 @routes.get("/api/stream/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
     return list_reply(request, _consumers(request,
-                                          _connections(request, param(request, "vhost"))))
+                                          stream_connections(request, param(request, "vhost"))))

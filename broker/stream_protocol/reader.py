@@ -136,6 +136,8 @@ class Publisher:
 class StreamConnection(asyncio.Protocol):
     """One client connection (see the module docstring for the states and errors)."""
 
+    protocol_name = "stream"  # what management lists as its protocol
+
     def __init__(self, listener: StreamListener) -> None:
         self.listener = listener
         self.broker = listener.broker
@@ -150,6 +152,9 @@ class StreamConnection(asyncio.Protocol):
         self.frame_max = listener.frame_max  # negotiated
         self.heartbeat = listener.heartbeat  # negotiated (s)
         self.connected_at = time.time()
+        self.peercert: dict | None = None  # the verified client certificate, under TLS
+        # socket statistics for /api/connections (recv_oct, recv_cnt, send_oct, send_cnt)
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         self._last_in = time.monotonic()
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_corr = 0
@@ -165,10 +170,14 @@ class StreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self.peer = transport.get_extra_info("peername")
+        if transport.get_extra_info("ssl_object") is not None:
+            self.peercert = transport.get_extra_info("peercert")
         self.listener.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         self._last_in = time.monotonic()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         try:
             frames = self.splitter.feed(data)
         except core.FrameTooLarge as exc:
@@ -235,10 +244,12 @@ class StreamConnection(asyncio.Protocol):
         if self.transport is None:
             return
         self.listener.delivered += int.from_bytes(header[4:8], "big")  # NumRecords
-        self.transport.write(core.deliver_header(subscription_id, len(header) + len(data),
-                                                 self.deliver_version, max(committed, 0))
-                             + header)
+        head = core.deliver_header(subscription_id, len(header) + len(data),
+                                   self.deliver_version, max(committed, 0)) + header
+        self.transport.write(head)
         self.transport.write(data)
+        self.send_oct += len(head) + len(data)
+        self.send_cnt += 1
 
     def consumer_update(self, queue: Any, subscription_id: int, active: bool) -> None:
         """Ask the client whether a single active consumer takes over (active) or steps
@@ -276,6 +287,8 @@ class StreamConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            self.send_oct += len(data)
+            self.send_cnt += 1
 
     def _fail(self) -> None:
         """Close the socket at once (RabbitMQ's connection_step = failure)."""
@@ -286,6 +299,13 @@ class StreamConnection(asyncio.Protocol):
     def shutdown(self) -> None:
         """The broker stops: tell the client, then close."""
         self._close_with(core.OK, "shutdown")
+
+    def force_close(self, reason: str) -> None:
+        """An operator closes the connection (DELETE /api/connections/{name}): RabbitMQ's
+        stream reader stops on `{shutdown, Reason}` and closes the socket without a close
+        frame (rabbit_stream_reader.erl, open(info, {shutdown, _})); logged as there."""
+        log.info("forcing stream connection %s closing: %s", self.peer, reason)
+        self._fail()
 
     def _close_with(self, code: int, reason: str) -> None:
         """Send a close request with `code`, then close the socket (the client's response

@@ -17,6 +17,7 @@ import pytest
 pytestmark = pytest.mark.usefixtures("ours_only")
 
 PAGES = {"overview": "totals", "connections": "connections-table",
+         "stream-connections": "stream-connections-table",
          "channels": "channels-table", "exchanges": "exchanges-table",
          "queues": "queues-table", "users": "users-table", "vhosts": "vhosts-table",
          "permissions": "permissions-table", "policies": "policies-table",
@@ -188,3 +189,39 @@ def test_policy_form_offers_the_quorum_keys(driver, api_base, api):
             "max-length": 1000, "delivery-limit": 20}
     finally:
         api.delete(f"/api/policies/%2F/{name}")
+
+
+def test_stream_connections_page_shows_publishers_and_consumers(driver):
+    """The Stream connections page (RabbitMQ's rabbitmq_stream_management tab) lists a
+    stream protocol connection; its page shows the publisher and consumer it has, the
+    stream's queue page shows them too, and Close closes it."""
+    from selenium.webdriver.common.by import By
+
+    from broker.embedded import EmbeddedBroker
+    from tests.stream import raw_client as rc
+
+    b = EmbeddedBroker(stream_listeners_tcp_default="0", management_tcp_port=-1,
+                       prometheus_tcp_port=-1).start()
+    base = f"http://127.0.0.1:{b.management_port}"
+    sock = rc.opened(b, {"connection_name": "ui-stream-client"})
+    try:
+        assert rc.create_stream(sock, "ui-stream") == 1
+        assert rc.declare_publisher(sock, 7, "ui-producer", "ui-stream") == 1
+        sock.sendall(rc.publish_frame(7, [(1, b"one"), (2, b"two")]))
+        assert rc.subscribe_first(sock, 3, "ui-stream") == 1
+        login(driver, base)
+        driver.get(f"{base}/#/stream-connections")
+        wait_text(driver, "stream-connections-table", "ui-stream-client")
+        driver.find_element(By.CSS_SELECTOR, "a.stream-connection-link").click()
+        wait_text(driver, "stream-publishers-table", "ui-producer")
+        consumers = wait_id(driver, "stream-consumers-table").text
+        assert "ui-stream" in consumers
+        driver.get(f"{base}/#/queue/%2F/ui-stream")
+        wait_text(driver, "stream-publishers-table", "ui-producer")
+        driver.get(f"{base}/#/stream-connections")
+        wait_text(driver, "stream-connections-table", "ui-stream-client")
+        driver.find_element(By.CSS_SELECTOR, "button.close-stream-connection").click()
+        assert rc.closed(sock)
+    finally:
+        sock.close()
+        b.stop()

@@ -20,6 +20,7 @@ from rstream import exceptions as rexc
 
 from broker.embedded import EmbeddedBroker
 from broker.stream import osiris_chunk as oc
+from tests.stream.raw_client import closed, frame, opened, publish_frame, read_frame, s
 
 
 @pytest.fixture(scope="module")
@@ -115,61 +116,6 @@ def test_wrong_password_and_a_vhost_without_access_are_refused(sbroker):
 
 
 # -- raw frames, built by hand from PROTOCOL.adoc -----------------------------------------------
-def s(text: str) -> bytes:
-    b = text.encode()
-    return struct.pack(">H", len(b)) + b
-
-
-def frame(body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + body
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    head = _recv(sock, 4)
-    return _recv(sock, struct.unpack(">I", head)[0])
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
-
-
-def closed(sock: socket.socket) -> bool:
-    sock.settimeout(5)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
-
-def opened(b) -> socket.socket:
-    """A raw connection through the whole handshake: peer properties, PLAIN, tune, open."""
-    sock = socket.create_connection(("127.0.0.1", b.stream_port), timeout=5)
-    sock.sendall(frame(struct.pack(">HHII", 17, 1, 1, 0)))
-    assert struct.unpack_from(">HHIH", read_frame(sock)) == (0x8011, 1, 1, 1)
-    sock.sendall(frame(struct.pack(">HHI", 18, 1, 2)))
-    reply = read_frame(sock)
-    assert struct.unpack_from(">HHIH", reply) == (0x8012, 1, 2, 1)
-    assert b"PLAIN" in reply
-    sock.sendall(frame(struct.pack(">HHI", 19, 1, 3) + s("PLAIN")
-                       + struct.pack(">i", 12) + b"\0guest\0guest"))
-    assert struct.unpack_from(">HHIH", read_frame(sock)) == (0x8013, 1, 3, 1)
-    tune = read_frame(sock)
-    key, _v, frame_max, heartbeat = struct.unpack(">HHII", tune)
-    assert (key, frame_max, heartbeat) == (20, 1_048_576, 60)
-    sock.sendall(frame(struct.pack(">HHII", 0x8014, 1, 4096, 0)))
-    sock.sendall(frame(struct.pack(">HHI", 21, 1, 4) + s("/")))
-    reply = read_frame(sock)
-    assert struct.unpack_from(">HHIH", reply) == (0x8015, 1, 4, 1)
-    assert b"advertised_port" in reply
-    return sock
-
-
 def test_a_command_before_authentication_closes_the_connection(sbroker):
     sock = socket.create_connection(("127.0.0.1", sbroker.stream_port), timeout=5)
     sock.sendall(frame(struct.pack(">HHI", 13, 1, 1) + s("early") + struct.pack(">I", 0)))
@@ -273,12 +219,6 @@ def test_a_named_producer_continues_its_sequence_across_connections(sbroker):
     assert sbroker.call(lambda: q.log.sequences["app-1"]) == 6
 
 
-def _publish_frame(publisher_id: int, items: list[tuple[int, bytes]]) -> bytes:
-    body = struct.pack(">HHBI", 2, 1, publisher_id, len(items)) + b"".join(
-        struct.pack(">Qi", pid, len(m)) + m for pid, m in items)
-    return frame(body)
-
-
 def test_a_publishing_id_at_or_below_the_last_stored_is_confirmed_and_dropped(sbroker):
     """Deduplication (osiris): a publisher with a reference that sends ids 1, 2 and then
     2, 3 gets every id confirmed, and the stream holds three messages."""
@@ -288,7 +228,7 @@ def test_a_publishing_id_at_or_below_the_last_stored_is_confirmed_and_dropped(sb
     assert struct.unpack(">HHIH", read_frame(sock)) == (0x8001, 1, 20, 1)
     confirmed: list[int] = []
     for batch, total in (([(1, b"a"), (2, b"b")], 2), ([(2, b"b-again"), (3, b"c")], 4)):
-        sock.sendall(_publish_frame(3, batch))
+        sock.sendall(publish_frame(3, batch))
         while len(confirmed) < total:
             f = read_frame(sock)
             key, _v, pub, n = struct.unpack_from(">HHBI", f)
@@ -364,7 +304,7 @@ def test_a_resource_alarm_stops_reading_from_publishing_connections(sbroker):
     free = sbroker.call(lambda: sbroker.broker.resources.free)
     sbroker.call(lambda: sbroker.broker.set_disk_free_limit(free + 10**15))
     try:
-        pub.sendall(_publish_frame(1, [(1, b"held")]))
+        pub.sendall(publish_frame(1, [(1, b"held")]))
         pub.settimeout(1.0)
         with pytest.raises(socket.timeout):
             read_frame(pub)
@@ -439,6 +379,45 @@ def test_the_http_api_lists_stream_connections_publishers_and_consumers():
         r = requests.get(api + "/api/stream/connections", auth=("nobody", "x"), timeout=10)
         assert r.status_code == 401
     finally:
+        b.stop()
+
+
+def test_api_connections_lists_stream_connections_and_delete_closes_them():
+    """GET /api/connections lists a stream connection beside AMQP 0-9-1 ones, as RabbitMQ's
+    stream reader registers it (protocol "stream", user_provided_name from the client's
+    connection_name, byte counters), and DELETE /api/connections/{name} closes its socket
+    (what rstream's own tests do through the HTTP API)."""
+    import requests
+
+    b = EmbeddedBroker(stream_listeners_tcp_default="0", management_tcp_port=-1,
+                       prometheus_tcp_port=-1).start()
+    api = f"http://127.0.0.1:{b.management_port}/api"
+    auth = ("guest", "guest")
+    sock = opened(b, {"connection_name": "raw-api", "product": "test"})
+    try:
+        conns = requests.get(api + "/connections", auth=auth, timeout=10).json()
+        (conn,) = [c for c in conns if c.get("user_provided_name") == "raw-api"]
+        assert conn["protocol"] == "stream" and conn["channels"] == 0
+        assert conn["client_properties"] == {"connection_name": "raw-api", "product": "test"}
+        assert conn["user"] == "guest" and conn["vhost"] == "/" and conn["state"] == "running"
+        assert conn["recv_oct"] > 0 and conn["send_oct"] > 0 and "type" not in conn
+        one = requests.get(api + "/connections/" + requests.utils.quote(conn["name"], safe=""),
+                           auth=auth, timeout=10).json()
+        assert one["name"] == conn["name"]
+        by_vhost = requests.get(api + "/vhosts/%2F/connections", auth=auth, timeout=10).json()
+        assert conn["name"] in {c["name"] for c in by_vhost}
+        channels = requests.get(api + "/connections/"
+                                + requests.utils.quote(conn["name"], safe="") + "/channels",
+                                auth=auth, timeout=10).json()
+        assert channels == []
+        r = requests.delete(api + "/connections/" + requests.utils.quote(conn["name"], safe=""),
+                            auth=auth, timeout=10)
+        assert r.status_code == 204
+        assert closed(sock)
+        conns = requests.get(api + "/connections", auth=auth, timeout=10).json()
+        assert not [c for c in conns if c.get("user_provided_name") == "raw-api"]
+    finally:
+        sock.close()
         b.stop()
 
 

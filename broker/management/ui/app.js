@@ -108,6 +108,48 @@ async function connections() {
   });
 }
 
+// Stream Connections, as RabbitMQ's rabbitmq_stream_management adds it: the stream protocol's
+// connections, each with its publishers and consumers (/api/stream/...).
+async function streamConnections() {
+  const rows = await api("GET", "/api/stream/connections");
+  show(`<h2>Stream connections</h2>` + table([
+    ["Name", (r) => `<a class="stream-connection-link" href="#/stream-connection/${enc(r.vhost)}/${enc(r.name)}">${esc(r.name)}</a>`],
+    ["User", (r) => esc(r.user)], ["Vhost", (r) => esc(r.vhost)],
+    ["Client", (r) => esc((r.client_properties || {}).connection_name || (r.client_properties || {}).product || "")],
+    ["TLS", (r) => r.ssl ? "yes" : "no"], ["Heartbeat (s)", (r) => r.heartbeat],
+    ["Frame max (bytes)", (r) => r.frame_max], ["Subscriptions", (r) => r.subscriptions],
+    ["", (r) => `<button class="close-stream-connection" data-vhost="${esc(r.vhost)}" data-name="${esc(r.name)}">Close</button>`],
+  ], rows, "stream-connections-table"));
+  main.querySelectorAll(".close-stream-connection").forEach((b) => b.onclick = async () => {
+    await api("DELETE", `/api/stream/connections/${enc(b.dataset.vhost)}/${enc(b.dataset.name)}`).catch(fail);
+    route();
+  });
+}
+
+const STREAM_PUBLISHER_COLUMNS = [
+  ["Stream", (r) => esc(r.queue.name)], ["Connection", (r) => esc(r.connection_details.name)],
+  ["Publisher id", (r) => r.publisher_id], ["Reference", (r) => esc(r.reference)],
+  ["Published", (r) => r.published], ["Confirmed", (r) => r.confirmed], ["Errored", (r) => r.errored],
+];
+const STREAM_CONSUMER_COLUMNS = [
+  ["Stream", (r) => esc(r.queue.name)], ["Connection", (r) => esc(r.connection_details.name)],
+  ["Subscription id", (r) => r.subscription_id], ["Credits", (r) => r.credits],
+  ["Consumed", (r) => r.consumed], ["Offset", (r) => r.offset], ["Offset lag", (r) => r.offset_lag],
+  ["Active", (r) => esc(r.activity_status)],
+];
+
+async function streamConnection(vhost, name) {
+  const base = `/api/stream/connections/${enc(vhost)}/${enc(name)}`;
+  const [c, pubs, cons] = await Promise.all([
+    api("GET", base), api("GET", `${base}/publishers`), api("GET", `${base}/consumers`)]);
+  show(`<h2 id="stream-connection-title">Stream connection ${esc(c.name)}</h2>
+    <section class="card">user ${esc(c.user)}, vhost ${esc(c.vhost)}, ${esc(c.auth_mechanism)},
+      heartbeat ${c.heartbeat} s, frame max ${c.frame_max} bytes; client properties
+      <code>${esc(JSON.stringify(c.client_properties))}</code></section>
+    <h3>Publishers</h3>${table(STREAM_PUBLISHER_COLUMNS, pubs, "stream-publishers-table")}
+    <h3>Consumers</h3>${table(STREAM_CONSUMER_COLUMNS, cons, "stream-consumers-table")}`);
+}
+
 async function channels() {
   const rows = await api("GET", "/api/channels");
   show(`<h2>Channels</h2>` + table([
@@ -186,9 +228,19 @@ async function queue(vhost, name) {
       <div id="get-results"></div></form>
     <section class="card"><h3>Browse (without consuming)</h3>
       <button id="browse-button" type="button">Show ready messages</button><div id="browse-results"></div></section>
+    <div id="stream-sections"></div>
     <section class="card"><button id="purge-button" type="button">Purge messages</button>
       <button id="delete-button" type="button">Delete queue</button>
       <p class="error" id="page-error"></p></section>`);
+  if (q.type === "stream") {  // the stream protocol's publishers and consumers of this stream
+    const [pubs, cons] = await Promise.all([
+      api("GET", `/api/stream/publishers/${enc(vhost)}/${enc(name)}`),
+      api("GET", `/api/stream/consumers/${enc(vhost)}`)]);
+    document.getElementById("stream-sections").innerHTML =
+      `<h3>Stream publishers</h3>${table(STREAM_PUBLISHER_COLUMNS, pubs, "stream-publishers-table")}
+       <h3>Stream consumers</h3>${table(STREAM_CONSUMER_COLUMNS,
+         cons.filter((r) => r.queue.name === name), "stream-consumers-table")}`;
+  }
   document.getElementById("publish-form").onsubmit = async (e) => {
     e.preventDefault();
     const r = await api("POST", `/api/exchanges/${enc(vhost)}/amq.default/publish`, {
@@ -358,7 +410,7 @@ async function shovels() {
   });
 }
 
-const PAGES = { overview, connections, channels, exchanges, queues, users, vhosts, permissions, policies, federation, shovels };
+const PAGES = { overview, connections, "stream-connections": streamConnections, channels, exchanges, queues, users, vhosts, permissions, policies, federation, shovels };
 
 async function route() {
   stopCharts();
@@ -368,6 +420,7 @@ async function route() {
   nav.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   try {
     if (page === "queue") await queue(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
+    else if (page === "stream-connection") await streamConnection(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
     else await (PAGES[page] || overview)();
   } catch (err) { fail(err); }
 }
