@@ -25,9 +25,11 @@ def broker() -> Iterator[object]:
         return
     from broker.embedded import EmbeddedBroker
 
-    # the management API and Prometheus endpoint on free ports (tests/ops), rates every 0.2 s
+    # the management API and Prometheus endpoint on free ports (tests/ops), rates every 0.2 s,
+    # and the stream protocol on a free port (the Spark source's streamPort reads)
     b = EmbeddedBroker(management_tcp_port=-1, prometheus_tcp_port=-1,
-                       collect_statistics_interval=200).start()
+                       collect_statistics_interval=200,
+                       stream_listeners_tcp_default="0").start()
     try:
         yield b
     finally:

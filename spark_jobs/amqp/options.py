@@ -20,7 +20,8 @@ QUEUE_TYPES = ("classic", "quorum", "stream")  # RabbitMQ's x-queue-type values
 # Every other reader option applies to all three (docs/spark.md has the table).
 STREAM_ONLY_OPTIONS = (("startingOffsets", "starting_offsets"),
                        ("startingTimestamp", "starting_timestamp"),
-                       ("endingOffsets", "ending_offsets"))
+                       ("endingOffsets", "ending_offsets"),
+                       ("streamPort", "stream_port"))
 
 
 class AmqpOptionError(ValueError):
@@ -124,6 +125,7 @@ class AmqpOptions:
     starting_offsets: str | None = None  # stream: earliest | latest | an offset
     starting_timestamp: int | None = None  # stream: ms since the epoch (wins over the above)
     ending_offsets: str | None = None  # stream batch reads: latest | an offset
+    stream_port: int | None = None  # stream: read over the stream protocol on this port
     _username: str | None = field(default=None, repr=False)  # from env when the URI has none
     _password: str | None = field(default=None, repr=False)
 
@@ -139,7 +141,9 @@ class AmqpOptions:
         default: detected), managementUri (http(s) base of the management API; default
         $AMQP_MANAGEMENT_URI, else none); for a stream queue: startingOffsets (earliest |
         latest | an offset; default latest for a streaming read, earliest for a batch read),
-        startingTimestamp (ms), endingOffsets (batch reads: latest | an offset).
+        startingTimestamp (ms), endingOffsets (batch reads: latest | an offset), streamPort
+        (1..65535: read over the RabbitMQ Stream protocol on that port of the first URI's
+        host, with its credentials and vhost; default: over AMQP 0-9-1).
         Credentials: user and password in the URI, else $AMQP_USERNAME / $AMQP_PASSWORD.
         Errors: AmqpOptionError naming the option (passwords redacted). Whether an option
         applies to the queue's type is checked later, by `check_reader_options`.
@@ -168,6 +172,8 @@ class AmqpOptions:
             starting_timestamp=(None if options.get("startingTimestamp") is None else
                                 _int_option(options, "startingTimestamp", 0, 0, 2**62)),
             ending_offsets=_offset_option(options, "endingOffsets", ("latest",)),
+            stream_port=(None if options.get("streamPort") is None else
+                         _int_option(options, "streamPort", 5552, 1, 65535)),
             _username=os.environ.get("AMQP_USERNAME"),
             _password=os.environ.get("AMQP_PASSWORD"),
         )

@@ -3,10 +3,13 @@
 # again, and a query is replayable (exactly-once into an idempotent or transactional sink).
 # Talked to by Spark through the data source (driver: offsets and partitions; executors:
 # read()).
-# Must never ack anything away (a stream keeps its messages) or ship rows from the driver.
+# Must never ack anything away (a stream keeps its messages) or ship rows from the driver, or
+# refer to a module object of spark_jobs from a function (the classes travel by value, and
+# cloudpickle would then pickle the whole module).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Iterator
@@ -25,6 +28,9 @@ from spark_jobs.amqp.connect import open_blocking
 from spark_jobs.amqp.deadline import Watch, run_with_deadline
 from spark_jobs.amqp.options import AmqpOptions
 from spark_jobs.amqp.reader import ROWS_PER_PARTITION, delivery_row
+from spark_jobs.amqp.stream_protocol import first_at as first_at_over_stream
+from spark_jobs.amqp.stream_protocol import read_range as read_range_over_stream
+from spark_jobs.amqp.stream_protocol import tail as tail_over_stream
 
 log = logging.getLogger("spark_jobs.amqp")
 QUIET_S = 0.3  # a probe ends once nothing more came for this long
@@ -110,7 +116,10 @@ def _consume_watched(watch: Watch, options: AmqpOptions, queue: str, offset: obj
 def tail(options: AmqpOptions) -> int | None:
     """The stream's next offset (one past the last message), or None when it is empty:
     the last chunk is read from x-stream-offset "last" (on a busy stream, whatever came
-    within fetchWaitMs: an offset below the true tail is still a valid end)."""
+    within fetchWaitMs: an offset below the true tail is still a valid end). With
+    streamPort: stream_stats and that one chunk over the stream protocol."""
+    if options.stream_port is not None:
+        return tail_over_stream(options)
     got = _consume(options, "last", None, MAX_PREFETCH, options.fetch_wait_ms / 1000,
                    "finding the tail")
     return max(off for off, _row in got) + 1 if got else None
@@ -119,6 +128,10 @@ def tail(options: AmqpOptions) -> int | None:
 def first_at(options: AmqpOptions, spec: object) -> int | None:
     """The first offset a consumer starting at `spec` ("first", a timestamp) gets, or None
     when there is none yet (one delivery is taken: prefetch 1, stop after it)."""
+    if options.stream_port is not None:
+        if isinstance(spec, dt.datetime):
+            return first_at_over_stream(options, 5, int(spec.timestamp() * 1000))
+        return first_at_over_stream(options, 1)
     got = _consume(options, spec, None, 1, options.fetch_wait_ms / 1000,
                    f"finding the first offset at {spec}")
     return got[0][0] if got else None
@@ -133,6 +146,9 @@ def read_range(options: AmqpOptions, start: int, end: int) -> Iterator[tuple]:
     task fails rather than returning part of the range as if it were all of it."""
     if end <= start:
         return
+    if options.stream_port is not None:
+        yield from read_range_over_stream(options, start, end)
+        return
     got = _consume(options, start, end, min(MAX_PREFETCH, end - start), 0,
                    f"reading offsets [{start}, {end})")
     for off, row in got:
@@ -144,8 +160,6 @@ def resolve_start(options: AmqpOptions, default: str) -> int:
     """startingTimestamp (ms) or startingOffsets (earliest | latest | an offset; `default`
     when neither is given) as a stream offset."""
     if options.starting_timestamp is not None:
-        import datetime as dt
-
         when = dt.datetime.fromtimestamp(options.starting_timestamp / 1000, tz=dt.UTC)
         found = first_at(options, when)
         return found if found is not None else (tail(options) or 0)

@@ -65,6 +65,18 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
+def stream_port(broker) -> int:
+    """The stream protocol port of the broker under test (BROKER_TEST_STREAM_PORT against
+    another broker; those tests skip without it)."""
+    if os.environ.get("BROKER_TEST_URI"):
+        port = os.environ.get("BROKER_TEST_STREAM_PORT")
+        if not port:
+            pytest.skip("BROKER_TEST_STREAM_PORT not set")
+        return int(port)
+    return broker.stream_port
+
+
+@pytest.fixture
 def amqp_uri(broker) -> str:
     """The broker's URI for the data source's `uri` option."""
     return broker.url

@@ -64,6 +64,38 @@ def test_a_batch_read_is_replayable_and_bounded(spark, amqp_uri, stream_queue):
                         endingOffsets="150")) == [(i, i) for i in range(100, 150)]
 
 
+def _publish_with_properties(uri: str, queue: str, n: int) -> None:
+    """n messages with ids, correlation ids, headers and timestamps, in a few chunks."""
+    with connect(uri) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", queue, json.dumps({"id": i}).encode(), pika.BasicProperties(
+                message_id=f"m-{i}", correlation_id=f"c-{i % 7}", timestamp=1_700_000_000 + i,
+                headers={"tenant": f"t{i % 3}", "attempt": i % 2}))
+
+
+def _rows(spark, uri: str, queue: str, **options) -> list[tuple]:
+    reader = (spark.read.format("amqp").option("uri", uri).option("queue", queue)
+              .option("queueType", "stream").option("fetchWaitMs", 1000))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted((tuple(r) for r in reader.load().collect()), key=lambda r: r[-1])
+
+
+def test_a_read_over_the_stream_protocol_gives_the_same_rows(spark, amqp_uri, stream_queue,
+                                                             stream_port):
+    """Issue 37 item 9: with streamPort, tasks read their offset ranges over the stream
+    protocol; every column of every row is what the AMQP 0-9-1 path gives, bounds included."""
+    _publish_with_properties(amqp_uri, stream_queue, 300)
+    over_amqp = _rows(spark, amqp_uri, stream_queue)
+    over_stream = _rows(spark, amqp_uri, stream_queue, streamPort=str(stream_port))
+    assert len(over_amqp) == 300 and [r[-1] for r in over_amqp] == list(range(300))
+    assert over_stream == over_amqp
+    assert _rows(spark, amqp_uri, stream_queue, streamPort=str(stream_port),
+                 startingOffsets="100", endingOffsets="150") == over_amqp[100:150]
+
+
 class KeyedSink:
     """foreachBatch sink that stores each batch under its id (a replay overwrites: the
     idempotent sink exactly-once needs) and raises after storing batch `fail_at`."""
@@ -79,28 +111,34 @@ class KeyedSink:
             raise RuntimeError(f"sink crashes after writing batch {batch_id}")
 
 
-def _stream(spark, uri, queue, per, sink, checkpoint):
-    return (spark.readStream.format("amqp").option("uri", uri).option("queue", queue)
-            .option("queueType", "stream").option("startingOffsets", "earliest")
-            .option("maxMessagesPerTrigger", per).option("fetchWaitMs", 1000).load()
-            .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True).start())
+def _stream(spark, uri, queue, per, sink, checkpoint, **options):
+    reader = (spark.readStream.format("amqp").option("uri", uri).option("queue", queue)
+              .option("queueType", "stream").option("startingOffsets", "earliest")
+              .option("maxMessagesPerTrigger", per).option("fetchWaitMs", 1000))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (reader.load().writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
 
 
+@pytest.mark.parametrize("via", ["amqp", "stream"])
 def test_a_crashed_query_replays_exactly_the_same_batch(spark, amqp_uri, stream_queue,
-                                                         tmp_path):
+                                                         tmp_path, via, request):
+    """Over AMQP 0-9-1 and (streamPort) over the stream protocol alike."""
+    options = ({"streamPort": str(request.getfixturevalue("stream_port"))}
+               if via == "stream" else {})
     total, per = 500, 100
     _publish(amqp_uri, stream_queue, range(total))
     checkpoint = str(tmp_path / "ck")
     store: dict = {}
     attempts: dict = {}
     query = _stream(spark, amqp_uri, stream_queue, per, KeyedSink(store, attempts, 2),
-                    checkpoint)
+                    checkpoint, **options)
     with pytest.raises(StreamingQueryException):
         query.awaitTermination(120)
     assert sorted(store) == [0, 1, 2]
     query = _stream(spark, amqp_uri, stream_queue, per, KeyedSink(store, attempts, None),
-                    checkpoint)
+                    checkpoint, **options)
     assert query.awaitTermination(120)
     assert query.exception() is None
     assert attempts[2][0] == attempts[2][1]  # the replay read exactly the same messages
