@@ -105,7 +105,8 @@ def table(doc: dict[str, Any], baseline: str, subject: str) -> str:
     """A markdown table of confirm latency (ms, median over rounds with min-max) per
     offered rate: p99, p99.9 and max of `baseline` and `subject` side by side, and whether
     the subject's p99 and p99.9 medians are at or below the baseline's ("-" where the
-    baseline did not run or did not sustain the rate)."""
+    baseline did not run or did not sustain the rate). When the document has a `floor`
+    target (--floor), a last column gives its p99 / p99.9 medians: the client's own."""
 
     def cell(series: dict[str, Any], rate: str, key: str) -> str:
         point = series.get(rate)
@@ -120,9 +121,11 @@ def table(doc: dict[str, Any], baseline: str, subject: str) -> str:
         return f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f}){unsustained}"
 
     base, subj = doc["summary"].get(baseline, {}), doc["summary"].get(subject, {})
+    floor = doc["summary"].get("floor") if "floor" not in (baseline, subject) else None
     rows = [f"| offered msg/s | {baseline} p99 | {subject} p99 | {baseline} p99.9 | "
-            f"{subject} p99.9 | {baseline} max | {subject} max | p99, p99.9 at or below |",
-            "|---:|---|---|---|---|---:|---:|---|"]
+            f"{subject} p99.9 | {baseline} max | {subject} max | p99, p99.9 at or below |"
+            + (" floor p99 / p99.9 |" if floor else ""),
+            "|---:|---|---|---|---|---:|---:|---|" + ("---|" if floor else "")]
     for rate in sorted(set(base) | set(subj), key=float):
         verdict = "-"
         b, s_ = base.get(rate), subj.get(rate)
@@ -130,9 +133,14 @@ def table(doc: dict[str, Any], baseline: str, subject: str) -> str:
             ok = [s_["confirm_ms"][k]["median"] <= b["confirm_ms"][k]["median"]
                   for k in ("p99", "p99.9")]
             verdict = ", ".join("yes" if o else "no" for o in ok)
+        extra = ""
+        if floor:
+            f = floor.get(rate)
+            extra = (f" {f['confirm_ms']['p99']['median']:.2f} / "
+                     f"{f['confirm_ms']['p99.9']['median']:.2f} |" if f else " - |")
         rows.append(f"| {float(rate):,.0f} | " + " | ".join(
             cell(series, rate, key) for key in ("p99", "p99.9", "max")
-            for series in (base, subj)) + f" | {verdict} |")
+            for series in (base, subj)) + f" | {verdict} |" + extra)
     return "\n".join(rows)
 
 

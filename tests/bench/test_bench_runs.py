@@ -399,6 +399,12 @@ def test_latency_curve_table_says_where_the_subject_is_at_or_below(tmp_path: Any
     assert rows[2] == ("| 100 | 2.00 (1.00-4.00) | 1.00 (0.50-2.00) | 4.00 (2.00-8.00) | "
                        "5.00 (2.50-10.00) | 8.0 | 10.0 | yes, no |")
     assert rows[3].endswith("| - |") and "(not sustained)" in rows[3]
+    doc["summary"]["floor"] = {"100": point(0.5, 0.9)}
+    path.write_text(json.dumps(doc))
+    assert latency_curve.main(["--table", str(path), "base", "subj"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[0].endswith("| floor p99 / p99.9 |")
+    assert rows[2].endswith("| yes, no | 0.50 / 0.90 |") and rows[3].endswith("| - | - |")
     assert rows[4].startswith("| 300 | - | 0.70")
 
 
