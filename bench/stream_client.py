@@ -228,6 +228,14 @@ class StreamClient(asyncio.Protocol):
             self.transport.close()
 
     # -- the two loops -----------------------------------------------------------------------
+    async def _next_progress(self) -> None:
+        """Wait for the next confirm or delivery, or one second."""
+        self.progress.clear()
+        try:
+            await asyncio.wait_for(self.progress.wait(), 1)
+        except TimeoutError:
+            pass
+
     async def publish_for(self, seconds: float, size: int, publisher_id: int = 1,
                           batch: int = 100, window: int = 10_000) -> dict[str, float]:
         """Publish `size`-byte messages for `seconds` with at most `window` unconfirmed,
@@ -256,11 +264,7 @@ class StreamClient(asyncio.Protocol):
                 raise StreamError("publishing", getattr(self.closed.result(), "code", 0))
         deadline = time.perf_counter() + 60
         while self.confirmed + self.errored < sent and time.perf_counter() < deadline:
-            self.progress.clear()
-            try:
-                await asyncio.wait_for(self.progress.wait(), 1)
-            except TimeoutError:
-                pass
+            await self._next_progress()
         elapsed = time.perf_counter() - start
         return {"published": sent, "confirmed": self.confirmed, "errored": self.errored,
                 "seconds": round(elapsed, 3), "rate": round(self.confirmed / elapsed, 1)}
@@ -273,11 +277,7 @@ class StreamClient(asyncio.Protocol):
         await self.subscribe_first(1, stream, credit)
         deadline = start + seconds
         while self.records < target and time.perf_counter() < deadline:
-            self.progress.clear()
-            try:
-                await asyncio.wait_for(self.progress.wait(), 1)
-            except TimeoutError:
-                pass
+            await self._next_progress()
         elapsed = time.perf_counter() - start
         return {"records": self.records, "chunks": self.chunks, "seconds": round(elapsed, 3),
                 "rate": round(self.records / elapsed, 1)}
