@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from broker.stream_protocol.core import string as _s
+from broker.stream_protocol.core import string_map as _map
+
 OK = 1
 _FRAME = struct.Struct(">IHHI")  # size, key, version, correlation id
 _PUBLISH = struct.Struct(">IHHBI")  # size, key 2, version 1, publisher id, count
@@ -38,15 +41,6 @@ class StreamError(RuntimeError):
     def __init__(self, what: str, code: int) -> None:
         super().__init__(f"{what}: response code {code}")
         self.code = code
-
-
-def _s(text: str) -> bytes:
-    b = text.encode()
-    return struct.pack(">H", len(b)) + b
-
-
-def _map(m: dict[str, str]) -> bytes:
-    return struct.pack(">I", len(m)) + b"".join(_s(k) + _s(v) for k, v in m.items())
 
 
 def amqp_data_prefix(size: int) -> bytes:

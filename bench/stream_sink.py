@@ -24,14 +24,13 @@ import numpy as np
 
 from bench.stream_client import amqp_data_prefix
 from broker.stream import osiris_chunk as oc
+from broker.stream_protocol import core
 
 CHUNK_RECORDS = 200  # records per canned chunk
-_FRAME = struct.Struct(">IHHI")
 
 
 def _response(key: int, corr: int, payload: bytes = b"") -> bytes:
-    body = struct.pack(">HHIH", key | 0x8000, 1, corr, 1) + payload
-    return struct.pack(">I", len(body)) + body
+    return core.response(key, corr, core.OK, payload)
 
 
 def canned_chunk(size: int) -> bytes:
@@ -92,7 +91,7 @@ class SinkConnection(asyncio.Protocol):
             w(_response(18, corr, struct.pack(">I", 1) + b"\x00\x05PLAIN"))
         elif key == 19:
             w(_response(19, corr))
-            w(struct.pack(">IHHII", 12, 20, 1, 1_048_576, 0))
+            w(core.tune(1_048_576, 0))
         elif key == 21:
             w(_response(21, corr, struct.pack(">I", 0)))
         elif key == 7:  # subscribe: subscription id, stream, offset spec, credit, properties

@@ -18,6 +18,8 @@ from typing import Any
 
 from broker.stream import osiris_chunk as oc
 from broker.stream.message_record import decode_message
+from broker.stream_protocol.core import string as _s
+from broker.stream_protocol.core import string_map as _map
 from spark_jobs.amqp.deadline import BatchTimeout
 from spark_jobs.amqp.options import AmqpOptions, redact
 from spark_jobs.amqp.reader import _header_value
@@ -28,15 +30,6 @@ CREDIT = 10  # chunks in flight per subscription
 
 class StreamProtocolError(ConnectionError):
     """The stream server refused a request (PROTOCOL.adoc's response code) or closed."""
-
-
-def _s(text: str) -> bytes:
-    b = text.encode()
-    return struct.pack(">H", len(b)) + b
-
-
-def _map(m: dict[str, str]) -> bytes:
-    return struct.pack(">I", len(m)) + b"".join(_s(k) + _s(v) for k, v in m.items())
 
 
 class StreamSocket:
