@@ -294,10 +294,10 @@ class StreamLog:
                      chunk_type: int, trailer: bytes, filter_size: int) -> tuple[int, int]:
         ts = max(self._last_ts, int(time.time() * 1000) if now_ms is None else now_ms)
         first = self.next_offset
-        pieces, records = oc.encode_chunk(entries, first, ts, 0, chunk_type, trailer,
-                                          filter_size)
+        pieces, records = oc.encode_chunk(entries, first, ts, oc.FIRST_EPOCH, chunk_type,
+                                          trailer, filter_size)
         chunk = b"".join(pieces)
-        record = _INDEX.pack(first, ts, 0, self._size, chunk_type)
+        record = _INDEX.pack(first, ts, oc.FIRST_EPOCH, self._size, chunk_type)
         os.write(self._fd, chunk)
         os.write(self._ifd, record)
         if replication_hook.sink is not None:
@@ -321,7 +321,7 @@ class StreamLog:
         seg, idx = bytearray(LOG_HEADER), bytearray(IDX_HEADER)
         for chunk_first, ts, entries in chunks:
             pieces, _n = oc.encode_chunk([(None, e) for e in entries], chunk_first, ts)
-            idx += _INDEX.pack(chunk_first, ts, 0, len(seg), oc.CHNK_USER)
+            idx += _INDEX.pack(chunk_first, ts, oc.FIRST_EPOCH, len(seg), oc.CHNK_USER)
             for piece in pieces:
                 seg += piece
         for path, data in ((base + ".segment", seg), (base + ".index", idx)):

@@ -39,6 +39,9 @@ from dataclasses import dataclass
 MAGIC = 5
 VERSION = 0
 MAGIC_VERSION = (MAGIC << 4) | VERSION
+# the epoch of a stream's first writer: rabbit_stream_coordinator elects its first leader in
+# epoch 1, and every chunk a single-node RabbitMQ writes carries it
+FIRST_EPOCH = 1
 CHNK_USER = 0
 CHNK_TRK_DELTA = 1
 CHNK_TRK_SNAPSHOT = 2
@@ -168,7 +171,8 @@ def encode_entry(entry: Entry) -> list[bytes]:
     return [_SIMPLE.pack(len(entry)), entry]
 
 
-def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int, epoch: int = 0,
+def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int,
+                 epoch: int = FIRST_EPOCH,
                  chunk_type: int = CHNK_USER, trailer: bytes = b"",
                  filter_size: int = DEFAULT_FILTER_SIZE) -> tuple[list[bytes], int]:
     """A chunk as pieces to write back to back, and the records it holds. `entries`:

@@ -56,6 +56,10 @@ SYNCED = 100  # (SYNCED,) the worker's fsync ended: release the confirms it cove
 # (STREAM_PUBLISH, client, publisher id, reference | None, [(publishing id, filter, message)]):
 # a stream protocol publish (broker/stream_protocol/reader.py)
 STREAM_PUBLISH = 101
+# a chunk's entries, at least and at most: gen_batch_server's min and max batch size, which
+# bound osiris's writer batches and so RabbitMQ's chunks
+MIN_BATCH_SIZE = 32
+MAX_BATCH_SIZE = 8192
 WRITE_BUFFER_LIMIT = 1 << 20  # bytes queued to a stream client before its deliveries pause
 
 
@@ -209,6 +213,9 @@ class StreamQueue(QueueProcess):
                              convert_entry=convert_v1_entry)
         self._pending: list[Any] = []  # entries of this batch ((filter, entry)), appended in after_batch
         self._pending_seqs: dict[str, int] = {}  # reference -> last publishing id this batch
+        # (entries in _pending after a publish, its reference, its last publishing id)
+        self._pending_marks: list[tuple[int, str, int]] = []
+        self._batch_size = MIN_BATCH_SIZE  # entries the next chunk may hold
         # (client, publisher id, [publishing ids]) of this batch, then after the append,
         # then those the running fsync covers: confirmed when it ends
         self._stream_confirms: list[tuple[StreamClient, int, list[int]]] = []
@@ -287,15 +294,17 @@ class StreamQueue(QueueProcess):
             last = pid
         if reference and last >= 0:
             self._pending_seqs[reference] = last
+            self._pending_marks.append((len(pending), reference, last))
         self.message_stats.publish += len(messages)
         self._stream_confirms.append((client, publisher_id, ids))
 
     def after_batch(self) -> None:
         if self._pending or self._stream_confirms:
             entries, self._pending = self._pending, []
-            seqs, self._pending_seqs = self._pending_seqs, {}
+            marks, self._pending_marks = self._pending_marks, []
+            self._pending_seqs = {}
             if entries:
-                self.log.append_chunk(entries, sequences=seqs or None)
+                self._append_chunks(entries, marks)
             self._unsynced.extend(self._pending_confirms)
             self._pending_confirms = []
             self._unsynced_stream.extend(self._stream_confirms)
@@ -307,6 +316,25 @@ class StreamQueue(QueueProcess):
             if self.subscriptions:
                 self._run_subscriptions()
         self._flush_confirms()
+
+    def _append_chunks(self, entries: list[Any], marks: list[tuple[int, str, int]]) -> None:
+        """Append one batch's entries as chunks of at most `_batch_size` entries, the size
+        adapting as gen_batch_server's does for osiris's writer (32 to 8192: doubled after a
+        full chunk, halved after one that was not), so a burst is stored as RabbitMQ stores
+        it. Each chunk's trailer tracks the last publishing id of every reference whose
+        publish ended in it (`marks`: (end index in `entries`, reference, id))."""
+        n, start, m = len(entries), 0, 0
+        while start < n:
+            size = self._batch_size
+            end = min(n, start + size)
+            seqs: dict[str, int] = {}
+            while m < len(marks) and marks[m][0] <= end:
+                seqs[marks[m][1]] = marks[m][2]
+                m += 1
+            self.log.append_chunk(entries[start:end], sequences=seqs or None)
+            self._batch_size = (min(MAX_BATCH_SIZE, size * 2) if end - start >= size
+                                else max(MIN_BATCH_SIZE, size // 2))
+            start = end
 
     def on_mailbox_empty(self) -> None:
         """Group commit: one fsync, on the fsync thread, for every chunk appended since the

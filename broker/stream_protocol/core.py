@@ -130,8 +130,9 @@ class FrameTooLarge(ValueError):
 class FrameSplitter:
     """Turns received bytes into whole frames (each without its 4-byte size).
 
-    `frame_max` (bytes, 0 = unlimited) bounds a frame including its size field, as
-    rabbit_stream_reader checks it; `feed(data)` returns the frames completed by `data`
+    `frame_max` (bytes, 0 = unlimited) bounds a frame's declared size (the bytes after its
+    size field), as rabbit_stream_core:frame_size_ok/2 checks it (RabbitMQ 4.x; 3.10 to 3.13
+    check nothing); `feed(data)` returns the frames completed by `data`
     (copied once out of the buffer) and raises FrameTooLarge as soon as a size above it is
     read.
     """
@@ -149,8 +150,8 @@ class FrameSplitter:
         with memoryview(buf) as view:
             while end - pos >= 4:
                 size = _U32.unpack_from(view, pos)[0]
-                if self.frame_max and size + 4 > self.frame_max:
-                    raise FrameTooLarge(size + 4, self.frame_max)
+                if self.frame_max and size > self.frame_max:
+                    raise FrameTooLarge(size, self.frame_max)
                 if end - pos - 4 < size:
                     break
                 frames.append(bytes(view[pos + 4:pos + 4 + size]))

@@ -13,16 +13,20 @@ response code and, where RabbitMQ closes, a closed connection.
 Errors as RabbitMQ answers them: a command other than the handshake's before
 authentication, or a frame that does not parse → the connection closes (rabbit_stream_reader
 handle_frame_pre_auth "unknown command ..., closing connection"); an unknown command after
-open → a close request with UNKNOWN_FRAME (13); a frame above the negotiated frame_max →
-a close request with FRAME_TOO_LARGE (14); a failed login → AUTHENTICATION_FAILURE (8),
-an unknown mechanism → SASL_MECHANISM_NOT_SUPPORTED (7), a vhost the user may not use →
-VIRTUAL_HOST_ACCESS_FAILURE (12), each followed by the close.
+open → a close request with UNKNOWN_FRAME (13); a frame above the negotiated frame_max
+before open, or above `max_message_size` (128 MiB) after it → a close request with
+FRAME_TOO_LARGE (14). After open the negotiated frame_max is not enforced, as RabbitMQ 3.10
+to 3.13 enforce none (RabbitMQ 4.x does): clients rely on it, rstream's producer sends 1.5
+MB publish frames on a 1 MiB frame_max; the ceiling keeps memory bounded. A failed login →
+AUTHENTICATION_FAILURE (8), an unknown mechanism → SASL_MECHANISM_NOT_SUPPORTED (7), a
+vhost the user may not use → VIRTUAL_HOST_ACCESS_FAILURE (12), each followed by the close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 import time
 from dataclasses import dataclass
@@ -74,8 +78,9 @@ class StreamServing(Protocol):
 class StreamListener:
     """The stream protocol's listener state: its connections, and what metadata answers
     (`advertised_host`, `advertised_port`: stream.advertised_host / stream.advertised_port,
-    else the bound address). `frame_max` (bytes) and `heartbeat` (s) are what the server
-    proposes in tune (stream.frame_max, stream.heartbeat)."""
+    else the bound address, or this machine's host name when bound to every address, as
+    rabbit_stream:host/0 answers with the node's host name). `frame_max` (bytes) and
+    `heartbeat` (s) are what the server proposes in tune (stream.frame_max, stream.heartbeat)."""
 
     def __init__(self, broker: StreamServing, *, host: str, port: int, frame_max: int,
                  heartbeat: int, advertised_host: str = "", advertised_port: int = 0) -> None:
@@ -98,10 +103,12 @@ class StreamListener:
     def endpoint(self, tls: bool = False) -> tuple[str, int]:
         """(host, port) clients are told to connect to (metadata, open's properties): the
         TLS port for a TLS connection (rabbit_stream:tls_port), as RabbitMQ answers."""
+        host = self.advertised_host or self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
         if tls:
-            return (self.advertised_host or self.host or "localhost", self.tls_port)
-        return (self.advertised_host or self.host or "localhost",
-                self.advertised_port or self.port)
+            return (host, self.tls_port)
+        return (host, self.advertised_port or self.port)
 
     def protocol(self) -> StreamConnection:
         return StreamConnection(self)
@@ -459,6 +466,8 @@ class StreamConnection(asyncio.Protocol):
         self.send(core.response(core.OPEN, f.corr, core.OK, core.string_map(
             {"advertised_host": host, "advertised_port": str(port)})))
         self.step = OPENED
+        # RabbitMQ 3.10-3.13 read frames of any size once open (see the module docstring)
+        self.splitter.frame_max = max(self.frame_max, self.broker.config.max_message_size)
 
     def _heartbeat(self, f: core.Frame) -> None:
         pass  # arrival already counted

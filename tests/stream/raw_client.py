@@ -46,8 +46,9 @@ def closed(sock: socket.socket, seconds: float = 5.0) -> bool:
         return False
 
 
-def opened(b, props: dict[str, str] | None = None) -> socket.socket:
-    """A raw connection through the whole handshake: peer properties, PLAIN, tune, open."""
+def tuned(b, props: dict[str, str] | None = None) -> socket.socket:
+    """A raw connection through peer properties, PLAIN and tune (frame_max 4096, no
+    heartbeat), not yet open."""
     sock = socket.create_connection(("127.0.0.1", b.stream_port), timeout=5)
     props = props or {}
     sock.sendall(frame(struct.pack(">HHII", 17, 1, 1, len(props))
@@ -64,6 +65,12 @@ def opened(b, props: dict[str, str] | None = None) -> socket.socket:
     key, _v, frame_max, heartbeat = struct.unpack(">HHII", tune)
     assert (key, frame_max, heartbeat) == (20, 1_048_576, 60)
     sock.sendall(frame(struct.pack(">HHII", 0x8014, 1, 4096, 0)))
+    return sock
+
+
+def opened(b, props: dict[str, str] | None = None) -> socket.socket:
+    """A raw connection through the whole handshake: peer properties, PLAIN, tune, open."""
+    sock = tuned(b, props)
     sock.sendall(frame(struct.pack(">HHI", 21, 1, 4) + s("/")))
     reply = read_frame(sock)
     assert struct.unpack_from(">HHIH", reply) == (0x8015, 1, 4, 1)

@@ -20,7 +20,19 @@ from rstream import exceptions as rexc
 
 from broker.embedded import EmbeddedBroker
 from broker.stream import osiris_chunk as oc
-from tests.stream.raw_client import closed, frame, opened, publish_frame, read_frame, s
+from tests.stream.raw_client import (
+    closed,
+    declare_publisher,
+    frame,
+    opened,
+    publish_frame,
+    read_frame,
+    s,
+    tuned,
+)
+from tests.stream.raw_client import (
+    create_stream as raw_create_stream,
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +144,32 @@ def test_unknown_command_and_oversized_frame_get_a_close_with_their_code(sbroker
     assert (key, code) == (22, 13)  # close, UNKNOWN_FRAME
     assert closed(sock)
     sock.close()
-    sock = opened(sbroker)  # tuned to frame_max 4096
-    sock.sendall(struct.pack(">I", 5000) + b"\0" * 16)
+    sock = tuned(sbroker)  # frame_max 4096, not open yet
+    sock.sendall(struct.pack(">I", 4097) + b"\0" * 16)
+    key, _v, _corr, code = struct.unpack_from(">HHIH", read_frame(sock))
+    assert (key, code) == (22, 14)  # close, FRAME_TOO_LARGE
+    assert closed(sock)
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def small_broker():
+    b = EmbeddedBroker(stream_listeners_tcp_default="0", max_message_size=65536).start()
+    yield b
+    b.stop()
+
+
+def test_once_open_frames_above_frame_max_are_read_up_to_max_message_size(small_broker):
+    """RabbitMQ 3.10-3.13 read frames of any size after open, and rstream's producer sends
+    frames above the frame_max it negotiated; max_message_size bounds them here."""
+    sock = opened(small_broker)  # tuned to frame_max 4096
+    assert raw_create_stream(sock, "big-frames") == 1
+    assert declare_publisher(sock, 1, "", "big-frames") == 1
+    sock.sendall(publish_frame(1, [(1, b"x" * 3000), (2, b"y" * 3000)]))  # 6 KB > 4096
+    f = read_frame(sock)
+    key, _v, pub, n, first, second = struct.unpack(">HHBIQQ", f)
+    assert (key, pub, n, first, second) == (3, 1, 2, 1, 2)  # publish_confirm of both
+    sock.sendall(struct.pack(">I", 65537) + b"\0" * 16)
     key, _v, _corr, code = struct.unpack_from(">HHIH", read_frame(sock))
     assert (key, code) == (22, 14)  # close, FRAME_TOO_LARGE
     assert closed(sock)

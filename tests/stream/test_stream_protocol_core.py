@@ -30,8 +30,9 @@ def test_split_frames_across_reads_and_refuse_one_above_frame_max():
     for i in range(len(data)):  # one byte at a time
         got += sp.feed(data[i:i + 1])
     assert got == [one[4:], two[4:]]
+    assert sp.feed(struct.pack(">I", 64) + b"x" * 64) == [b"x" * 64]  # the size field excluded
     with pytest.raises(core.FrameTooLarge) as err:
-        sp.feed(struct.pack(">I", 61) + b"x")  # 61 + 4 > 64
+        sp.feed(struct.pack(">I", 65) + b"x")
     assert err.value.size == 65
 
 
