@@ -213,8 +213,8 @@ class StreamQueue(QueueProcess):
                              convert_entry=convert_v1_entry)
         self._pending: list[Any] = []  # entries of this batch ((filter, entry)), appended in after_batch
         self._pending_seqs: dict[str, int] = {}  # reference -> last publishing id this batch
-        # (entries in _pending after a publish, its reference, its last publishing id)
-        self._pending_marks: list[tuple[int, str, int]] = []
+        # a deduplicating publish's entries in _pending: (start, end, reference, their ids)
+        self._pending_marks: list[tuple[int, int, str, list[int]]] = []
         self._batch_size = MIN_BATCH_SIZE  # entries the next chunk may hold
         # (client, publisher id, [publishing ids]) of this batch, then after the append,
         # then those the running fsync covers: confirmed when it ends
@@ -286,15 +286,19 @@ class StreamQueue(QueueProcess):
             last = max(self.log.sequences.get(reference, -1),
                        self._pending_seqs.get(reference, -1))
         pending = self._pending
+        start = len(pending)
+        stored: list[int] = []  # publishing ids of the entries appended, in order
         for pid, flt, body in messages:
             ids.append(pid)
             if reference and pid <= last:
                 continue  # a duplicate: confirmed with the others, not stored
             pending.append((flt, body))
+            if reference:
+                stored.append(pid)
             last = pid
-        if reference and last >= 0:
+        if reference and stored:
             self._pending_seqs[reference] = last
-            self._pending_marks.append((len(pending), reference, last))
+            self._pending_marks.append((start, len(pending), reference, stored))
         self.message_stats.publish += len(messages)
         self._stream_confirms.append((client, publisher_id, ids))
 
@@ -317,19 +321,25 @@ class StreamQueue(QueueProcess):
                 self._run_subscriptions()
         self._flush_confirms()
 
-    def _append_chunks(self, entries: list[Any], marks: list[tuple[int, str, int]]) -> None:
+    def _append_chunks(self, entries: list[Any],
+                       marks: list[tuple[int, int, str, list[int]]]) -> None:
         """Append one batch's entries as chunks of at most `_batch_size` entries, the size
         adapting as gen_batch_server's does for osiris's writer (32 to 8192: doubled after a
         full chunk, halved after one that was not), so a burst is stored as RabbitMQ stores
-        it. Each chunk's trailer tracks the last publishing id of every reference whose
-        publish ended in it (`marks`: (end index in `entries`, reference, id))."""
+        it. Each chunk's trailer holds, per publisher reference, the publishing id of its
+        last entry in the chunk (`marks`: (start, end, reference, ids) of each publish), as
+        osiris tracks every write: a chunk is complete on its own after a crash."""
         n, start, m = len(entries), 0, 0
         while start < n:
             size = self._batch_size
             end = min(n, start + size)
             seqs: dict[str, int] = {}
-            while m < len(marks) and marks[m][0] <= end:
-                seqs[marks[m][1]] = marks[m][2]
+            while m < len(marks) and marks[m][0] < end:
+                mstart, mend, ref, ids = marks[m]
+                if mend > end:  # goes on in the next chunk
+                    seqs[ref] = ids[end - mstart - 1]
+                    break
+                seqs[ref] = ids[-1]
                 m += 1
             self.log.append_chunk(entries[start:end], sequences=seqs or None)
             self._batch_size = (min(MAX_BATCH_SIZE, size * 2) if end - start >= size

@@ -735,3 +735,62 @@ def test_subscribing_at_offset_zero_starts_at_the_first_message(sbroker):
             rstream.OffsetType.OFFSET, 0))
 
     assert [b for _o, b in run(main())] == [b"z0", b"z1"]
+
+
+def _confirmed(sock: socket.socket, n: int) -> list[int]:
+    """Publishing ids of publish_confirm frames read until `n` are confirmed."""
+    got: list[int] = []
+    while len(got) < n:
+        f = read_frame(sock)
+        key, _v, _pub, count = struct.unpack_from(">HHBI", f)
+        if key == 3:
+            got += struct.unpack_from(f">{count}Q", f, 9)
+    return got
+
+
+def test_a_burst_is_stored_as_osiris_batches_it_each_chunk_tracking_its_publisher(sbroker):
+    """5 000 messages in one publish frame become chunks of 32, 64, … 2 048 entries and the
+    rest (gen_batch_server's batches of osiris's writer), each with epoch 1 and a trailer
+    holding the publisher's last id in that chunk; a resend of them all is dropped."""
+    sock = opened(sbroker)
+    assert raw_create_stream(sock, "burst") == 1
+    assert declare_publisher(sock, 1, "p1", "burst") == 1
+    items = [(i, b"m%d" % i) for i in range(1, 5001)]
+    sock.sendall(publish_frame(1, items))
+    assert _confirmed(sock, 5000) == list(range(1, 5001))
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["burst"])
+
+    def chunks() -> list[tuple[int, int, dict]]:
+        out, offset = [], 0
+        while (got := q.log.read_raw(offset)) is not None:
+            h, raw = got
+            seqs, _offs = oc.parse_tracking(raw[h.size - h.trailer_length:])
+            out.append((h.num_records, h.epoch, seqs))
+            offset = h.chunk_id + h.num_records
+        return out
+
+    got = sbroker.call(chunks)
+    assert [n for n, _e, _s in got] == [32, 64, 128, 256, 512, 1024, 2048, 936]
+    assert {e for _n, e, _s in got} == {oc.FIRST_EPOCH}
+    ends = [sum(n for n, _e, _s in got[:i + 1]) for i in range(len(got))]
+    assert [s_ for _n, _e, s_ in got] == [{"p1": end} for end in ends]
+    sock.sendall(publish_frame(1, items))  # all duplicates: confirmed, not stored
+    assert _confirmed(sock, 5000) == list(range(1, 5001))
+    assert sbroker.call(lambda: q.log.next_offset) == 5000
+    sock.close()
+
+
+def test_metadata_advertises_the_host_name_when_listening_on_every_address():
+    """rabbit_stream:host/0 answers the node's host name; this broker does so when bound to
+    every address, else the bound address, and stream.advertised_* win over both."""
+    from broker.stream_protocol.reader import StreamListener
+
+    def endpoint(host: str, **kw) -> tuple[str, int]:
+        return StreamListener(None, host=host, port=5552, frame_max=1 << 20,  # type: ignore[arg-type]
+                              heartbeat=60, **kw).endpoint()
+
+    assert endpoint("0.0.0.0") == (socket.gethostname(), 5552)
+    assert endpoint("::") == (socket.gethostname(), 5552)
+    assert endpoint("127.0.0.1") == ("127.0.0.1", 5552)
+    assert endpoint("0.0.0.0", advertised_host="stream.example", advertised_port=6000) == (
+        "stream.example", 6000)
