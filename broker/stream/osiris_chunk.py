@@ -163,14 +163,6 @@ def bloom_may_contain(bloom_bytes: bytes, values: Iterable[str], match_unfiltere
 
 
 # -- encoding ---------------------------------------------------------------------------------
-def encode_entry(entry: Entry) -> list[bytes]:
-    """One data entry's pieces (header, then the record or body unchanged)."""
-    if isinstance(entry, SubBatch):
-        return [_BATCH.pack(0x80 | (entry.compression & 0x7) << 4, entry.records,
-                            entry.uncompressed_length, len(entry.data)), entry.data]
-    return [_SIMPLE.pack(len(entry)), entry]
-
-
 def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int,
                  epoch: int = FIRST_EPOCH,
                  chunk_type: int = CHNK_USER, trailer: bytes = b"",
@@ -178,19 +170,28 @@ def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int,
     """A chunk as pieces to write back to back, and the records it holds. `entries`:
     [(filter value or None, record bytes or SubBatch)]; `timestamp` in ms; `trailer`:
     tracking entries (see `tracking_entries`)."""
-    pieces: list[bytes] = []
+    parts: list[bytes] = []
+    append = parts.append
+    simple = _SIMPLE.pack
     records = 0
-    for _flt, e in entries:
-        pieces += encode_entry(e)
-        records += e.records if isinstance(e, SubBatch) else 1
-    data_len = sum(map(len, pieces))
-    crc = 0
-    for p in pieces:
-        crc = zlib.crc32(p, crc)
-    bl = bloom((f for f, _ in entries), filter_size)
+    filtered = False
+    for flt, e in entries:  # one pass: this is per message
+        if flt is not None:
+            filtered = True
+        if isinstance(e, SubBatch):
+            append(_BATCH.pack(0x80 | (e.compression & 0x7) << 4, e.records,
+                               e.uncompressed_length, len(e.data)))
+            append(e.data)
+            records += e.records
+        else:
+            append(simple(len(e)))
+            append(e)
+            records += 1
+    data = b"".join(parts)
+    bl = bloom((f for f, _ in entries), filter_size) if filtered else b""
     head = HEADER.pack(MAGIC_VERSION, chunk_type, len(entries), records, timestamp, epoch,
-                       chunk_id, crc, data_len, len(trailer), len(bl))
-    return [head, bl, *pieces, trailer], records
+                       chunk_id, zlib.crc32(data), len(data), len(trailer), len(bl))
+    return [head, bl, data, trailer], records
 
 
 # -- decoding ---------------------------------------------------------------------------------

@@ -280,23 +280,26 @@ class StreamQueue(QueueProcess):
         """Messages of a stream protocol publisher: with a reference, one whose publishing
         id is not above the last stored (or earlier in this batch) for that reference is
         dropped and still confirmed (osiris's deduplication)."""
-        ids = []
-        last = -1
-        if reference:
-            last = max(self.log.sequences.get(reference, -1),
-                       self._pending_seqs.get(reference, -1))
         pending = self._pending
+        if not reference:  # nothing to deduplicate: this is per message, keep it in C loops
+            pending += [(flt, body) for _pid, flt, body in messages]
+            self.message_stats.publish += len(messages)
+            self._stream_confirms.append((client, publisher_id,
+                                          [m[0] for m in messages]))
+            return
+        ids = []
+        last = max(self.log.sequences.get(reference, -1),
+                   self._pending_seqs.get(reference, -1))
         start = len(pending)
         stored: list[int] = []  # publishing ids of the entries appended, in order
         for pid, flt, body in messages:
             ids.append(pid)
-            if reference and pid <= last:
+            if pid <= last:
                 continue  # a duplicate: confirmed with the others, not stored
             pending.append((flt, body))
-            if reference:
-                stored.append(pid)
+            stored.append(pid)
             last = pid
-        if reference and stored:
+        if stored:
             self._pending_seqs[reference] = last
             self._pending_marks.append((start, len(pending), reference, stored))
         self.message_stats.publish += len(messages)
