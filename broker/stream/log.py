@@ -111,6 +111,8 @@ class StreamLog:
         # snapshot chunk, its delta chunks and its user chunks' trailers
         self.sequences: dict[str, int] = {}
         self.offsets: dict[str, int] = {}
+        # the next chunk's first offset -> (segment, position), learnt by read_raw
+        self._after: dict[int, tuple[_Segment, int]] = {}
         self._recover()
         self._recover_tracking()
 
@@ -416,19 +418,30 @@ class StreamLog:
         return seg, _INDEX.unpack(record)[3]
 
     def read_raw(self, offset: int) -> tuple[oc.ChunkHeader, bytes] | None:
-        """The header and the bytes as stored of the chunk holding `offset` (what a Deliver
-        frame carries), or None when it is not there."""
+        """The header and the bytes as stored of the chunk starting at or holding `offset`
+        (what a Deliver frame carries), or None when it is not there. The data CRC is not
+        checked here: recovery checks the tail at open and the rest was written by this
+        process, and osiris sends chunks unchecked too (its clients check the CRC). A
+        reader going through the log in order finds each next chunk without a search."""
+        where = self._after.get(offset)
+        if where is not None:
+            got = _read_chunk_at(where[0], where[1])
+            if got is not None and got[0].chunk_id == offset:
+                self._remember_next(where[0], where[1], got[0])
+                return got
         where = self._chunk_position(offset)
         if where is None:
             return None
-        seg, pos = where
-        with open(seg.path, "rb") as f:
-            end = os.fstat(f.fileno()).st_size
-            h = _check_chunk_at(f, pos, end)
-            if h is None:
-                return None
-            f.seek(pos)
-            return h, f.read(h.size)
+        got = _read_chunk_at(where[0], where[1])
+        if got is not None:
+            self._remember_next(where[0], where[1], got[0])
+        return got
+
+    def _remember_next(self, seg: _Segment, pos: int, h: oc.ChunkHeader) -> None:
+        """Where the chunk after `h` starts, if it is in the same segment (bounded map)."""
+        if len(self._after) >= 4096:
+            self._after.clear()
+        self._after[h.chunk_id + h.num_records] = (seg, pos + h.size)
 
     def read_chunk(self, offset: int) -> Chunk | None:
         """The chunk that holds `offset`, or None when `offset` is at or past the end (or
@@ -466,6 +479,8 @@ class StreamLog:
             replication_hook.deleted(seg.index)
             self._segments.pop(0)
             removed += 1
+        if removed:
+            self._after.clear()
         return removed
 
     def close(self) -> None:
@@ -538,6 +553,22 @@ def _check_chunk_at(f: object, pos: int, end: int) -> oc.ChunkHeader | None:
         return oc.check(f.read(h.size))  # type: ignore[attr-defined]
     except oc.ChunkError:
         return None
+
+
+def _read_chunk_at(seg: _Segment, pos: int) -> tuple[oc.ChunkHeader, bytes] | None:
+    """(header, bytes) of the whole chunk at `pos` of `seg`'s file, or None when no whole
+    chunk is there (the end of the segment)."""
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(pos)
+            h = oc.read_header(f.read(oc.HEADER_SIZE))
+            f.seek(pos)
+            raw = f.read(h.size)  # the header again: one copy of the chunk, not two
+    except (oc.ChunkError, FileNotFoundError):
+        return None
+    if len(raw) < h.size:
+        return None
+    return h, raw
 
 
 def _tracking_data(f: object, pos: int, h: oc.ChunkHeader) -> bytes:
