@@ -35,6 +35,8 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 
 MAGIC = 5
 VERSION = 0
@@ -170,28 +172,31 @@ def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int,
     """A chunk as pieces to write back to back, and the records it holds. `entries`:
     [(filter value or None, record bytes or SubBatch)]; `timestamp` in ms; `trailer`:
     tracking entries (see `tracking_entries`)."""
-    parts: list[bytes] = []
-    append = parts.append
-    simple = _SIMPLE.pack
-    records = 0
-    filtered = False
-    for flt, e in entries:  # one pass: this is per message
-        if flt is not None:
-            filtered = True
-        if isinstance(e, SubBatch):
-            append(_BATCH.pack(0x80 | (e.compression & 0x7) << 4, e.records,
-                               e.uncompressed_length, len(e.data)))
-            append(e.data)
-            records += e.records
-        else:
-            append(simple(len(e)))
-            append(e)
-            records += 1
-    data = b"".join(parts)
-    bl = bloom((f for f, _ in entries), filter_size) if filtered else b""
+    bodies = list(map(_second, entries))
+    try:  # simple records only (the usual case): sizes and bodies interleaved in C loops
+        sizes = map(_SIMPLE.pack, map(len, bodies))
+        data = b"".join(chain.from_iterable(zip(sizes, bodies, strict=True)))
+        records = len(bodies)
+    except TypeError:  # a sub-batch among them (it has no len)
+        parts: list[bytes] = []
+        records = 0
+        for e in bodies:
+            if isinstance(e, SubBatch):
+                parts += (_BATCH.pack(0x80 | (e.compression & 0x7) << 4, e.records,
+                                      e.uncompressed_length, len(e.data)), e.data)
+                records += e.records
+            else:
+                parts += (_SIMPLE.pack(len(e)), e)
+                records += 1
+        data = b"".join(parts)
+    bl = bloom(map(_first, entries), filter_size) if any(map(_first, entries)) else b""
     head = HEADER.pack(MAGIC_VERSION, chunk_type, len(entries), records, timestamp, epoch,
                        chunk_id, zlib.crc32(data), len(data), len(trailer), len(bl))
     return [head, bl, data, trailer], records
+
+
+_first = itemgetter(0)  # a FilteredEntry's filter value
+_second = itemgetter(1)  # its entry
 
 
 # -- decoding ---------------------------------------------------------------------------------
