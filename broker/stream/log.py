@@ -98,6 +98,7 @@ class StreamLog:
         self._segments: list[_Segment] = []  # oldest first
         self.next_offset = 0  # the offset the next entry gets
         self._last_chunk = -1  # first offset of the last chunk (-1: none)
+        self.last_written_chunk = -1  # id of the last chunk of any type (osiris last_chunk_id)
         self._last_ts = 0  # timestamp of the last chunk (ms)
         self._fd = -1  # the active segment, append mode
         self._ifd = -1  # its index
@@ -163,6 +164,7 @@ class StreamLog:
                            if len(self._segments) > 1 else [])
         if tail:  # an empty last segment: the previous one's tail
             self._last_ts = tail[-1][1]
+            self.last_written_chunk = tail[-1][0]
         user = [r for r in records if r[4] == oc.CHNK_USER]
         if not user and len(self._segments) > 1:
             user = [r for r in self._index_records(self._segments[-2]) if r[4] == oc.CHNK_USER]
@@ -309,6 +311,7 @@ class StreamLog:
         self._written = True
         self._size += len(chunk)
         self.next_offset = first + records
+        self.last_written_chunk = first
         self._last_ts = ts
         if chunk_type == oc.CHNK_USER:
             self._last_chunk = first

@@ -56,6 +56,13 @@ _PRE_AUTH = {core.PEER_PROPERTIES, core.SASL_HANDSHAKE, core.SASL_AUTHENTICATE, 
              core.OPEN, core.HEARTBEAT}
 
 
+# the RabbitMQ version whose stream protocol this reader serves, announced in peer_properties:
+# stream clients turn on super streams and single active consumer (>= 3.11) and filtering
+# (>= 3.13) by it (the Go client's availableFeatures.SetVersion, the Java client's
+# Utils.is3_11_OrMore); this broker's own version stays in "pybroker_version"
+PROTOCOL_VERSION = "3.13.7"
+
+
 class StreamServing(Protocol):
     """What a stream connection needs of the broker (broker.server.Broker satisfies it)."""
 
@@ -357,11 +364,12 @@ class StreamConnection(asyncio.Protocol):
         self.client_properties = f.fields["properties"]
         props = {
             "product": "RabbitMQ",
-            "version": __version__,
+            "version": PROTOCOL_VERSION,
             "cluster_name": self.broker.cluster_name(),
             "platform": "Python",
             "copyright": "pybroker",
             "information": "Licensed under the MPL 2.0",
+            "pybroker_version": __version__,
         }
         self.send(core.response(core.PEER_PROPERTIES, f.corr, core.OK, core.string_map(props)))
         self.step = PEER_PROPERTIES_EXCHANGED
@@ -510,7 +518,14 @@ class StreamConnection(asyncio.Protocol):
             args[arg] = int(value) if value.isdigit() else value
         vhost = self.broker.vhosts[self.vhost or "/"]
         if name in vhost.queues:
-            self.send(core.response(core.CREATE_STREAM, f.corr, core.STREAM_ALREADY_EXISTS))
+            # rabbit_stream_manager:create/4: an equivalent declare is STREAM_ALREADY_EXISTS,
+            # other arguments (or another queue type) PRECONDITION_FAILED
+            try:
+                vhost.declare_queue(name, durable=True, arguments=args)
+                code = core.STREAM_ALREADY_EXISTS
+            except errors.AMQPError:
+                code = core.PRECONDITION_FAILED
+            self.send(core.response(core.CREATE_STREAM, f.corr, code))
             return
         try:
             vhost.declare_queue(name, durable=True, arguments=args)
@@ -553,9 +568,11 @@ class StreamConnection(asyncio.Protocol):
             return
         log_ = q.log
         last_chunk = log_.last_chunk
+        # osiris:get_stats/1 (osiris 1.8, RabbitMQ 3.13): -1 for what a stream lacks yet
         stats = {"first_chunk_id": log_.first_offset if log_.next_offset > log_.first_offset
                  else -1,
-                 "committed_chunk_id": last_chunk}
+                 "committed_chunk_id": last_chunk,
+                 "last_chunk_id": log_.last_written_chunk}
         self.send(core.response(core.STREAM_STATS, f.corr, core.OK, core.int_map(stats)))
 
     def _exchange_command_versions(self, f: core.Frame) -> None:

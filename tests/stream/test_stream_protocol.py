@@ -81,7 +81,9 @@ def test_rstream_creates_finds_and_deletes_a_stream_amqp_clients_see(sbroker):
         async with producer(sbroker) as p:
             await p.create_stream("sp-1", arguments={"max-length-bytes": 10_000_000})
             seen = [await p.stream_exists("sp-1"), await p.stream_exists("sp-none")]
-            with pytest.raises(rexc.StreamAlreadyExists):
+            with pytest.raises(rexc.StreamAlreadyExists):  # equivalent arguments
+                await p.create_stream("sp-1", arguments={"max-length-bytes": 10_000_000})
+            with pytest.raises(rexc.PreconditionFailed):  # other arguments, as RabbitMQ's
                 await p.create_stream("sp-1")
             return seen
 
@@ -794,3 +796,60 @@ def test_metadata_advertises_the_host_name_when_listening_on_every_address():
     assert endpoint("127.0.0.1") == ("127.0.0.1", 5552)
     assert endpoint("0.0.0.0", advertised_host="stream.example", advertised_port=6000) == (
         "stream.example", 6000)
+
+
+def test_peer_properties_announce_the_stream_protocol_version_clients_gate_features_on(sbroker):
+    """The Go client turns super streams, single active consumer and filtering on only for a
+    server version of 3.11 / 3.13 or more: peer_properties says 3.13.7, the version of
+    rabbit_stream_reader this reader follows, and this broker's own version beside it."""
+    from broker import __version__
+
+    sock = socket.create_connection(("127.0.0.1", sbroker.stream_port), timeout=5)
+    sock.sendall(frame(struct.pack(">HHII", 17, 1, 1, 0)))
+    reply = read_frame(sock)
+    assert struct.unpack_from(">HHIH", reply) == (0x8011, 1, 1, 1)
+    n, pos, props = struct.unpack_from(">I", reply, 10)[0], 14, {}
+    for _ in range(n):
+        parts = []
+        for _kv in range(2):
+            size = struct.unpack_from(">H", reply, pos)[0]
+            parts.append(reply[pos + 2:pos + 2 + size].decode())
+            pos += 2 + size
+        props[parts[0]] = parts[1]
+    assert (props["product"], props["version"]) == ("RabbitMQ", "3.13.7")
+    assert props["pybroker_version"] == __version__
+    sock.close()
+
+
+def _stream_stats(sock: socket.socket, name: str, corr: int) -> dict[str, int]:
+    sock.sendall(frame(struct.pack(">HHI", 28, 1, corr) + s(name)))
+    while True:
+        f = read_frame(sock)
+        key, _v, c, code = struct.unpack_from(">HHIH", f)
+        if key == 0x801C and c == corr:
+            break
+    assert code == 1
+    n, pos, out = struct.unpack_from(">I", f, 10)[0], 14, {}
+    for _ in range(n):
+        size = struct.unpack_from(">H", f, pos)[0]
+        k = f[pos + 2:pos + 2 + size].decode()
+        out[k] = struct.unpack_from(">q", f, pos + 2 + size)[0]
+        pos += 2 + size + 8
+    return out
+
+
+def test_stream_stats_answer_osiris_keys_with_minus_one_for_what_is_not_there_yet(sbroker):
+    """osiris:get_stats/1 (RabbitMQ 3.13): first_chunk_id, committed_chunk_id and
+    last_chunk_id, -1 on an empty stream (the Go client's StreamStats errors on -1)."""
+    sock = opened(sbroker)
+    assert raw_create_stream(sock, "stats") == 1
+    assert _stream_stats(sock, "stats", 200) == {
+        "first_chunk_id": -1, "committed_chunk_id": -1, "last_chunk_id": -1}
+    assert declare_publisher(sock, 1, "", "stats") == 1
+    sock.sendall(publish_frame(1, [(1, b"a"), (2, b"b")]))
+    assert _confirmed(sock, 2) == [1, 2]
+    sock.sendall(publish_frame(1, [(3, b"c")]))
+    assert _confirmed(sock, 1) == [3]
+    assert _stream_stats(sock, "stats", 201) == {
+        "first_chunk_id": 0, "committed_chunk_id": 2, "last_chunk_id": 2}
+    sock.close()
