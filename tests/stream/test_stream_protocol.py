@@ -20,6 +20,7 @@ from rstream import exceptions as rexc
 
 from broker.embedded import EmbeddedBroker
 from broker.stream import osiris_chunk as oc
+from broker.stream_protocol import core
 from tests.stream.raw_client import (
     closed,
     declare_publisher,
@@ -808,14 +809,7 @@ def test_peer_properties_announce_the_stream_protocol_version_clients_gate_featu
     sock.sendall(frame(struct.pack(">HHII", 17, 1, 1, 0)))
     reply = read_frame(sock)
     assert struct.unpack_from(">HHIH", reply) == (0x8011, 1, 1, 1)
-    n, pos, props = struct.unpack_from(">I", reply, 10)[0], 14, {}
-    for _ in range(n):
-        parts = []
-        for _kv in range(2):
-            size = struct.unpack_from(">H", reply, pos)[0]
-            parts.append(reply[pos + 2:pos + 2 + size].decode())
-            pos += 2 + size
-        props[parts[0]] = parts[1]
+    props = core.Cursor(reply, 10).string_map()
     assert (props["product"], props["version"]) == ("RabbitMQ", "3.13.7")
     assert props["pybroker_version"] == __version__
     sock.close()
@@ -829,13 +823,8 @@ def _stream_stats(sock: socket.socket, name: str, corr: int) -> dict[str, int]:
         if key == 0x801C and c == corr:
             break
     assert code == 1
-    n, pos, out = struct.unpack_from(">I", f, 10)[0], 14, {}
-    for _ in range(n):
-        size = struct.unpack_from(">H", f, pos)[0]
-        k = f[pos + 2:pos + 2 + size].decode()
-        out[k] = struct.unpack_from(">q", f, pos + 2 + size)[0]
-        pos += 2 + size + 8
-    return out
+    c = core.Cursor(f, 10)  # the map: count, then (string, i64) pairs
+    return {c.string() or "": c.i64() for _ in range(c.u32())}
 
 
 def test_stream_stats_answer_osiris_keys_with_minus_one_for_what_is_not_there_yet(sbroker):
