@@ -300,7 +300,7 @@ def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes | S
     records:u16 | uncompressed size:u32 | size:u32 | body, kept as a SubBatch to be stored
     as it came."""
     n = c.u32()
-    if version == 1 and isinstance(c.data, bytes):
+    if version == 1:
         fast = _published_v1(c, n)
         if fast is not None:
             return fast
@@ -320,8 +320,10 @@ def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes | S
 def _published_v1(c: Cursor, n: int) -> list[tuple[int, str | None, bytes | SubBatch]] | None:
     """publish v1's `n` messages read in one tight loop (this is per message: one unpack
     and one slice each), or None, having read nothing, when one of them is a sub-entry
-    batch, which the general loop reads. Raises ParseError for a frame cut short."""
+    batch or the frame is a memoryview, which the general loop reads. Raises ParseError for a frame cut short."""
     data, pos = c.data, c.pos
+    if not isinstance(data, bytes):
+        return None  # a memoryview's slices would be views: the general loop copies
     unpack = _PID_SIZE.unpack_from
     out: list[tuple[int, str | None, bytes | SubBatch]] = []
     append = out.append
