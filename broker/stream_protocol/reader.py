@@ -2,9 +2,9 @@
 `rabbit_stream_reader.erl`.
 
 Owns: the connection's state machine (peer properties → SASL → tune → open → opened →
-closing), its frames in and out, heartbeats, and the commands that manage streams
-(create, delete, metadata, stream_stats, route, partitions, exchange_command_versions).
-Publishing and consuming join this reader as they are built.
+closing), its frames in and out, heartbeats, exchange_command_versions, publishing and
+consuming; the commands that manage streams (create, delete, metadata, stream_stats, route,
+partitions, super streams) are in stream_commands.py, called with this connection.
 Talks to: the broker through `StreamServing` (authentication, permissions, vhosts),
 broker/stream_protocol/core.py for every byte.
 Must never: let one connection's bad input touch another: every error here ends in a
@@ -38,7 +38,7 @@ from broker.queue_delivery import RUN
 from broker.stream.log import FIRST, LAST, NEXT
 from broker.stream.queue import STREAM_PUBLISH, Subscription
 from broker.stream_protocol import core
-from broker.stream_protocol.super_streams import CREATE_ARGUMENTS, create_super_stream
+from broker.stream_protocol import stream_commands as commands
 
 log = logging.getLogger("broker.stream_protocol")
 
@@ -491,89 +491,26 @@ class StreamConnection(asyncio.Protocol):
     def _close_response(self, f: core.Frame) -> None:
         self._fail()
 
-    # -- managing streams --------------------------------------------------------------------
-    def _allowed(self, name: str, permission: str) -> bool:
+    # -- what stream_commands.py uses ------------------------------------------------------
+    def allowed(self, name: str, permission: str) -> bool:
         assert self.vhost is not None
         return self.broker.users.control.resource_allowed(self.username, self.vhost, name,
                                                          permission)
 
-    def _stream(self, name: str) -> Any | None:
+    def stream(self, name: str) -> Any | None:
         """The stream queue `name` of this connection's vhost (None when there is none or
         the queue is not a stream)."""
         assert self.vhost is not None
         q = self.broker.vhosts[self.vhost].queues.get(name)
         return q if q is not None and getattr(q, "queue_type", "") == "stream" else None
 
-    def _create_stream(self, f: core.Frame) -> None:
-        name = f.fields["stream"] or ""
-        if not self._allowed(name, "configure"):
-            self.send(core.response(core.CREATE_STREAM, f.corr, core.ACCESS_REFUSED))
-            return
-        args: dict[str, Any] = {"x-queue-type": "stream"}
-        for key, value in f.fields["arguments"].items():
-            arg = CREATE_ARGUMENTS.get(key)
-            if arg is None:
-                self.send(core.response(core.CREATE_STREAM, f.corr, core.PRECONDITION_FAILED))
-                return
-            args[arg] = int(value) if value.isdigit() else value
-        vhost = self.broker.vhosts[self.vhost or "/"]
-        if name in vhost.queues:
-            # rabbit_stream_manager:create/4: an equivalent declare is STREAM_ALREADY_EXISTS,
-            # other arguments (or another queue type) PRECONDITION_FAILED
-            try:
-                vhost.declare_queue(name, durable=True, arguments=args)
-                code = core.STREAM_ALREADY_EXISTS
-            except errors.AMQPError:
-                code = core.PRECONDITION_FAILED
-            self.send(core.response(core.CREATE_STREAM, f.corr, code))
-            return
-        try:
-            vhost.declare_queue(name, durable=True, arguments=args)
-        except errors.AMQPError as exc:
-            log.warning("stream connection %s: cannot create stream '%s': %s", self.peer,
-                        name, exc)
-            code = core.ACCESS_REFUSED if getattr(exc, "reply_code", 0) == 403 \
-                else core.PRECONDITION_FAILED
-            self.send(core.response(core.CREATE_STREAM, f.corr, code))
-            return
-        self.send(core.response(core.CREATE_STREAM, f.corr, core.OK))
+    def current_vhost(self) -> Any:
+        """The vhost (broker.vhost.VHost) this connection opened."""
+        return self.broker.vhosts[self.vhost or "/"]
 
-    def _delete_stream(self, f: core.Frame) -> None:
-        name = f.fields["stream"] or ""
-        if not self._allowed(name, "configure"):
-            self.send(core.response(core.DELETE_STREAM, f.corr, core.ACCESS_REFUSED))
-            return
-        q = self._stream(name)
-        if q is None:
-            self.send(core.response(core.DELETE_STREAM, f.corr, core.STREAM_DOES_NOT_EXIST))
-            return
-        self.broker.vhosts[self.vhost or "/"].delete_queue_now(q)  # tells its clients
-        self.send(core.response(core.DELETE_STREAM, f.corr, core.OK))
-
-    def _metadata(self, f: core.Frame) -> None:
-        host, port = self.listener.endpoint(self._tls())
-        out: list[tuple[str, int, int, list[int]]] = []
-        for name in f.fields["streams"]:
-            if self._stream(name) is not None:
-                out.append((name, core.OK, 0, []))
-            else:
-                out.append((name, core.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
-        self.send(core.metadata_response(f.corr, [(host, port)], out))
-
-    def _stream_stats(self, f: core.Frame) -> None:
-        q = self._stream(f.fields["stream"] or "")
-        if q is None:
-            self.send(core.response(core.STREAM_STATS, f.corr, core.STREAM_DOES_NOT_EXIST,
-                                    core.int_map({})))
-            return
-        log_ = q.log
-        last_chunk = log_.last_chunk
-        # osiris:get_stats/1 (osiris 1.8, RabbitMQ 3.13): -1 for what a stream lacks yet
-        stats = {"first_chunk_id": log_.first_offset if log_.next_offset > log_.first_offset
-                 else -1,
-                 "committed_chunk_id": last_chunk,
-                 "last_chunk_id": log_.last_written_chunk}
-        self.send(core.response(core.STREAM_STATS, f.corr, core.OK, core.int_map(stats)))
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) metadata advertises for this connection's listener."""
+        return self.listener.endpoint(self._tls())
 
     def _exchange_command_versions(self, f: core.Frame) -> None:
         for key, _lo, hi in f.fields["commands"]:
@@ -582,72 +519,6 @@ class StreamConnection(asyncio.Protocol):
         self.send(core.response(core.EXCHANGE_COMMAND_VERSIONS, f.corr, core.OK,
                                 core.command_versions(core.COMMAND_VERSIONS)))
 
-    def _partitions(self, f: core.Frame) -> None:
-        streams = self._super_stream_partitions(f.fields["super_stream"] or "")
-        if streams is None:
-            self.send(core.response(core.PARTITIONS, f.corr, core.STREAM_DOES_NOT_EXIST,
-                                    core.strings([])))
-            return
-        self.send(core.response(core.PARTITIONS, f.corr, core.OK,
-                                core.strings([s for s, _key in streams])))
-
-    def _route(self, f: core.Frame) -> None:
-        streams = self._super_stream_partitions(f.fields["super_stream"] or "")
-        if streams is None:
-            self.send(core.response(core.ROUTE, f.corr, core.STREAM_DOES_NOT_EXIST,
-                                    core.strings([])))
-            return
-        key = f.fields["routing_key"] or ""
-        self.send(core.response(core.ROUTE, f.corr, core.OK,
-                                core.strings([s for s, k in streams if k == key])))
-
-    def _super_stream_partitions(self, name: str) -> list[tuple[str, str]] | None:
-        """[(partition stream, binding key)] of super stream `name` (the direct exchange's
-        bindings to streams, in x-stream-partition-order), None when there is no such
-        exchange (rabbit_stream_manager:partitions/2)."""
-        vhost = self.broker.vhosts[self.vhost or "/"]
-        exchange = vhost.exchanges.get(name)
-        if exchange is None:
-            return None
-        found = []
-        for dest, key, args in exchange.routing.bindings():
-            if isinstance(dest, str) and self._stream(dest) is not None:
-                order = (args or {}).get("x-stream-partition-order", 0)
-                found.append((order, dest, key))
-        found.sort(key=lambda t: (t[0], t[1]))
-        return [(dest, key) for _o, dest, key in found]
-
-
-    # -- super streams -------------------------------------------------------------------------
-    def _create_super_stream(self, f: core.Frame) -> None:
-        """create_super_stream (3.13): a durable direct exchange with x-super-stream, one
-        stream per partition, each bound with its binding key and x-stream-partition-order
-        (rabbit_stream_manager:create_super_stream); what was made is undone on an error."""
-        d = f.fields
-        name, parts, keys = d["super_stream"] or "", d["partitions"], d["binding_keys"]
-        code = create_super_stream(self.broker.vhosts[self.vhost or "/"], name, parts, keys,
-                                   d["arguments"],
-                                   lambda n: self._allowed(n, "configure"))
-        self.send(core.response(core.CREATE_SUPER_STREAM, f.corr, code))
-
-    def _delete_super_stream(self, f: core.Frame) -> None:
-        name = f.fields["super_stream"] or ""
-        streams = self._super_stream_partitions(name)
-        if not self._allowed(name, "configure") or any(
-                not self._allowed(s_, "configure") for s_, _k in streams or []):
-            self.send(core.response(core.DELETE_SUPER_STREAM, f.corr, core.ACCESS_REFUSED))
-            return
-        if streams is None:
-            self.send(core.response(core.DELETE_SUPER_STREAM, f.corr,
-                                    core.STREAM_DOES_NOT_EXIST))
-            return
-        vhost = self.broker.vhosts[self.vhost or "/"]
-        vhost.delete_exchange(name, False)
-        for stream, _key in streams:
-            q = self._stream(stream)
-            if q is not None:
-                vhost.delete_queue_now(q)
-        self.send(core.response(core.DELETE_SUPER_STREAM, f.corr, core.OK))
 
     # -- publishing --------------------------------------------------------------------------
     def _declare_publisher(self, f: core.Frame) -> None:
@@ -656,10 +527,10 @@ class StreamConnection(asyncio.Protocol):
         if pid in self.publishers:
             self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.PRECONDITION_FAILED))
             return
-        if not self._allowed(name, "write"):
+        if not self.allowed(name, "write"):
             self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.ACCESS_REFUSED))
             return
-        q = self._stream(name)
+        q = self.stream(name)
         if q is None:
             self.send(core.response(core.DECLARE_PUBLISHER, f.corr, core.STREAM_DOES_NOT_EXIST))
             return
@@ -689,7 +560,7 @@ class StreamConnection(asyncio.Protocol):
         pub.queue.cast((STREAM_PUBLISH, self, pid, pub.reference, messages))
 
     def _query_publisher_sequence(self, f: core.Frame) -> None:
-        q = self._stream(f.fields["stream"] or "")
+        q = self.stream(f.fields["stream"] or "")
         if q is None:
             self.send(core.response(core.QUERY_PUBLISHER_SEQUENCE, f.corr,
                                     core.STREAM_DOES_NOT_EXIST, struct.pack(">Q", 0)))
@@ -712,10 +583,10 @@ class StreamConnection(asyncio.Protocol):
         if sid in self.subscriptions:
             self.send(core.response(core.SUBSCRIBE, f.corr, core.SUBSCRIPTION_ID_ALREADY_EXISTS))
             return
-        if not self._allowed(name, "read"):
+        if not self.allowed(name, "read"):
             self.send(core.response(core.SUBSCRIBE, f.corr, core.ACCESS_REFUSED))
             return
-        q = self._stream(name)
+        q = self.stream(name)
         if q is None:
             self.send(core.response(core.SUBSCRIBE, f.corr, core.STREAM_DOES_NOT_EXIST))
             return
@@ -727,7 +598,7 @@ class StreamConnection(asyncio.Protocol):
         sub = Subscription(self, sid, offset, d["credit"], d["properties"])
         super_stream = d["properties"].get("super-stream")
         if super_stream:
-            names = [s_ for s_, _k in self._super_stream_partitions(super_stream) or []]
+            names = [s_ for s_, _k in commands.super_stream_partitions(self, super_stream) or []]
             sub.partition_index = names.index(name) if name in names else 0
         q.subscribe(sub)
 
@@ -752,19 +623,19 @@ class StreamConnection(asyncio.Protocol):
         """store_offset has no response; a stream that does not exist or a user without
         read access is ignored, as in rabbit_stream_reader."""
         name, ref = f.fields["stream"] or "", f.fields["reference"] or ""
-        q = self._stream(name)
-        if q is None or not ref or not self._allowed(name, "read"):
+        q = self.stream(name)
+        if q is None or not ref or not self.allowed(name, "read"):
             return
         offset = f.fields["offset"]
         q.call(q.log.store_offsets, {ref: offset})
 
     def _query_offset(self, f: core.Frame) -> None:
         name, ref = f.fields["stream"] or "", f.fields["reference"] or ""
-        if not self._allowed(name, "read"):
+        if not self.allowed(name, "read"):
             self.send(core.response(core.QUERY_OFFSET, f.corr, core.ACCESS_REFUSED,
                                     struct.pack(">Q", 0)))
             return
-        q = self._stream(name)
+        q = self.stream(name)
         if q is None:
             self.send(core.response(core.QUERY_OFFSET, f.corr, core.STREAM_DOES_NOT_EXIST,
                                     struct.pack(">Q", 0)))
@@ -797,13 +668,13 @@ _HANDLERS = {
     (core.HEARTBEAT, False): StreamConnection._heartbeat,
     (core.CLOSE, False): StreamConnection._close_request,
     (core.CLOSE, True): StreamConnection._close_response,
-    (core.CREATE_STREAM, False): StreamConnection._create_stream,
-    (core.DELETE_STREAM, False): StreamConnection._delete_stream,
-    (core.METADATA, False): StreamConnection._metadata,
-    (core.STREAM_STATS, False): StreamConnection._stream_stats,
+    (core.CREATE_STREAM, False): commands.create_stream,
+    (core.DELETE_STREAM, False): commands.delete_stream,
+    (core.METADATA, False): commands.metadata,
+    (core.STREAM_STATS, False): commands.stream_stats,
     (core.EXCHANGE_COMMAND_VERSIONS, False): StreamConnection._exchange_command_versions,
-    (core.PARTITIONS, False): StreamConnection._partitions,
-    (core.ROUTE, False): StreamConnection._route,
+    (core.PARTITIONS, False): commands.partitions,
+    (core.ROUTE, False): commands.route,
     (core.DECLARE_PUBLISHER, False): StreamConnection._declare_publisher,
     (core.PUBLISH, False): StreamConnection._publish,
     (core.QUERY_PUBLISHER_SEQUENCE, False): StreamConnection._query_publisher_sequence,
@@ -813,7 +684,7 @@ _HANDLERS = {
     (core.UNSUBSCRIBE, False): StreamConnection._unsubscribe,
     (core.STORE_OFFSET, False): StreamConnection._store_offset,
     (core.QUERY_OFFSET, False): StreamConnection._query_offset,
-    (core.CREATE_SUPER_STREAM, False): StreamConnection._create_super_stream,
-    (core.DELETE_SUPER_STREAM, False): StreamConnection._delete_super_stream,
+    (core.CREATE_SUPER_STREAM, False): commands.create_super_stream_command,
+    (core.DELETE_SUPER_STREAM, False): commands.delete_super_stream,
     (core.CONSUMER_UPDATE, True): StreamConnection._consumer_update_response,
 }

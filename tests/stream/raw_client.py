@@ -110,3 +110,14 @@ def subscribe_first(sock: socket.socket, subscription_id: int, stream: str, cred
     """Subscribe from `first` (offset type 1) with `credit` chunks and no properties."""
     return request(sock, 7, corr, struct.pack(">B", subscription_id) + s(stream)
                    + struct.pack(">HHI", 1, credit, 0))
+
+
+def confirmed_ids(sock: socket.socket, n: int) -> list[int]:
+    """Publishing ids of publish_confirm frames read until `n` are confirmed."""
+    got: list[int] = []
+    while len(got) < n:
+        f = read_frame(sock)
+        key, _v, _pub, count = struct.unpack_from(">HHBI", f)
+        if key == 3:
+            got += struct.unpack_from(f">{count}Q", f, 9)
+    return got
