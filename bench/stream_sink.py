@@ -8,7 +8,8 @@
 # Must never: be used as a broker: it keeps no message.
 """Null stream server (issue 37 item 10: "a null server that only acks gives the client's
 own ceiling"). Accepts any login. A subscription gets chunks of `CHUNK_RECORDS` records of
-the size the connection last published (12 B until then), each as a broker would send it
+the size last published to this server, over any connection (12 B until then; the benchmark
+consumes on a second connection what the first published), each as a broker would send it
 (Deliver v1: the chunk header and data entries), as long as it has credit."""
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def canned_chunk(size: int) -> bytes:
 class SinkConnection(asyncio.Protocol):
     """One client connection of the null server."""
 
+    published_size = 12  # body bytes last published to this server, over any connection
+
     def __init__(self) -> None:
         self.transport: Any = None
         self.buf = bytearray()
-        self.size = 12
         self.sub: int | None = None
         self.credit = 0
         self.chunk = b""
@@ -102,7 +104,7 @@ class SinkConnection(asyncio.Protocol):
             at += 2 + (8 if kind in (4, 5) else 0)
             self.credit = int.from_bytes(f[at:at + 2], "big")
             w(_response(7, corr))
-            chunk = canned_chunk(self.size)
+            chunk = canned_chunk(SinkConnection.published_size)
             self.chunk = struct.pack(">IHHB", len(chunk) + 5, 8, 1, self.sub) + chunk
         elif key == 22:
             w(_response(22, corr))
@@ -115,7 +117,8 @@ class SinkConnection(asyncio.Protocol):
         pass when all messages have the first one's length)."""
         if count:
             length = int.from_bytes(f[17:21], "big")
-            self.size = length - 5 if length - 5 < 256 else length - 8  # minus the prefix
+            SinkConnection.published_size = (length - 5 if length - 5 < 256
+                                              else length - 8)  # minus the prefix
             stride = 12 + length
             if len(f) - 9 == stride * count:
                 arr = np.ndarray((count,), dtype=">u8", buffer=f, offset=9, strides=(stride,))
