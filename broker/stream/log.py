@@ -19,13 +19,15 @@ opened (broker/stream/log_v1.py).
 Guarantees by call:
     append()  the chunk and its index record handed to the OS (write(2)): they survive a
               process crash (kill -9), not a power cut. Returns the chunk's offsets.
-    sync()    fsync of the files appended to since the last sync: what was appended before
+    sync()    fsync of the segment appended to since the last sync: what was appended before
               survives a power cut (the stream confirms publishes after this). It may run
-              on a worker thread while the owner appends.
+              on a worker thread while the owner appends. The index is not fsynced: it is
+              derived from the segment, and recovery rebuilds its tail.
     open      (the constructor) recovery: the last segment is checked from its last indexed
-              chunk on; a torn or corrupt tail (bad header, size or CRC) is truncated, in the
-              segment and in its index, and logged with the position; an index behind its
-              segment is completed from the segment.
+              chunk on (index records at the tail that name no such chunk are dropped first,
+              back to the segment's start if need be); a torn or corrupt tail (bad header,
+              size or CRC) is truncated, in the segment and in its index, and logged with the
+              position; an index behind its segment is completed from the segment.
 Reading: `locate(spec)` turns first / last / next / an offset / a timestamp into an offset by
 binary search over the segment list and one index file (O(log n) reads, no scan);
 `read_chunk(offset)` returns the records of the chunk holding `offset`, `read_raw(offset)`
@@ -40,7 +42,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import broker.stream.log_v1 as log_v1
@@ -128,13 +130,20 @@ class StreamLog:
         seg = self._segments[-1]
         records = self._index_records(seg)
         pos, offset = len(LOG_HEADER), seg.first
-        if records:  # trust what the index says but the last chunk: check from there
-            offset, _ts, _epoch, pos, _t = records[-1]
-            records = records[:-1]
         with open(seg.path, "rb") as f:
             data_end = os.fstat(f.fileno()).st_size
             if data_end < len(LOG_HEADER) or f.read(len(LOG_HEADER)) != LOG_HEADER:
                 pos = 0  # not even a header: the file is rewritten below
+                records = []
+            # trust the index but its tail: sync() fsyncs the segment, not the index, so
+            # after a power cut the index's last records may be missing or not match a
+            # chunk; drop those that do not, then check the segment from the last one on
+            while records:
+                offset, _ts, _epoch, pos, _t = records.pop()
+                h = _check_chunk_at(f, pos, data_end)
+                if h is not None and h.chunk_id == offset:
+                    break
+                pos, offset = len(LOG_HEADER), seg.first
             good = []
             while pos >= len(LOG_HEADER):
                 h = _check_chunk_at(f, pos, data_end)
@@ -249,10 +258,11 @@ class StreamLog:
             raise ValueError("a chunk needs at least one entry")
         return self.append_chunk([(None, e) for e in entries], now_ms)
 
-    def append_chunk(self, entries: list[oc.FilteredEntry], now_ms: int | None = None,
+    def append_chunk(self, entries: Sequence[oc.ChunkItem], now_ms: int | None = None,
                      chunk_type: int = oc.CHNK_USER, sequences: dict[str, int] | None = None,
                      filter_size: int = oc.DEFAULT_FILTER_SIZE) -> tuple[int, int]:
-        """Append one chunk of `entries` ((filter value or None, record or SubBatch));
+        """Append one chunk of `entries` ((filter value or None, record or SubBatch), or
+        an osiris_chunk.EntryBlock of simple records laid out already);
         `sequences` {publisher reference: last publishing id in the chunk} goes in its
         trailer and into `self.sequences`. Returns (first, last) offset. The chunk's
         timestamp never goes back (ms)."""
@@ -294,7 +304,7 @@ class StreamLog:
         self._write_chunk([(None, snap)], now_ms, oc.CHNK_TRK_SNAPSHOT, b"",
                           oc.DEFAULT_FILTER_SIZE)
 
-    def _write_chunk(self, entries: list[oc.FilteredEntry], now_ms: int | None,
+    def _write_chunk(self, entries: Sequence[oc.ChunkItem], now_ms: int | None,
                      chunk_type: int, trailer: bytes, filter_size: int) -> tuple[int, int]:
         ts = max(self._last_ts, int(time.time() * 1000) if now_ms is None else now_ms)
         first = self.next_offset
@@ -348,8 +358,10 @@ class StreamLog:
         self._written = False  # before the fsync: a later append sets it again
         with self._sync_lock:
             if self.fsync and self._fd >= 0:  # earlier segments were fsynced at the roll
+                # the segment only: the index is derived from it, and recovery completes
+                # an index behind its segment (one fsync, not two, per group commit: 12 B
+                # publishes over the stream protocol 3.18 M -> 3.61 M msg/s)
                 os.fsync(self._fd)
-                os.fsync(self._ifd)
 
     # -- reading -----------------------------------------------------------------------------
     @property
