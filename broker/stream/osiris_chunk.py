@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
@@ -84,6 +84,31 @@ class SubBatch:
 
 Entry = bytes | SubBatch  # one data entry: a simple record or a sub-batch
 FilteredEntry = tuple[str | None, Entry]  # (filter value or None, entry)
+
+
+@dataclass(slots=True, frozen=True)
+class EntryBlock:
+    """`count` simple entries of one length, without filter values, already laid out as a
+    chunk's data holds them: each `stride` bytes (Length:u31 with the top bit 0, then the
+    record), `data` = count × stride bytes. A publish frame whose messages all have one
+    length becomes one in a few C copies instead of a step per message
+    (broker/stream_protocol/core.py); `head`/`tail` split it at an entry boundary when a
+    chunk ends inside it."""
+
+    count: int
+    stride: int
+    data: bytes
+
+    def head(self, k: int) -> EntryBlock:
+        """The first `k` entries (0 < k < count)."""
+        return EntryBlock(k, self.stride, self.data[:k * self.stride])
+
+    def tail(self, k: int) -> EntryBlock:
+        """The entries after the first `k` (0 < k < count)."""
+        return EntryBlock(self.count - k, self.stride, self.data[k * self.stride:])
+
+
+ChunkItem = FilteredEntry | EntryBlock  # what encode_chunk takes: one entry, or a block of them
 
 
 @dataclass(slots=True, frozen=True)
@@ -165,34 +190,54 @@ def bloom_may_contain(bloom_bytes: bytes, values: Iterable[str], match_unfiltere
 
 
 # -- encoding ---------------------------------------------------------------------------------
-def encode_chunk(entries: list[FilteredEntry], chunk_id: int, timestamp: int,
+def encode_chunk(entries: Sequence[ChunkItem], chunk_id: int, timestamp: int,
                  epoch: int = FIRST_EPOCH,
                  chunk_type: int = CHNK_USER, trailer: bytes = b"",
                  filter_size: int = DEFAULT_FILTER_SIZE) -> tuple[list[bytes], int]:
     """A chunk as pieces to write back to back, and the records it holds. `entries`:
-    [(filter value or None, record bytes or SubBatch)]; `timestamp` in ms; `trailer`:
-    tracking entries (see `tracking_entries`)."""
-    bodies = list(map(_second, entries))
-    try:  # simple records only (the usual case): sizes and bodies interleaved in C loops
-        sizes = map(_SIMPLE.pack, map(len, bodies))
-        data = b"".join(chain.from_iterable(zip(sizes, bodies, strict=True)))
-        records = len(bodies)
-    except TypeError:  # a sub-batch among them (it has no len)
-        parts: list[bytes] = []
-        records = 0
-        for e in bodies:
-            if isinstance(e, SubBatch):
-                parts += (_BATCH.pack(0x80 | (e.compression & 0x7) << 4, e.records,
-                                      e.uncompressed_length, len(e.data)), e.data)
-                records += e.records
-            else:
-                parts += (_SIMPLE.pack(len(e)), e)
-                records += 1
-        data = b"".join(parts)
-    bl = bloom(map(_first, entries), filter_size) if any(map(_first, entries)) else b""
-    head = HEADER.pack(MAGIC_VERSION, chunk_type, len(entries), records, timestamp, epoch,
+    [(filter value or None, record bytes or SubBatch)], any of them possibly an EntryBlock
+    (entries laid out already); `timestamp` in ms; `trailer`: tracking entries (see
+    `tracking_entries`). At most 65 535 entries (NumEntries is a u16)."""
+    if len(entries) == 1 and entries[0].__class__ is EntryBlock:  # one publish frame's block
+        block: EntryBlock = entries[0]  # type: ignore[assignment]
+        data, num, records, bl = block.data, block.count, block.count, b""
+    else:
+        try:  # simple records only (the usual case): sizes and bodies interleaved in C loops
+            bodies = list(map(_second, entries))  # type: ignore[arg-type]
+            sizes = map(_SIMPLE.pack, map(len, bodies))
+            data = b"".join(chain.from_iterable(zip(sizes, bodies, strict=True)))
+            num = records = len(bodies)
+            filters: Iterable[str | None] = map(_first, entries)  # type: ignore[arg-type]
+        except TypeError:  # a sub-batch (it has no len) or a block (no item 1) among them
+            data, num, records = _mixed_data(entries)
+            filters = [e[0] if e.__class__ is tuple else None for e in entries]  # type: ignore[index]
+        filters = list(filters)
+        bl = bloom(filters, filter_size) if any(filters) else b""
+    head = HEADER.pack(MAGIC_VERSION, chunk_type, num, records, timestamp, epoch,
                        chunk_id, zlib.crc32(data), len(data), len(trailer), len(bl))
     return [head, bl, data, trailer], records
+
+
+def _mixed_data(entries: Sequence[ChunkItem]) -> tuple[bytes, int, int]:
+    """(data, entries, records) of entries among which are sub-batches or blocks."""
+    parts: list[bytes] = []
+    num = records = 0
+    for item in entries:
+        if isinstance(item, EntryBlock):
+            parts.append(item.data)
+            num += item.count
+            records += item.count
+            continue
+        e = item[1]
+        num += 1
+        if isinstance(e, SubBatch):
+            parts += (_BATCH.pack(0x80 | (e.compression & 0x7) << 4, e.records,
+                                  e.uncompressed_length, len(e.data)), e.data)
+            records += e.records
+        else:
+            parts += (_SIMPLE.pack(len(e)), e)
+            records += 1
+    return b"".join(parts), num, records
 
 
 _first = itemgetter(0)  # a FilteredEntry's filter value

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import shutil
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,6 +43,7 @@ from broker.stream import log_v1, message_record
 from broker.stream import osiris_chunk as oc
 from broker.stream.log import Chunk, StreamLog
 from broker.stream.sac import ActiveConsumers, group_of
+from broker.stream_protocol.core import PublishBlock, Published
 
 if TYPE_CHECKING:
     import asyncio
@@ -63,11 +65,47 @@ MAX_BATCH_SIZE = 8192
 WRITE_BUFFER_LIMIT = 1 << 20  # bytes queued to a stream client before its deliveries pause
 
 
+MAX_CONFIRM_IDS = 8192  # publishing ids per merged publish_confirm (64 KiB, under any frame_max)
+
+
+def merged_confirms(owed: list[tuple[StreamClient, int, list[int] | bytes]]
+                    ) -> list[tuple[StreamClient, int, list[int] | bytes]]:
+    """`owed` with each run of one client's publisher's confirms made one (ids packed as
+    big-endian u64s, at most MAX_CONFIRM_IDS each unless one publish had more), in order:
+    one publish_confirm frame and one socket write for what one fsync covered, not one per
+    publish frame. RabbitMQ's reader likewise confirms every id osiris reports written in
+    one frame (rabbit_stream_reader handle_osiris_event)."""
+    out: list[tuple[StreamClient, int, list[int] | bytes]] = []
+    run: list[list[int] | bytes] = []  # the current run's ids, one item per publish
+    count = 0  # ids in the run
+    client: Any = None
+    publisher_id = -1
+
+    def emit() -> None:
+        if len(run) == 1:
+            out.append((client, publisher_id, run[0]))
+        elif run:
+            out.append((client, publisher_id, b"".join(
+                ids if ids.__class__ is bytes else struct.pack(f">{len(ids)}Q", *ids)
+                for ids in run)))
+
+    for c, pid, ids in owed:
+        n = len(ids) // 8 if ids.__class__ is bytes else len(ids)
+        if c is client and pid == publisher_id and count + n <= MAX_CONFIRM_IDS:
+            run.append(ids)
+            count += n
+            continue
+        emit()
+        client, publisher_id, run, count = c, pid, [ids], n
+    emit()
+    return out
+
+
 class StreamClient(Protocol):
     """A stream protocol connection as a stream queue sees it (the reader's
     StreamConnection)."""
 
-    def publish_confirmed(self, publisher_id: int, ids: list[int]) -> None: ...
+    def publish_confirmed(self, publisher_id: int, ids: list[int] | bytes) -> None: ...
 
     def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
                       committed: int) -> None: ...
@@ -211,16 +249,21 @@ class StreamQueue(QueueProcess):
         self.directory = stream_dir(data_dir, vhost.name, name)
         self.log = StreamLog(self.directory, max_segment_size=int(segment), fsync=fsync,
                              convert_entry=convert_v1_entry)
-        self._pending: list[Any] = []  # entries of this batch ((filter, entry)), appended in after_batch
+        # entries of this batch ((filter, entry), or an EntryBlock of many), appended in
+        # after_batch; _pending_count counts entries, _pending_blocks says a block is there
+        self._pending: list[Any] = []
+        self._pending_count = 0
+        self._pending_blocks = False
         self._pending_seqs: dict[str, int] = {}  # reference -> last publishing id this batch
         # a deduplicating publish's entries in _pending: (start, end, reference, their ids)
         self._pending_marks: list[tuple[int, int, str, list[int]]] = []
         self._batch_size = MIN_BATCH_SIZE  # entries the next chunk may hold
         # (client, publisher id, [publishing ids]) of this batch, then after the append,
         # then those the running fsync covers: confirmed when it ends
-        self._stream_confirms: list[tuple[StreamClient, int, list[int]]] = []
-        self._unsynced_stream: list[tuple[StreamClient, int, list[int]]] = []
-        self._in_sync_stream: list[tuple[StreamClient, int, list[int]]] | None = None
+        # (ids as ints, or a PublishBlock's packed u64s)
+        self._stream_confirms: list[tuple[StreamClient, int, list[int] | bytes]] = []
+        self._unsynced_stream: list[tuple[StreamClient, int, list[int] | bytes]] = []
+        self._in_sync_stream: list[tuple[StreamClient, int, list[int] | bytes]] | None = None
         self.subscriptions: list[Subscription] = []
         self.sac = ActiveConsumers()  # single active consumer groups
         self.clients: set[StreamClient] = set()  # stream connections with publishers or consumers here
@@ -253,6 +296,7 @@ class StreamQueue(QueueProcess):
     def _publish(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
         self.message_stats.publish += 1
         self._pending.append((None, entry_bytes(message)))
+        self._pending_count += 1
         if seq is not None:
             # a seq no comes with its channel: only dead-lettered copies have neither
             self._pending_confirms.append((channel, seq))  # type: ignore[arg-type]
@@ -276,21 +320,47 @@ class StreamQueue(QueueProcess):
             super().handle(msg)
 
     def _stream_publish(self, client: StreamClient, publisher_id: int, reference: str | None,
-                        messages: list[tuple[int, str | None, bytes]]) -> None:
+                        messages: Published) -> None:
         """Messages of a stream protocol publisher: with a reference, one whose publishing
         id is not above the last stored (or earlier in this batch) for that reference is
-        dropped and still confirmed (osiris's deduplication)."""
+        dropped and still confirmed (osiris's deduplication). A PublishBlock (one frame of
+        equal-length messages) is stored as it came when nothing in it is a duplicate."""
         pending = self._pending
+        n = len(messages)
+        self.message_stats.publish += n
+        if isinstance(messages, PublishBlock):
+            if reference:
+                ids = messages.id_list()
+                last = max(self.log.sequences.get(reference, -1),
+                           self._pending_seqs.get(reference, -1))
+                if ids[0] <= last or ids != sorted(set(ids)):  # duplicates: message by message
+                    self._stream_publish_each(client, publisher_id, reference,
+                                              messages.messages())
+                    return
+                self._pending_seqs[reference] = ids[-1]
+                self._pending_marks.append((self._pending_count, self._pending_count + n,
+                                            reference, ids))
+            pending.append(messages.entries)
+            self._pending_count += n
+            self._pending_blocks = True
+            self._stream_confirms.append((client, publisher_id, messages.ids))
+            return
         if not reference:  # nothing to deduplicate: this is per message, keep it in C loops
             pending += [(flt, body) for _pid, flt, body in messages]
-            self.message_stats.publish += len(messages)
+            self._pending_count += n
             self._stream_confirms.append((client, publisher_id,
                                           [m[0] for m in messages]))
             return
+        self._stream_publish_each(client, publisher_id, reference, messages)
+
+    def _stream_publish_each(self, client: StreamClient, publisher_id: int, reference: str,
+                             messages: list[tuple[int, str | None, Any]]) -> None:
+        """A deduplicating publisher's messages, one by one (see _stream_publish)."""
+        pending = self._pending
         ids = []
         last = max(self.log.sequences.get(reference, -1),
                    self._pending_seqs.get(reference, -1))
-        start = len(pending)
+        start = self._pending_count
         stored: list[int] = []  # publishing ids of the entries appended, in order
         for pid, flt, body in messages:
             ids.append(pid)
@@ -300,18 +370,20 @@ class StreamQueue(QueueProcess):
             stored.append(pid)
             last = pid
         if stored:
+            self._pending_count += len(stored)
             self._pending_seqs[reference] = last
-            self._pending_marks.append((start, len(pending), reference, stored))
-        self.message_stats.publish += len(messages)
+            self._pending_marks.append((start, self._pending_count, reference, stored))
         self._stream_confirms.append((client, publisher_id, ids))
 
     def after_batch(self) -> None:
         if self._pending or self._stream_confirms:
             entries, self._pending = self._pending, []
             marks, self._pending_marks = self._pending_marks, []
+            total, self._pending_count = self._pending_count, 0
+            blocks, self._pending_blocks = self._pending_blocks, False
             self._pending_seqs = {}
             if entries:
-                self._append_chunks(entries, marks)
+                self._append_chunks(entries, marks, total if blocks else None)
             self._unsynced.extend(self._pending_confirms)
             self._pending_confirms = []
             self._unsynced_stream.extend(self._stream_confirms)
@@ -324,15 +396,20 @@ class StreamQueue(QueueProcess):
                 self._run_subscriptions()
         self._flush_confirms()
 
-    def _append_chunks(self, entries: list[Any],
-                       marks: list[tuple[int, int, str, list[int]]]) -> None:
+    def _append_chunks(self, entries: list[Any], marks: list[tuple[int, int, str, list[int]]],
+                       total: int | None = None) -> None:
         """Append one batch's entries as chunks of at most `_batch_size` entries, the size
         adapting as gen_batch_server's does for osiris's writer (32 to 8192: doubled after a
         full chunk, halved after one that was not), so a burst is stored as RabbitMQ stores
         it. Each chunk's trailer holds, per publisher reference, the publishing id of its
-        last entry in the chunk (`marks`: (start, end, reference, ids) of each publish), as
-        osiris tracks every write: a chunk is complete on its own after a crash."""
-        n, start, m = len(entries), 0, 0
+        last entry in the chunk (`marks`: (start, end, reference, ids) of each publish, in
+        entries), as osiris tracks every write: a chunk is complete on its own after a
+        crash. `total`: the entries in all, when some items are EntryBlocks (a block counts
+        its entries and is split where a chunk ends inside it)."""
+        n = len(entries) if total is None else total
+        start, m = 0, 0
+        items = iter(entries)
+        carry: Any = None  # the rest of a block a chunk ended inside
         while start < n:
             size = self._batch_size
             end = min(n, start + size)
@@ -344,7 +421,24 @@ class StreamQueue(QueueProcess):
                     break
                 seqs[ref] = ids[-1]
                 m += 1
-            self.log.append_chunk(entries[start:end], sequences=seqs or None)
+            if total is None:
+                chunk = entries[start:end]
+            else:
+                chunk, want = [], end - start
+                while want:
+                    item = carry if carry is not None else next(items)
+                    carry = None
+                    if item.__class__ is not oc.EntryBlock:
+                        chunk.append(item)
+                        want -= 1
+                    elif item.count <= want:
+                        chunk.append(item)
+                        want -= item.count
+                    else:
+                        chunk.append(item.head(want))
+                        carry = item.tail(want)
+                        want = 0
+            self.log.append_chunk(chunk, sequences=seqs or None)
             self._batch_size = (min(MAX_BATCH_SIZE, size * 2) if end - start >= size
                                 else max(MIN_BATCH_SIZE, size // 2))
             start = end
@@ -365,7 +459,7 @@ class StreamQueue(QueueProcess):
             self._owe_confirm(channel, seq)
         self._flush_confirms()
         stream_owed, self._in_sync_stream = self._in_sync_stream or [], None
-        for client, publisher_id, ids in stream_owed:
+        for client, publisher_id, ids in merged_confirms(stream_owed):
             client.publish_confirmed(publisher_id, ids)
         if self._unsynced or self._unsynced_stream:
             self.on_mailbox_empty()  # what came during that fsync: the next one

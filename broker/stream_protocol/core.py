@@ -23,7 +23,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.stream.osiris_chunk import SubBatch
+import numpy as np
+
+from broker.stream.osiris_chunk import EntryBlock, SubBatch
 
 # -- command keys (rabbit_stream.hrl) --------------------------------------------------------
 DECLARE_PUBLISHER = 1
@@ -293,7 +295,69 @@ _PID_SIZE = struct.Struct(">QI")  # a published message's publishing id and size
 _BATCH_HEAD = struct.Struct(">BHII")  # 1 | compression:3 | 0:4, records, uncompressed, size
 
 
-def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes | SubBatch]]:
+@dataclass(slots=True, frozen=True)
+class PublishBlock:
+    """A publish v1 frame's messages when they all have one length and none is a sub-entry
+    batch: `entries` laid out as a chunk stores them (osiris_chunk.EntryBlock), `ids` the
+    publishing ids as the frame carried them (count × u64, big-endian: what publish_confirm
+    sends back). Built with three strided numpy copies, whatever the count: the frame's bytes with
+    each message's 8-byte id cut out are exactly the chunk's data entries. PerfTest-style
+    producers and fixed-format records send such frames; any other frame takes the
+    per-message path."""
+
+    entries: EntryBlock
+    ids: bytes
+
+    def __len__(self) -> int:
+        return self.entries.count
+
+    def id_list(self) -> list[int]:
+        """The publishing ids as ints."""
+        return list(struct.unpack(f">{len(self.ids) // 8}Q", self.ids))
+
+    def messages(self) -> list[tuple[int, str | None, bytes]]:
+        """The per-message form [(publishing id, None, message)] (deduplication's slow path)."""
+        stride, data = self.entries.stride, self.entries.data
+        return [(pid, None, data[i * stride + 4:(i + 1) * stride])
+                for i, pid in enumerate(self.id_list())]
+
+
+Published = list[tuple[int, str | None, bytes | SubBatch]] | PublishBlock
+
+
+def _uniform_block(data: bytes, pos: int, n: int) -> PublishBlock | None:
+    """The PublishBlock of publish v1's `n` messages at `pos` in `data` (to the frame's end)
+    when every one has the first one's length (and so none is a sub-entry batch: the top bit
+    is clear); else None."""
+    if n < 2 or len(data) - pos < 12:
+        return None
+    size = int.from_bytes(data[pos + 8:pos + 12], "big")
+    stride = 12 + size
+    if size & 0x80000000 or len(data) - pos != n * stride:
+        return None
+    # strided views over the frame, one item per message, copied out in C: the size fields,
+    # then each message without its id (a chunk's simple entry), then the ids
+    if np.ndarray((n,), "V4", data, pos + 8, (stride,)).tobytes() != data[pos + 8:pos + 12] * n:
+        return None  # a size differs
+    entries = np.ndarray((n,), f"V{stride - 8}", data, pos + 8, (stride,)).tobytes()
+    return PublishBlock(EntryBlock(n, stride - 8, entries),
+                        np.ndarray((n,), "V8", data, pos, (stride,)).tobytes())
+
+
+_PUBLISH_V1 = b"\x00\x02\x00\x01"  # key PUBLISH, version 1
+
+
+def publish_block(frame: bytes) -> tuple[int, PublishBlock] | None:
+    """(publisher id, PublishBlock) when `frame` is a publish v1 whose messages all have one
+    length: the reader's shortcut past `parse` for the frames a fast producer sends; None
+    for any other frame (which `parse` then reads, errors included)."""
+    if frame[:4] != _PUBLISH_V1 or len(frame) < 9:
+        return None
+    block = _uniform_block(frame, 9, int.from_bytes(frame[5:9], "big"))
+    return None if block is None else (frame[4], block)
+
+
+def _published(c: Cursor, version: int) -> Published:
     """Publish's messages: [(publishing_id, filter_value, message)]. A message whose size
     field has its top bit set is a sub-entry batch (PROTOCOL.adoc "sub-entry batching";
     rabbit_stream_reader:publishing_ids_from_messages): 1 | compression:3 | 0:4 |
@@ -301,6 +365,11 @@ def _published(c: Cursor, version: int) -> list[tuple[int, str | None, bytes | S
     as it came."""
     n = c.u32()
     if version == 1:
+        if c.data.__class__ is bytes:
+            block = _uniform_block(c.data, c.pos, n)  # type: ignore[arg-type]
+            if block is not None:
+                c.pos = len(c.data)
+                return block
         fast = _published_v1(c, n)
         if fast is not None:
             return fast
@@ -529,7 +598,11 @@ def credit_response(code: int, subscription_id: int) -> bytes:
                 + bytes((subscription_id,)))
 
 
-def publish_confirm(publisher_id: int, ids: list[int]) -> bytes:
+def publish_confirm(publisher_id: int, ids: list[int] | bytes) -> bytes:
+    """publish_confirm of `ids`: ints, or u64s packed big-endian already (a PublishBlock's)."""
+    if ids.__class__ is bytes:
+        return wrap(_HEAD.pack(PUBLISH_CONFIRM, 1) + bytes((publisher_id,))
+                    + _U32.pack(len(ids) // 8) + ids)  # type: ignore[operator]
     return wrap(_HEAD.pack(PUBLISH_CONFIRM, 1) + bytes((publisher_id,)) + _U32.pack(len(ids))
                 + struct.pack(f">{len(ids)}Q", *ids))
 

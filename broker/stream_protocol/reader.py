@@ -202,7 +202,11 @@ class StreamConnection(asyncio.Protocol):
             if self.step in (FAILURE,) or self.transport is None:
                 return
             try:
-                self._handle(frame)
+                block = core.publish_block(frame) if self.step == OPENED else None
+                if block is not None:
+                    self._publish_messages(*block)
+                else:
+                    self._handle(frame)
             except core.ParseError as exc:
                 log.warning("stream connection %s: malformed frame (%s), closing",
                             self.peer, exc)
@@ -244,11 +248,13 @@ class StreamConnection(asyncio.Protocol):
         pass  # the queues look at write_buffer_size() before each chunk
 
     # -- what stream queues call (broker/stream/queue.py StreamClient) -------------------------
-    def publish_confirmed(self, publisher_id: int, ids: list[int]) -> None:
+    def publish_confirmed(self, publisher_id: int, ids: list[int] | bytes) -> None:
+        """The stream queue stored these (ints, or a PublishBlock's packed u64s)."""
         pub = self.publishers.get(publisher_id)
         if pub is not None:
-            pub.confirmed += len(ids)
-            self.listener.confirmed += len(ids)
+            n = len(ids) // 8 if ids.__class__ is bytes else len(ids)
+            pub.confirmed += n
+            self.listener.confirmed += n
             self.send(core.publish_confirm(publisher_id, ids))
 
     def deliver_chunk(self, subscription_id: int, header: bytes, data: bytes | memoryview,
@@ -546,14 +552,19 @@ class StreamConnection(asyncio.Protocol):
             self.flow()
 
     def _publish(self, f: core.Frame) -> None:
-        pid = f.fields["publisher_id"]
-        messages = f.fields["messages"]
+        self._publish_messages(f.fields["publisher_id"], f.fields["messages"])
+
+    def _publish_messages(self, pid: int, messages: core.Published) -> None:
+        """publish: to the publisher's stream queue, or publish_error for every message
+        (PUBLISHER_DOES_NOT_EXIST, STREAM_DOES_NOT_EXIST once its stream is gone)."""
         pub = self.publishers.get(pid)
         if pub is None or pub.queue.deleted:
             code = core.PUBLISHER_DOES_NOT_EXIST if pub is None else core.STREAM_DOES_NOT_EXIST
             if pub is not None:
                 pub.errored += len(messages)
-            self.send(core.publish_error(pid, [(m[0], code) for m in messages]))
+            ids = (messages.id_list() if isinstance(messages, core.PublishBlock)
+                   else [m[0] for m in messages])
+            self.send(core.publish_error(pid, [(i, code) for i in ids]))
             return
         pub.published += len(messages)
         self.listener.received += len(messages)

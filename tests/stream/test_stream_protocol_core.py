@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from broker.stream import osiris_chunk as oc
 from broker.stream_protocol import core
 
 
@@ -115,6 +116,7 @@ def test_server_frames_have_the_documented_bytes():
     assert core.tune(1048576, 60) == struct.pack(">IHHII", 12, 20, 1, 1048576, 60)
     assert core.response(core.OPEN, 6, core.OK) == struct.pack(">IHHIH", 10, 0x8015, 1, 6, 1)
     assert core.publish_confirm(7, [1, 2]) == struct.pack(">IHHBIQQ", 25, 3, 1, 7, 2, 1, 2)
+    assert core.publish_confirm(7, struct.pack(">QQ", 1, 2)) == core.publish_confirm(7, [1, 2])
     assert core.publish_error(7, [(5, core.PUBLISHER_DOES_NOT_EXIST)]) == struct.pack(
         ">IHHBIQH", 19, 4, 1, 7, 1, 5, 0x12)
     assert core.credit_response(core.SUBSCRIPTION_ID_DOES_NOT_EXIST, 3) == struct.pack(
@@ -145,3 +147,48 @@ def test_publish_keeps_a_sub_entry_batch_as_it_came():
     assert (sub.records, sub.compression, sub.uncompressed_length, sub.data) == (2, 1, 99, body)
     with pytest.raises(core.ParseError):
         core.parse(struct.pack(">HHBI", 2, 1, 4, 1) + struct.pack(">Q", 7) + batch[:-3])
+
+
+def _publish_v1(items: list[tuple[int, bytes]]) -> bytes:
+    return struct.pack(">HHBI", 2, 1, 7, len(items)) + b"".join(
+        struct.pack(">QI", pid, len(m)) + m for pid, m in items)
+
+
+def test_a_publish_frame_of_one_length_is_one_block_laid_out_as_a_chunk_stores_it():
+    items = [(10 + i, b"msg%02d" % i) for i in range(50)]
+    f = core.parse(_publish_v1(items))
+    block = f.fields["messages"]
+    assert isinstance(block, core.PublishBlock)
+    assert len(block) == 50 and block.entries.count == 50 and block.entries.stride == 9
+    assert block.id_list() == [pid for pid, _m in items]
+    assert block.ids == b"".join(struct.pack(">Q", pid) for pid, _m in items)
+    assert block.entries.data == b"".join(struct.pack(">I", 5) + m for _p, m in items)
+    assert block.messages() == [(pid, None, m) for pid, m in items]
+    # what encode_chunk makes of the block is what it makes of the messages one by one
+    one_by_one = oc.encode_chunk([(None, m) for _p, m in items], 0, 1)
+    assert oc.encode_chunk([block.entries], 0, 1) == one_by_one
+    halves = [block.entries.head(20), block.entries.tail(20)]
+    assert oc.encode_chunk(halves, 0, 1) == one_by_one
+    mixed = [(None, items[0][1]), block.entries.tail(1)]
+    assert oc.encode_chunk(mixed, 0, 1) == one_by_one
+
+
+@pytest.mark.parametrize("items", [
+    [(1, b"a"), (2, b"bb")],  # lengths differ
+    [(1, b"only")],  # one message
+    [(1, b"ab"), (2, b"cd"), (3, b"ef")][:0],  # none
+])
+def test_other_publish_frames_are_read_message_by_message(items):
+    got = core.parse(_publish_v1(items)).fields["messages"]
+    assert got == [(pid, None, m) for pid, m in items]
+
+
+def test_a_one_length_frame_cut_short_or_with_a_sub_entry_is_not_a_block():
+    items = [(1, b"abc"), (2, b"def")]
+    with pytest.raises(core.ParseError):
+        core.parse(_publish_v1(items)[:-1])
+    # a sub-entry batch has the size field's top bit set: never part of a block
+    batch = struct.pack(">QBHII", 3, 0x80, 1, 3, 3) + b"xyz"
+    frame_ = struct.pack(">HHBI", 2, 1, 7, 2) + struct.pack(">QI", 1, 3) + b"abc" + batch
+    got = core.parse(frame_).fields["messages"]
+    assert isinstance(got, list) and isinstance(got[1][2], oc.SubBatch)

@@ -210,17 +210,22 @@ def test_subscribing_at_offset_zero_starts_at_the_first_message(sbroker):
     assert [b for _o, b in run(main())] == [b"z0", b"z1"]
 
 
-def test_a_burst_is_stored_as_osiris_batches_it_each_chunk_tracking_its_publisher(sbroker):
+@pytest.mark.parametrize("body", [b"m%d", b"m%05d"], ids=["lengths-vary", "one-length"])
+def test_a_burst_is_stored_as_osiris_batches_it_each_chunk_tracking_its_publisher(
+        sbroker, body):
     """5 000 messages in one publish frame become chunks of 32, 64, … 2 048 entries and the
     rest (gen_batch_server's batches of osiris's writer), each with epoch 1 and a trailer
-    holding the publisher's last id in that chunk; a resend of them all is dropped."""
+    holding the publisher's last id in that chunk; a resend of them all is dropped. With one
+    length the frame is one PublishBlock, split where each chunk ends; read back, every
+    message is there in order."""
+    stream = "burst-" + body.decode().strip("%m")
     sock = opened(sbroker)
-    assert raw_create_stream(sock, "burst") == 1
-    assert declare_publisher(sock, 1, "p1", "burst") == 1
-    items = [(i, b"m%d" % i) for i in range(1, 5001)]
+    assert raw_create_stream(sock, stream) == 1
+    assert declare_publisher(sock, 1, "p1", stream) == 1
+    items = [(i, body % i) for i in range(1, 5001)]
     sock.sendall(publish_frame(1, items))
     assert confirmed_ids(sock, 5000) == list(range(1, 5001))
-    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["burst"])
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues[stream])
 
     def chunks() -> list[tuple[int, int, dict]]:
         out, offset = [], 0
@@ -240,3 +245,31 @@ def test_a_burst_is_stored_as_osiris_batches_it_each_chunk_tracking_its_publishe
     assert confirmed_ids(sock, 5000) == list(range(1, 5001))
     assert sbroker.call(lambda: q.log.next_offset) == 5000
     sock.close()
+    assert sbroker.call(lambda: stored(q)) == [m for _i, m in items]
+
+
+def test_a_frame_of_one_length_partly_duplicate_stores_only_the_new_messages(sbroker):
+    """A one-length frame (a PublishBlock) whose first ids were stored already: those are
+    confirmed and dropped, the rest stored, message by message as osiris deduplicates."""
+    sock = opened(sbroker)
+    assert raw_create_stream(sock, "dedup-block") == 1
+    assert declare_publisher(sock, 1, "p1", "dedup-block") == 1
+    sock.sendall(publish_frame(1, [(i, b"a%d" % i) for i in range(1, 6)]))
+    assert confirmed_ids(sock, 5) == [1, 2, 3, 4, 5]
+    sock.sendall(publish_frame(1, [(i, b"b%d" % i) for i in range(3, 9)]))
+    assert confirmed_ids(sock, 6) == [3, 4, 5, 6, 7, 8]
+    sock.close()
+    q = sbroker.call(lambda: sbroker.broker.vhosts["/"].queues["dedup-block"])
+    got = sbroker.call(lambda: stored(q))
+    assert got == [b"a1", b"a2", b"a3", b"a4", b"a5", b"b6", b"b7", b"b8"]
+
+
+def stored(q) -> list[bytes]:
+    """Every record of stream queue `q`'s log, in order, as stored (call on the broker's
+    loop)."""
+    out, offset = [], 0
+    while (got := q.log.read_raw(offset)) is not None:
+        h, raw = got
+        out += [bytes(e) for e in oc.entries(raw, h)]
+        offset = h.chunk_id + h.num_records
+    return out
