@@ -53,6 +53,7 @@ log = logging.getLogger("broker.stream")
 
 LOG_HEADER = b"OSIL" + (1).to_bytes(4, "big")
 IDX_HEADER = b"OSII" + (1).to_bytes(4, "big")
+READ_FDS = 8  # segments a log keeps open for reading
 _INDEX = struct.Struct(">QqQIB")  # chunk id, timestamp, epoch, file position, chunk type
 DEFAULT_MAX_SEGMENT_SIZE = 500_000_000  # bytes (x-stream-max-segment-size-bytes)
 
@@ -116,6 +117,9 @@ class StreamLog:
         self.offsets: dict[str, int] = {}
         # the next chunk's first offset -> (segment, position), learnt by read_raw
         self._after: dict[int, tuple[_Segment, int]] = {}
+        # read descriptors of the segments read last (path -> fd, at most READ_FDS): a
+        # chunk is read with two pread(2)s, not an open, two seeks, two reads and a close
+        self._read_fds: dict[str, int] = {}
         self._recover()
         self._recover_tracking()
 
@@ -440,17 +444,39 @@ class StreamLog:
         reader going through the log in order finds each next chunk without a search."""
         where = self._after.get(offset)
         if where is not None:
-            got = _read_chunk_at(where[0], where[1])
+            got = self._read_chunk_at(where[0], where[1])
             if got is not None and got[0].chunk_id == offset:
                 self._remember_next(where[0], where[1], got[0])
                 return got
         where = self._chunk_position(offset)
         if where is None:
             return None
-        got = _read_chunk_at(where[0], where[1])
+        got = self._read_chunk_at(where[0], where[1])
         if got is not None:
             self._remember_next(where[0], where[1], got[0])
         return got
+
+    def _read_chunk_at(self, seg: _Segment, pos: int) -> tuple[oc.ChunkHeader, bytes] | None:
+        """(header, bytes) of the whole chunk at `pos` of `seg`'s file, or None when no
+        whole chunk is there (the end of the segment, or a segment retention deleted)."""
+        fd = self._read_fds.get(seg.path)
+        try:
+            if fd is None:
+                if len(self._read_fds) >= READ_FDS:
+                    os.close(self._read_fds.pop(next(iter(self._read_fds))))
+                fd = self._read_fds[seg.path] = os.open(seg.path, os.O_RDONLY)
+            h = oc.read_header(os.pread(fd, oc.HEADER_SIZE, pos))
+            raw = os.pread(fd, h.size, pos)  # the header again: one copy of the chunk
+        except (oc.ChunkError, FileNotFoundError):
+            return None
+        if len(raw) < h.size:
+            return None
+        return h, raw
+
+    def _close_read_fd(self, path: str) -> None:
+        fd = self._read_fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
     def _remember_next(self, seg: _Segment, pos: int, h: oc.ChunkHeader) -> None:
         """Where the chunk after `h` starts, if it is in the same segment (bounded map)."""
@@ -488,6 +514,7 @@ class StreamLog:
                 too_old = last is not None and last[1] < now - max_age_ms
             if not (too_big or too_old):
                 break
+            self._close_read_fd(seg.path)
             os.unlink(seg.path)
             os.unlink(seg.index)
             replication_hook.deleted(seg.path)
@@ -500,6 +527,8 @@ class StreamLog:
 
     def close(self) -> None:
         """Sync and close the files."""
+        for path in list(self._read_fds):
+            self._close_read_fd(path)
         if self._fd >= 0:
             self._written = True
             self.sync()
@@ -568,22 +597,6 @@ def _check_chunk_at(f: object, pos: int, end: int) -> oc.ChunkHeader | None:
         return oc.check(f.read(h.size))  # type: ignore[attr-defined]
     except oc.ChunkError:
         return None
-
-
-def _read_chunk_at(seg: _Segment, pos: int) -> tuple[oc.ChunkHeader, bytes] | None:
-    """(header, bytes) of the whole chunk at `pos` of `seg`'s file, or None when no whole
-    chunk is there (the end of the segment)."""
-    try:
-        with open(seg.path, "rb") as f:
-            f.seek(pos)
-            h = oc.read_header(f.read(oc.HEADER_SIZE))
-            f.seek(pos)
-            raw = f.read(h.size)  # the header again: one copy of the chunk, not two
-    except (oc.ChunkError, FileNotFoundError):
-        return None
-    if len(raw) < h.size:
-        return None
-    return h, raw
 
 
 def _tracking_data(f: object, pos: int, h: oc.ChunkHeader) -> bytes:

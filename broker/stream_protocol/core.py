@@ -143,14 +143,24 @@ class FrameSplitter:
         self.frame_max = frame_max
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes, blocks: bool = False) -> list[Any]:
+        """The frames `data` completes, as bytes. With `blocks` (an open connection), a run
+        of publish v1 frames with one header (size, publisher, count) whose messages all
+        have one length comes as one (publisher id, PublishBlock) item instead: a fast
+        producer's frames read in a few C copies per socket read, not per frame."""
         buf = self._buf
         buf += data
         pos = 0
         end = len(buf)
-        frames: list[bytes] = []
+        frames: list[Any] = []
         with memoryview(buf) as view:
             while end - pos >= 4:
+                if blocks and buf[pos + 4:pos + 8] == _PUBLISH_V1:
+                    run = _publish_run(buf, pos, end, self.frame_max)
+                    if run is not None:
+                        frames.append(run[0])
+                        pos = run[1]
+                        continue
                 size = _U32.unpack_from(view, pos)[0]
                 if self.frame_max and size > self.frame_max:
                     raise FrameTooLarge(size, self.frame_max)
@@ -355,6 +365,41 @@ def publish_block(frame: bytes) -> tuple[int, PublishBlock] | None:
         return None
     block = _uniform_block(frame, 9, int.from_bytes(frame[5:9], "big"))
     return None if block is None else (frame[4], block)
+
+
+def _publish_run(buf: bytearray, pos: int, end: int,
+                 frame_max: int) -> tuple[tuple[int, PublishBlock], int] | None:
+    """((publisher id, PublishBlock), position after the run) for the publish v1 frames at
+    `pos` of `buf` that are whole, share the first one's 13-byte head (size, key, version,
+    publisher id, count: so one length per frame and message count) and whose messages
+    all have the first one's length; None when there are not two such frames or the first
+    is not one (the frame is then read on its own)."""
+    if end - pos < 21:
+        return None
+    size = int.from_bytes(buf[pos:pos + 4], "big")
+    n = int.from_bytes(buf[pos + 9:pos + 13], "big")
+    frame_len = 4 + size
+    frames = (end - pos) // frame_len
+    if frames < 2 or n < 1 or (frame_max and size > frame_max):
+        return None
+    msg = int.from_bytes(buf[pos + 21:pos + 25], "big") if end - pos >= 25 else -1
+    stride = 12 + msg
+    if msg < 0 or msg & 0x80000000 or 13 + n * stride != frame_len:
+        return None
+    heads = np.ndarray((frames,), "V13", buf, pos, (frame_len,))
+    same = heads == heads[0]
+    if not same.all():
+        frames = int(same.argmin())
+        if frames < 2:
+            return None
+    shape, strides = (frames, n), (frame_len, stride)
+    sizes = np.ndarray(shape, "V4", buf, pos + 21, strides).tobytes()
+    if sizes != buf[pos + 21:pos + 25] * (frames * n):
+        return None  # a message of another length: frame by frame
+    entries = np.ndarray(shape, f"V{stride - 8}", buf, pos + 21, strides).tobytes()
+    ids = np.ndarray(shape, "V8", buf, pos + 13, strides).tobytes()
+    block = PublishBlock(EntryBlock(frames * n, stride - 8, entries), ids)
+    return (buf[pos + 8], block), pos + frames * frame_len
 
 
 def _published(c: Cursor, version: int) -> Published:

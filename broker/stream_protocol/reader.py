@@ -193,7 +193,7 @@ class StreamConnection(asyncio.Protocol):
         self.recv_oct += len(data)
         self.recv_cnt += 1
         try:
-            frames = self.splitter.feed(data)
+            frames = self.splitter.feed(data, blocks=self.step == OPENED)
         except core.FrameTooLarge as exc:
             log.warning("stream connection %s: %s, closing", self.peer, exc)
             self._close_with(core.FRAME_TOO_LARGE, "frame too large")
@@ -202,6 +202,9 @@ class StreamConnection(asyncio.Protocol):
             if self.step in (FAILURE,) or self.transport is None:
                 return
             try:
+                if frame.__class__ is tuple:  # a run of publish frames (FrameSplitter.feed)
+                    self._publish_messages(*frame)
+                    continue
                 block = core.publish_block(frame) if self.step == OPENED else None
                 if block is not None:
                     self._publish_messages(*block)
@@ -266,8 +269,7 @@ class StreamConnection(asyncio.Protocol):
         self.listener.delivered += int.from_bytes(header[4:8], "big")  # NumRecords
         head = core.deliver_header(subscription_id, len(header) + len(data),
                                    self.deliver_version, max(committed, 0)) + header
-        self.transport.write(head)
-        self.transport.write(data)
+        self.transport.writelines((head, data))  # uvloop: one writev(2), no join copy
         self.send_oct += len(head) + len(data)
         self.send_cnt += 1
 

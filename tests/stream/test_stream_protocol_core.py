@@ -192,3 +192,47 @@ def test_a_one_length_frame_cut_short_or_with_a_sub_entry_is_not_a_block():
     frame_ = struct.pack(">HHBI", 2, 1, 7, 2) + struct.pack(">QI", 1, 3) + b"abc" + batch
     got = core.parse(frame_).fields["messages"]
     assert isinstance(got, list) and isinstance(got[1][2], oc.SubBatch)
+
+
+def test_a_run_of_like_publish_frames_is_read_as_one_block_in_order():
+    """FrameSplitter.feed(blocks=True): publish v1 frames with one head and one message
+    length become one (publisher id, PublishBlock) per run, whatever the reads' borders;
+    any other frame comes as bytes, in order."""
+    def pub(first: int, n: int = 3, pid: int = 7, body: bytes = b"xy") -> bytes:
+        return frame(_publish_v1([(first + i, body) for i in range(n)])[:4] + bytes((pid,))
+                     + _publish_v1([(first + i, body) for i in range(n)])[5:])
+
+    heartbeat = frame(struct.pack(">HH", 23, 1))
+    data = (pub(1) + pub(4) + pub(7) + heartbeat + pub(10, n=2) + pub(12, n=2)
+            + pub(14, pid=8) + pub(17, body=b"abc") + pub(20, body=b"abc"))
+    for step in (len(data), 7, 1):  # all at once, in pieces, a byte at a time
+        sp = core.FrameSplitter(frame_max=1 << 20)
+        got = []
+        for i in range(0, len(data), step):
+            got += sp.feed(data[i:i + step], blocks=True)
+        flat = []  # (publisher id, ids) per item; bytes frames as their parse
+        for item in got:
+            if isinstance(item, tuple):
+                pid, block = item
+                flat.append((pid, block.id_list(), block.entries.stride))
+            else:
+                f = core.parse(item)
+                msgs = f.fields.get("messages")
+                if isinstance(msgs, core.PublishBlock):
+                    flat.append((f.fields["publisher_id"], msgs.id_list(), "frame"))
+                elif msgs is not None:
+                    flat.append((f.fields["publisher_id"], [m[0] for m in msgs], "frame"))
+                else:
+                    flat.append(f.name)
+        ids = [i for x in flat if isinstance(x, tuple) for i in x[1]]
+        assert ids == list(range(1, 23))  # every message once, in order
+        if step == len(data):  # whole: runs where the heads match
+            assert flat == [(7, list(range(1, 10)), 6), "heartbeat", (7, [10, 11, 12, 13], 6),
+                            (8, [14, 15, 16], "frame"), (7, list(range(17, 23)), 7)]
+
+
+def test_a_run_keeps_the_frame_max_check():
+    big = frame(_publish_v1([(i, b"x" * 100) for i in range(10)]))
+    sp = core.FrameSplitter(frame_max=200)
+    with pytest.raises(core.FrameTooLarge):
+        sp.feed(big + big, blocks=True)
