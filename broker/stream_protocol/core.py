@@ -357,16 +357,6 @@ def _uniform_block(data: bytes, pos: int, n: int) -> PublishBlock | None:
 _PUBLISH_V1 = b"\x00\x02\x00\x01"  # key PUBLISH, version 1
 
 
-def publish_block(frame: bytes) -> tuple[int, PublishBlock] | None:
-    """(publisher id, PublishBlock) when `frame` is a publish v1 whose messages all have one
-    length: the reader's shortcut past `parse` for the frames a fast producer sends; None
-    for any other frame (which `parse` then reads, errors included)."""
-    if frame[:4] != _PUBLISH_V1 or len(frame) < 9:
-        return None
-    block = _uniform_block(frame, 9, int.from_bytes(frame[5:9], "big"))
-    return None if block is None else (frame[4], block)
-
-
 def _publish_run(buf: bytearray, pos: int, end: int,
                  frame_max: int) -> tuple[tuple[int, PublishBlock], int] | None:
     """((publisher id, PublishBlock), position after the run) for the publish v1 frames at

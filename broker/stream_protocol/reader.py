@@ -205,11 +205,7 @@ class StreamConnection(asyncio.Protocol):
                 if frame.__class__ is tuple:  # a run of publish frames (FrameSplitter.feed)
                     self._publish_messages(*frame)
                     continue
-                block = core.publish_block(frame) if self.step == OPENED else None
-                if block is not None:
-                    self._publish_messages(*block)
-                else:
-                    self._handle(frame)
+                self._handle(frame)
             except core.ParseError as exc:
                 log.warning("stream connection %s: malformed frame (%s), closing",
                             self.peer, exc)
