@@ -4,7 +4,7 @@
 # 90 % of RabbitMQ's closed-loop maximum in each shape with this harness (measured in the
 # same session: paper 15 100, celery 16 450, s2 35 871 msg/s), then this broker alone
 # further; every rate also against a null server (--floor: the client's own latency).
-# Percentiles from the hdrhistogram library (bench/histogram.py). Usage: run.sh OUTDIR [SHAPE ...]
+# Percentiles from the hdrhistogram library (bench/histogram.py). Usage: [ROUNDS=5] run.sh OUTDIR [SHAPE ...]
 set -euo pipefail
 out=${1:-/tmp/issue36-curves}
 shift || true
@@ -29,7 +29,7 @@ for shape in $shapes; do
     celery) rates=1640,4100,8200,12300,14800,20000,28000; top=14800 ;;
     paper) rates=1500,3750,7500,11250,13500,18000,22000; top=13500 ;;
   esac
-  python3 -m bench.latency_curve --shape "$shape" --rates "$rates" --rounds 3 -z 20 \
+  python3 -m bench.latency_curve --shape "$shape" --rates "$rates" --rounds "${ROUNDS:-3}" -z 20 \
     --target rabbitmq=$R --target pybroker=$P --up-to rabbitmq=$top --floor \
     --out "$out/$shape" | tee "$out/$shape.txt"
 done
