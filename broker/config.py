@@ -89,8 +89,8 @@ class BrokerConfig:
     queue_index_max_journal_entries: int = 32768
     msg_store_file_size_limit: int = 16777216
     fsync: bool = True  # fsync before confirming persistent messages
-    # `python -m broker` only: freeze long-lived objects out of the cyclic GC's reach every
-    # second and collect fully when cheap or every 5 min (broker/gc_pacing.py)
+    # `python -m broker` only: freeze what exists once the broker is up, collect the rest
+    # fully when cheap or every 5 min, the frozen too every hour (broker/gc_pacing.py)
     gc_pacing: bool = True
     # static shovels from the configuration file's [shovels.NAME] tables
     # (broker/shovel/static.py; RabbitMQ: advanced.config's rabbitmq_shovel shovels)

@@ -1,6 +1,8 @@
-"""GC pacing (broker/gc_pacing.py): old objects are frozen out of the cyclic collector's
-scans, and a full collection still frees a reference cycle that became garbage after it
-was frozen. The pacer runs in `python -m broker` only; these tests restore the process."""
+"""GC pacing (broker/gc_pacing.py): what exists when pacing begins is frozen out of the
+cyclic collector's scans, CPython's own oldest-generation passes stop, the pacer's full
+collections free cycles that became garbage since, and its deep pass frees a cycle that was
+frozen while alive. The pacer runs in `python -m broker` only; these tests restore the
+process."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import weakref
 
 import pytest
 
-from broker.gc_pacing import GcPacer
+from broker.gc_pacing import NO_AUTOMATIC_PASS, GcPacer
 
 
 class Node:
@@ -17,37 +19,60 @@ class Node:
         self.other: Node | None = None
 
 
+def cycle() -> tuple[Node, weakref.ref[Node]]:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return a, weakref.ref(a)
+
+
 @pytest.fixture
 def pacer():
-    p = GcPacer(full_every_s=1e9, full_cheap_every_s=1e9)
+    thresholds = gc.get_threshold()
+    p = GcPacer(full_every_s=1e9, full_cheap_every_s=1e9, deep_every_s=1e9)
     yield p
     p.stop()
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
 
 
-def test_tick_freezes_what_survives_the_young_collection(pacer):
+def test_begin_freezes_what_exists_and_takes_over_the_oldest_generation(pacer):
     kept = [Node() for _ in range(5000)]
     before = gc.get_freeze_count()
-    pacer.tick()
+    young, middle, _ = gc.get_threshold()
+    pacer.begin()
     assert gc.get_freeze_count() >= before + len(kept)
     assert not any(o is kept[0] for o in gc.get_objects(generation=2))  # no pass scans it
+    assert gc.get_threshold() == (young, middle, NO_AUTOMATIC_PASS)
 
 
-def test_a_cycle_frozen_while_alive_is_freed_by_the_full_collection(pacer):
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    gone = weakref.ref(a)
-    pacer.tick()  # frozen while reachable
-    del a, b
-    gc.collect()
-    assert gone() is not None  # a plain collection does not scan frozen objects
+def test_a_full_pass_frees_new_cycles_and_leaves_the_frozen_objects_frozen(pacer):
+    pacer.begin()
+    frozen = gc.get_freeze_count()
+    node, gone = cycle()
+    del node
     pacer.full_every_s = 0  # the full collection is due
     pacer.tick()
     assert gone() is None
-    assert pacer.full_passes == 1
+    assert pacer.full_passes == 1 and pacer.deep_passes == 0
+    assert gc.get_freeze_count() == frozen  # nothing unfrozen, nothing scanned twice
+
+
+def test_a_cycle_frozen_while_alive_waits_for_the_deep_pass(pacer):
+    node, gone = cycle()
+    pacer.begin()  # frozen while reachable
+    del node
+    pacer.full_every_s = 0
+    pacer.tick()
+    assert gone() is not None  # a full pass does not scan frozen objects
+    pacer.deep_every_s = 0  # the deep pass is due
+    pacer.tick()
+    assert gone() is None
+    assert pacer.deep_passes == 1
+    assert gc.get_freeze_count() > 0  # what is alive is frozen again
 
 
 def test_cheap_full_collections_back_off_while_they_free_nothing_and_return_when_useful(pacer):
+    pacer.begin()
     pacer.full_every_s = 300.0
     pacer.full_cheap_every_s = pacer.cheap_every_s = 0.0  # due at every tick
     pacer.tick()  # frees next to nothing
@@ -62,16 +87,33 @@ def test_cheap_full_collections_back_off_while_they_free_nothing_and_return_when
     pacer._last_full -= 300
     pacer.tick()
     assert pacer.cheap_every_s == 300.0  # capped at full_every_s
-    held = []
-    for _ in range(2000):  # cycles frozen while alive, then garbage
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        held.append(a)
-    del a, b
-    pacer.tick()  # frozen while held
-    held.clear()
+    held = [cycle()[0] for _ in range(2000)]  # cycles that outlive young collections
+    gc.collect(1)
+    held.clear()  # then become garbage
     pacer.full_cheap_every_s = 10.0
     pacer._last_full -= 300
     pacer.tick()
     assert pacer.last_full_collected >= 4000
     assert pacer.cheap_every_s == 10.0  # useful: back to the shortest wait
+
+
+def test_no_automatic_oldest_generation_pass_while_pacing(pacer):
+    """Many young collections with survivors would make CPython scan the oldest generation;
+    while pacing only the pacer does."""
+    pacer.begin()
+    passes = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            passes.append(info)
+
+    gc.callbacks.append(seen)
+    try:
+        survivors = []
+        for _ in range(200):
+            survivors.extend(Node() for _ in range(1000))
+            gc.collect(1)
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(seen)
+    assert passes == []
