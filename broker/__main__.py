@@ -34,7 +34,8 @@ async def _serve_cluster_member(config: BrokerConfig) -> int:
     if pacer is not None:
         pacer.start(loop)
     try:
-        return await ClusterNode(config, Broker).run(stop)
+        return await ClusterNode(
+            config, Broker, pacer.refreeze if pacer is not None else None).run(stop)
     finally:
         if pacer is not None:
             pacer.stop()

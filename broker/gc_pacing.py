@@ -35,7 +35,7 @@ The schedule:
   each one that frees fewer than USEFUL_COLLECTED objects doubles the wait before the next
   (10, 20, 40 … s, up to FULL_EVERY_S), and one that frees more brings it back to
   FULL_CHEAP_EVERY_S.
-- every DEEP_EVERY_S seconds, a deep pass: `gc.unfreeze()`, a full collection, and a new
+- every DEEP_EVERY_S seconds, and at the tick after `refreeze()`, a deep pass: `gc.unfreeze()`, a full collection, and a new
   freeze. It frees a reference cycle that was alive at the last freeze and became garbage
   since (a queue recovered at start and deleted later).
 
@@ -127,6 +127,11 @@ class GcPacer:
         self._loop = loop
         self._timer = loop.call_later(self.pace_s, self._tick)
 
+    def refreeze(self) -> None:
+        """Make the next tick a deep pass: for what a process set up after `start()` (a
+        cluster member's broker, built when it becomes the leader)."""
+        self._last_deep = float("-inf")
+
     def stop(self) -> None:
         """Stop pacing and give everything back to the collector's own schedule."""
         if self._timer is not None:
@@ -147,6 +152,8 @@ class GcPacer:
             self.last_full_ms = (time.perf_counter() - t0) * 1000
             self.deep_passes += 1
             self._last_deep = self._last_full = now
+            log.info("gc: deep pass froze the heap in %.0f ms (freed %d objects)",
+                     self.last_full_ms, self.last_full_collected)
             return
         since = now - self._last_full
         if since >= self.full_every_s or (

@@ -125,11 +125,14 @@ class DiskProbe:
 
 class ClusterNode:
     """Member of the cluster `config` describes (clustering.enabled); `make_broker(config)`
-    builds the broker it runs while leading."""
+    builds the broker it runs while leading; `serving()`, when given, runs each time that
+    broker has started (`python -m broker` re-freezes the GC's long-lived objects then)."""
 
-    def __init__(self, config: BrokerConfig, make_broker: type[Broker]) -> None:
+    def __init__(self, config: BrokerConfig, make_broker: type[Broker],
+                 serving: Callable[[], None] | None = None) -> None:
         self.config = config
         self.make_broker = make_broker
+        self._serving = serving
         self.data_dir = os.path.abspath(config.data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
         self.id = node_id(self.data_dir)
@@ -277,6 +280,8 @@ class ClusterNode:
         try:
             broker = self.broker = self.make_broker(replace(cfg))
             await broker.start()
+            if self._serving is not None:
+                self._serving()
             await self._accept_proxied(broker, server)
             with contextlib.suppress(Exception):
                 await self._publish_state(term)

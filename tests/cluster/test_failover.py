@@ -148,6 +148,9 @@ def test_confirmed_messages_survive_kill_9_of_the_leader(tmp_path, etcd):
         started = time.monotonic()
         takes_over(b, etcd, prefix)
         took = time.monotonic() - started
+        # the new leader's GC pacer froze what its broker set up (broker/gc_pacing.py)
+        wait(lambda: "gc: deep pass froze" in b.log_path.read_text(errors="replace"), 10,
+             "b's GC pacer did not refreeze after b's broker started")
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
             ch = conn.channel()
             for queue, count in (("orders", 299), ("plain", 300)):

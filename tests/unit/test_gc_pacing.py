@@ -117,3 +117,14 @@ def test_no_automatic_oldest_generation_pass_while_pacing(pacer):
     finally:
         gc.callbacks.remove(seen)
     assert passes == []
+
+
+def test_refreeze_makes_the_next_tick_a_deep_pass(pacer):
+    """What a cluster member's broker sets up when it starts leading is frozen too."""
+    pacer.begin()
+    frozen = gc.get_freeze_count()
+    kept = [Node() for _ in range(3000)]
+    pacer.refreeze()
+    pacer.tick()
+    assert pacer.deep_passes == 1
+    assert gc.get_freeze_count() >= frozen + len(kept)
