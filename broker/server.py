@@ -33,7 +33,7 @@ from broker.loop_lag import LoopLagProbe
 from broker.msg_store.vhost import DISCARDED, VhostStores, remove_discarded
 from broker.reader import Reader
 from broker.shovel.supervisor import Shovels
-from broker.stats import AuthAttempts, Churn
+from broker.stats import AuthAttempts, Churn, MessageStats
 from broker.users import Users
 from broker.vhost import VHost
 
@@ -71,6 +71,9 @@ class Broker:
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
+        # message counts of deleted vhosts, kept in the overview's totals (rabbit_mgmt_db's
+        # overview never falls when a vhost goes; issue 46 point 7)
+        self.deleted_vhosts_stats = MessageStats()
         self.auth_attempts = AuthAttempts()  # per protocol (GET /api/auth/attempts/{node})
         self._servers: list[asyncio.AbstractServer] = []  # the plain and the amqps listener
         self.ready = asyncio.Event()  # set once accepting connections
@@ -154,6 +157,7 @@ class Broker:
         definitions (exchanges, queues, bindings, policies, permissions, limits) are
         dropped. Raises KeyError if there is no such vhost."""
         vhost = self.vhosts.pop(name)  # KeyError; new connections to it are refused now
+        self._retire_stats(vhost)
         if self.shovels is not None:
             self.shovels.clear_vhost(name)  # its shovel parameters go with the vhost
         if self.federation is not None:
@@ -170,6 +174,16 @@ class Broker:
         if self.users is not None:
             self.users.forget_vhost(name)
         log.info("vhost '%s' deleted", name)
+
+    def _retire_stats(self, vhost: VHost) -> None:
+        """Keep a deleted vhost's message counts (its closed channels' and its open
+        channels' as they are now) in `deleted_vhosts_stats`, so that the overview's totals
+        and rates never fall when a vhost that carried messages is deleted."""
+        self.deleted_vhosts_stats.add(vhost.closed_stats)
+        for conn in self.connections:
+            if conn.vhost is vhost:
+                for ch in conn.channels.values():
+                    self.deleted_vhosts_stats.add(ch.message_stats)
 
     def delete_user(self, name: str) -> bool:
         """Delete user `name` with its permissions and limits (`Users.delete_user`) and close

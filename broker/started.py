@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from broker.loop_lag import LoopLagProbe
     from broker.reader import Reader  # noqa: F401  (named as a string in the base below)
     from broker.shovel.supervisor import Shovels
+    from broker.stats import MessageStats
     from broker.stream_protocol.reader import StreamListener
     from broker.vhost import VHost
 
@@ -50,6 +51,9 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
 
     @property
     def trace_vhosts(self) -> set[str]: ...  # vhosts with the firehose on (broker/trace.py)
+
+    @property
+    def deleted_vhosts_stats(self) -> MessageStats: ...  # counts of deleted vhosts
 
     def set_global_parameter(self, name: str, value: Any) -> None: ...
 

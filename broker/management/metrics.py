@@ -79,7 +79,7 @@ class BrokerCollector:
         build.add_metric(["3.10.8", __version__, __version__], 1)
         yield build
         names = sorted(b.vhosts)
-        lengths, objects, stats = overview.totals(b, names)
+        lengths, objects, stats = overview.totals(b, names, every_vhost=True)
         for key in ("connections", "channels", "consumers", "queues"):
             yield GaugeMetricFamily(f"rabbitmq_{key}", f"{key.capitalize()} currently open"
                                     if key != "queues" else "Queues available",

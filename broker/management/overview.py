@@ -28,7 +28,7 @@ from broker.management.auth import (
 )
 from broker.management.context import broker, sampler
 from broker.management.http import conflict, no_content, not_found, param, reply
-from broker.management.rates import RateSampler, with_details
+from broker.management.rates import RateSampler, summed_details, with_details
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -56,10 +56,15 @@ def alarms(b: StartedBroker) -> list[dict]:
     return [{"node": shapes.node_name(b), "resource": r} for r in names]
 
 
-def totals(b: StartedBroker, vhosts: list[str]) -> tuple[dict, dict, MessageStats]:
-    """(queue_totals, object_totals, message stats) over `vhosts`."""
+def totals(b: StartedBroker, vhosts: list[str],
+           every_vhost: bool = False) -> tuple[dict, dict, MessageStats]:
+    """(queue_totals, object_totals, message stats) over `vhosts`; with `every_vhost` (a
+    monitoring user's view) the message stats include deleted vhosts' counts, as RabbitMQ's
+    overview totals do, so they never fall."""
     lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
     stats = MessageStats()
+    if every_vhost:
+        stats.add(b.deleted_vhosts_stats)
     objects = {"connections": 0, "channels": 0, "consumers": 0, "exchanges": 0, "queues": 0}
     for name in vhosts:
         v = b.vhosts[name]
@@ -83,7 +88,7 @@ async def overview(request: web.Request) -> web.Response:
     user = current(request)
     ranges, now_ms = samples.from_request(request, ceil_lengths=False)  # range/1 there
     vhosts = visible_vhosts(b, user)
-    lengths, objects, stats = totals(b, vhosts)
+    lengths, objects, stats = totals(b, vhosts, every_vhost=user.is_monitor)
     node = shapes.node_name(b)
     cfg = b.config
     listeners = [{"node": node, "protocol": "amqp", "ip_address": cfg.host, "port": b.port,
@@ -107,7 +112,9 @@ async def overview(request: web.Request) -> web.Response:
         "erlang_full_version": "n/a",
         "disable_stats": False,
         "enable_queue_totals": False,
-        "message_stats": with_details(s, ("overview",), stats.as_dict()),
+        "message_stats": (with_details(s, ("overview",), stats.as_dict()) if user.is_monitor
+                          else summed_details(s, [("vhost", v) for v in vhosts],
+                                              stats.as_dict())),
         "churn_rates": with_details(s, ("churn",), shapes.churn_counts(b)),
         "release_series_support_status": "supported",
         "queue_totals": with_details(s, ("overview",), lengths),

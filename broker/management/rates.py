@@ -83,3 +83,15 @@ def with_details(sampler: RateSampler, key: Hashable, values: dict[str, Any]) ->
         out[name] = value
         out[f"{name}_details"] = {"rate": sampler.rate(key, name)}
     return out
+
+
+def summed_details(sampler: RateSampler, keys: list[Hashable],
+                   values: dict[str, Any]) -> dict[str, Any]:
+    """As `with_details`, each rate the sum of the rates of `keys` (a user's visible vhosts:
+    RabbitMQ's overview for a non-monitoring user sums its vhosts' samples), so a vhost
+    that goes away takes its counts with it instead of showing a negative rate."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        out[name] = value
+        out[f"{name}_details"] = {"rate": round(sum(sampler.rate(k, name) for k in keys), 1)}
+    return out

@@ -42,6 +42,7 @@ def collect(broker: StartedBroker) -> dict:
     `shapes` reads rates under."""
     out: dict = {}
     total = MessageStats()
+    total.add(broker.deleted_vhosts_stats)  # so the overview's counters never fall
     lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
     for vname, v in broker.vhosts.items():
         vlen = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
