@@ -255,6 +255,7 @@ def run(client: Client, args: argparse.Namespace) -> tuple[str | None, Any]:
                          "running": n.get("running", True), "insync": n.get("insync", True),
                          "replication_lag": n.get("replication_lag"),
                          "last_ack_s": n.get("last_ack_s")} for n in nodes],
+            "disk_nodes": [n["name"] for n in nodes],  # RabbitMQ's: every member, running or not
             "running_nodes": [n["name"] for n in nodes if n.get("running", True)]}
     if c == "forget_cluster_node":
         client.call("DELETE", f"/api/cluster/members/{quote(a[0], safe='')}")

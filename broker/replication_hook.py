@@ -39,7 +39,8 @@ class Sink(Protocol):
 sink: Sink | None = None  # the installed sink; None: not a cluster leader
 # the cluster as the leader last saw it, for /api/nodes, brokerctl and Prometheus: {"term",
 # "leader" (id), "members": [{"id", "node", "role", "running", "insync", "lag",
-# "last_ack_s"}]}; None without a cluster. The leader's node (broker/cluster/node.py)
+# "last_ack_s"}]}, every member that joined and was not forgotten, running or not, by its
+# node name; None without a cluster. The leader's node (broker/cluster/node.py)
 # refreshes it every lease renewal.
 cluster_state: dict | None = None
 # the leader's way to remove a dead member from etcd (brokerctl forget_cluster_node): takes

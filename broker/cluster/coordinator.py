@@ -9,6 +9,9 @@ Keys, under `clustering.etcd_prefix` (P):
 - `P/isr/<id>`: one key per member of the in-sync replica set; `P/isr` lists them (for
   people) and marks that the cluster has an ISR at all.
 - `P/members/<id>`: every running member's record, under its own lease (/api/nodes).
+- `P/nodes/<id>`: every member that ever joined, by its node name (JSON: id, node), with no
+  lease: a member that died or stopped is still listed by name (RabbitMQ's disk nodes in
+  `cluster_status`) until an operator forgets it.
 - `P/secret`: the cluster secret followers and proxies present, made once.
 
 Rules (LavinMQ 2's clustering, `etcd_coordinator.cr`; Patroni and Kafka's ISR):
@@ -71,12 +74,17 @@ class Coordinator:
         return "/".join((self.prefix, *parts)).encode()
 
     async def start(self) -> None:
-        """Connect, grant this member's lease and register it under `P/members/<id>`."""
+        """Connect, grant this member's lease and register it: under `P/members/<id>` (with
+        the lease) and `P/nodes/<id>` (without, so its name outlives it)."""
         await self.client.connect()
         self.lease = await self.client.lease(self.lease_ttl)
-        await self.client.put(self._key("members", self.node_id),
-                              json.dumps({"id": self.node_id, **self.info}).encode(),
-                              self.lease)
+        t = self.client.transactions
+        name = {"id": self.node_id, "node": self.info.get("node", self.node_id)}
+        await self.client.transaction(compare=[], success=[
+            t.put(self._key("nodes", self.node_id), json.dumps(name).encode()),
+            t.put(self._key("members", self.node_id),
+                  json.dumps({"id": self.node_id, **self.info}).encode(), self.lease)],
+            failure=[])
 
     async def keepalive(self) -> bool:
         """Renew the lease once; False when it is gone (expired or revoked): whoever held
@@ -175,11 +183,21 @@ class Coordinator:
             out.append(json.loads(kv.value))
         return out
 
+    async def nodes(self) -> dict[str, str]:
+        """Every member that joined and was not forgotten, running or not: id -> node name."""
+        out = {}
+        for kv in await self.client.get_prefix(self._key("nodes", "")):
+            record = json.loads(kv.value)
+            out[record["id"]] = record.get("node", record["id"])
+        return out
+
     async def forget(self, node_id: str) -> None:
-        """Remove a dead member: its member record and its ISR key (an operator's act:
-        brokerctl forget_cluster_node)."""
-        await self.client.delete(self._key("members", node_id))
-        await self.client.delete(self._key("isr", node_id))
+        """Remove a dead member: its member record, its name and its ISR key, in one
+        transaction (an operator's act: brokerctl forget_cluster_node)."""
+        t = self.client.transactions
+        await self.client.transaction(compare=[], success=[
+            t.delete(self._key(part, node_id)) for part in ("members", "nodes", "isr")],
+            failure=[])
 
     async def secret(self) -> bytes:
         """The cluster secret: made by the first member that asks, the same for all."""

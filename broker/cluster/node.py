@@ -157,7 +157,6 @@ class ClusterNode:
         self.proxy: FollowerProxy | None = None  # a follower's client listeners
         self._proxied: asyncio.AbstractServer | None = None  # the leader's Unix socket
         self._proxied_http: list[asyncio.AbstractServer] = []  # HTTP and Prometheus sockets
-        self._names: dict[str, str] = {}  # member id -> node name, also of stopped members
 
     async def run(self, stop: asyncio.Event) -> int:
         """Follow or lead until `stop` is set (returns 0) or leadership is lost (returns
@@ -316,15 +315,16 @@ class ClusterNode:
         return code
 
     async def _publish_state(self, term: int) -> None:
-        """Refresh replication_hook.cluster_state: every member etcd knows (running or only
-        listed in the ISR), its role, and the replication figures of the connected ones."""
+        """Refresh replication_hook.cluster_state: every member etcd knows (running, stopped
+        but not forgotten, or only listed in the ISR) by its node name, its role, and the
+        replication figures of the connected ones."""
         members = {m["id"]: m for m in await self.coordinator.members()}
+        known = await self.coordinator.nodes()  # by name, also those stopped or dead
         isr = await self.coordinator.isr() or set()
         links = {f["id"]: f for f in (self.server.status() if self.server else [])}
-        names = self._names
-        names.update({mid: m.get("node", mid) for mid, m in members.items()})
+        names = {**known, **{mid: m.get("node", mid) for mid, m in members.items()}}
         out = []
-        for mid in sorted(set(members) | isr | {self.id}):
+        for mid in sorted(set(members) | set(known) | isr | {self.id}):
             link = links.get(mid, {})
             out.append({"id": mid, "node": names.get(mid, mid),
                         "role": "leader" if mid == self.id else "follower",
@@ -335,8 +335,8 @@ class ClusterNode:
         replication_hook.cluster_state = {"term": term, "leader": self.id, "members": out}
 
     async def _forget(self, member_id: str) -> bool:
-        """Remove a dead member from etcd (its record and its ISR key); False when it is
-        running (its lease is alive) or is this leader."""
+        """Remove a dead member from etcd (its records, its name and its ISR key); False
+        when it is running (its lease is alive) or is this leader."""
         running = {m["id"] for m in await self.coordinator.members()}
         if member_id in running or member_id == self.id:
             return False

@@ -186,8 +186,9 @@ def _rss() -> int:
 async def nodes(request: web.Request) -> web.Response:
     """The node; in a cluster (docs/high-availability.md) every member, the leader (this
     node) first, each with `cluster_role`, `insync`, and for followers their replication
-    `lag` (stream positions not yet acked) and `last_ack_s` (seconds since their last ack);
-    a member listed in the ISR whose process is gone shows `running: false`."""
+    `lag` (stream positions not yet acked) and `last_ack_s` (seconds since their last ack).
+    Every member that joined and was not forgotten is listed by its node name; one whose
+    process is gone (killed, stopped) shows `running: false`."""
     require_monitor(current(request))
     samples.from_request(request)  # checked as RabbitMQ; no node figure is sampled
     own = node_json(broker(request), sampler(request))

@@ -15,6 +15,15 @@ import pika
 from tests.cluster.etcd_proc import free_port
 
 
+def ctl(http_port: int, *args: str) -> tuple[int, str, str]:
+    """`brokerctl --formatter json ARGS` against the management API on `http_port`:
+    (exit status, stdout, stderr)."""
+    out = subprocess.run([sys.executable, "-m", "broker.ctl", "--api",
+                          f"http://127.0.0.1:{http_port}", "--formatter", "json", *args],
+                         capture_output=True, text=True, timeout=30)
+    return out.returncode, out.stdout, out.stderr
+
+
 class Member:
     """One member `name` under `root` (its data in `data_dir`, by default root/name);
     `start()` runs it, `kill()` sends SIGKILL."""

@@ -8,8 +8,6 @@ refused with 409)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 
@@ -17,16 +15,9 @@ import pytest
 import requests
 
 from tests.cluster.etcd_proc import free_port
-from tests.cluster.members import Member
+from tests.cluster.members import Member, ctl
 from tests.cluster.test_failover import isr, wait
 from tests.ops.test_ui import driver, login, wait_id  # noqa: F401 (driver: a fixture)
-
-
-def ctl(http_port, *args):
-    out = subprocess.run([sys.executable, "-m", "broker.ctl", "--api",
-                          f"http://127.0.0.1:{http_port}", "--formatter", "json", *args],
-                         capture_output=True, text=True, timeout=30)
-    return out.returncode, out.stdout, out.stderr
 
 
 @pytest.mark.timeout(120)

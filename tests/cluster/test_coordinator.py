@@ -118,3 +118,24 @@ def test_every_member_reads_the_same_secret(etcd):
         await b.close()
 
     run(scenario())
+
+
+def test_a_member_is_known_by_name_after_its_lease_until_forgotten(etcd):
+    """`P/members/<id>` goes with the lease; `P/nodes/<id>` (the node name) stays until
+    forget() (brokerctl forget_cluster_node), so cluster_status can name a dead member."""
+    async def scenario():
+        prefix = f"/t-{uuid.uuid4().hex[:6]}"
+        settings = EtcdSettings(EtcdSettings.parse_endpoints(etcd.endpoints))
+        a = Coordinator(settings, prefix, "a", 2, {"uri": "", "node": "rabbit@a"})
+        b = Coordinator(settings, prefix, "b", 2, {"uri": "", "node": "rabbit@b"})
+        await a.start()
+        await b.start()
+        assert await a.nodes() == {"a": "rabbit@a", "b": "rabbit@b"}
+        await b.close()  # its lease is revoked: as after kill -9, once the TTL is over
+        assert [m["id"] for m in await a.members()] == ["a"]
+        assert await a.nodes() == {"a": "rabbit@a", "b": "rabbit@b"}
+        await a.forget("b")
+        assert await a.nodes() == {"a": "rabbit@a"}
+        await a.close()
+
+    run(scenario())
