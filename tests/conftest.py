@@ -15,6 +15,11 @@ import pytest
 
 from pybroker_pytest import AmqpBroker
 from tests.polling import wait_for  # noqa: F401  (re-exported for tests)
+from tests.skipped_areas import (  # noqa: F401  (hooks: whole areas skipped, at the end)
+    pytest_collection_finish,
+    pytest_configure,
+    pytest_terminal_summary,
+)
 
 
 @pytest.fixture(scope="session")

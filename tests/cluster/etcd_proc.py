@@ -17,10 +17,15 @@ ETCD = shutil.which("etcd")
 
 
 def need_etcd() -> None:
-    if ETCD is None or shutil.which("etcdctl") is None:
+    """Skip (fail with BROKER_ETCD_TEST_REQUIRED set, as in CI) unless both `etcd` and
+    `etcdctl` are on PATH, naming the one that is missing."""
+    missing = [name for name in ("etcd", "etcdctl") if shutil.which(name) is None]
+    if missing:
+        why = (f"{' and '.join(missing)} not found (apt-get install etcd-server "
+               "etcd-client)")
         if os.environ.get("BROKER_ETCD_TEST_REQUIRED"):
-            pytest.fail("etcd is not installed (apt-get install etcd-server etcd-client)")
-        pytest.skip("etcd is not installed (apt-get install etcd-server etcd-client)")
+            pytest.fail(why)
+        pytest.skip(why)
 
 
 def free_port() -> int:

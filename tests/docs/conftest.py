@@ -36,9 +36,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         total.update(per)
     write = terminalreporter.write_line
     terminalreporter.section("doc blocks")
-    write(f"{total['ran']} ran, {total['skip']} skipped, {total['text']} text (not run) "
+    write(f"{total['ran']} ran (python blocks twice), {total['output']} outputs checked, "
+          f"{total['skip']} skipped, {total['text']} text (not run) "
           f"in {len(counts.per_file)} files")
     for name, per in sorted(counts.per_file.items()):
-        write(f"  {name}: {per['ran']} ran, {per['skip']} skipped, {per['text']} text")
+        write(f"  {name}: {per['ran']} ran, {per['output']} outputs checked, "
+              f"{per['skip']} skipped, {per['text']} text")
     for reason, n in counts.skipped.most_common():
         write(f"  skipped {n}: {reason}")

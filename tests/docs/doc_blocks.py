@@ -25,7 +25,7 @@ SHELL = {"sh", "bash", "shell"}
 PYTHON = {"python", "py", "python3"}
 TEXT = {"", "text", "txt", "console", "output", "log"}  # shown output, diagrams: not run
 CONFIG = {"toml", "ini", "json"}
-DIRECTIVES = {"skip", "background", "pytest"}
+DIRECTIVES = {"skip", "background", "pytest", "output"}
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[\w+-]*)[^`]*$")
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<word>[\w-]+)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
@@ -48,7 +48,7 @@ class Block:
     line: int  # of the opening fence, from 1
     lang: str
     text: str
-    directive: str = ""  # skip, background, pytest, or "" (none)
+    directive: str = ""  # skip, background, pytest, output, or "" (none)
     reason: str = ""  # the marker's (reason)
 
     @property
@@ -57,9 +57,10 @@ class Block:
 
     @property
     def kind(self) -> str:
-        """text, config, skip, or how it runs: sh, python, pytest, background."""
-        if self.directive == "skip":
-            return "skip"
+        """text, config, skip, output (what the block before it prints), or how it runs:
+        sh, python, pytest, background."""
+        if self.directive in ("skip", "output"):
+            return self.directive
         if self.lang in TEXT:
             return "text"
         if self.lang in CONFIG:
@@ -138,6 +139,28 @@ def _check_marker(block: Block) -> None:
         raise DocError(f"{block.where}: `doc-test: pytest` is for python blocks")
     if block.directive == "background" and block.lang not in SHELL:
         raise DocError(f"{block.where}: `doc-test: background` is for shell blocks")
+    if block.directive == "output" and block.lang not in TEXT:
+        raise DocError(f"{block.where}: `doc-test: output` is for text blocks (what the "
+                       "block before it prints)")
+
+
+def missing_output(expected: str, output: str) -> list[str]:
+    """The lines of `expected` (an `output` block: what a page says its example prints)
+    that are not in `output`, in order: each non-blank line must appear, whitespace at its
+    ends aside, after the one before it; a line `...` stands for anything."""
+    got = [line.strip() for line in output.splitlines()]
+    missing: list[str] = []
+    at = 0
+    for want in (line.strip() for line in expected.splitlines()):
+        if not want or want == "...":
+            continue
+        for i in range(at, len(got)):
+            if got[i] == want:
+                at = i + 1
+                break
+        else:
+            missing.append(want)
+    return missing
 
 
 def documented_ports(all_blocks: list[Block]) -> set[int]:
@@ -276,19 +299,26 @@ class DocRun:
         return text.replace("/tmp/", f"{self.workdir}/tmp/")
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, block: Block) -> None:
-        """Run one block; AssertionError (with its output) when it fails."""
+    def run(self, block: Block) -> list[str]:
+        """Run one block, a python block twice in a row against the same broker (a reader
+        who tries an example again must not meet an error: a queue or stream that now
+        exists, a message left over); its outputs, one a run. AssertionError (with the
+        output) when a run fails."""
         kind = block.kind
         text = self.rewrite(block.text)
         if kind == "config":
             self._load_config(block, text)
-            return
+            return []
         if kind == "background":
             self._stop_default_broker()
             proc = self._start(["bash", "-c", text], "background")
             self.background.append((block, proc))
             proc.wait_ready()
-            return
+            return [proc.output()]
+        runs = 2 if kind == "python" else 1
+        return [self._run_once(block, kind, text, n) for n in range(1, runs + 1)]
+
+    def _run_once(self, block: Block, kind: str, text: str, n: int) -> str:
         self._prepare_broker(block)
         if kind == "pytest":
             script = self.workdir / f"test_doc_block_{self._n}.py"
@@ -309,8 +339,15 @@ class DocRun:
         proc.end_group()  # what it started in the background goes with it
         if code != 0:
             what = f"timed out after {self.timeout} s" if code is None else f"exit {code}"
-            raise AssertionError(f"{block.where} ({kind}): {what}\n--- block as run:\n{text}"
-                                 f"--- output:\n{proc.output()}")
+            again = " on its second run" if n > 1 else ""
+            raise AssertionError(f"{block.where} ({kind}): {what}{again}\n--- block as run:\n"
+                                 f"{text}--- output:\n{proc.output()}")
+        if "Traceback (most recent call last)" in proc.output():
+            # a reader sees a traceback as a failure even when the block goes on (a wait loop
+            # whose probe raised until the broker answered)
+            raise AssertionError(f"{block.where} ({kind}): printed a traceback (run {n})\n"
+                                 f"--- block as run:\n{text}--- output:\n{proc.output()}")
+        return proc.output()
 
     def _start(self, argv: list[str], kind: str) -> Proc:
         self._n += 1

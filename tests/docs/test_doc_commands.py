@@ -5,7 +5,11 @@ What happens to a fenced block, by its language and the marker on the line just 
 fence (`<!-- doc-test: WORD (reason) -->`, an HTML comment GitHub does not show):
 
 - `sh` / `bash` / `shell`: run by `bash -e -o pipefail`; `python`: saved to a file and run by
-  `python3`. Each must exit 0 within 60 s; whatever it left running is then ended.
+  `python3` **twice**, against the same broker, as a reader who tries it again would (issue
+  46). Each run must exit 0 within 60 s; whatever it left running is then ended.
+- `<!-- doc-test: output -->` on a text block right after a block that ran: what the page
+  says it prints. Each non-blank line must appear in that block's output, in order, on every
+  run (`...` stands for anything).
 - `<!-- doc-test: background -->` on a shell block that runs until stopped (a broker): it is
   started, the test waits for "ready to accept connections", the file's later blocks use
   it, and it gets SIGTERM after the file's last block.
@@ -32,7 +36,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from doc_blocks import Block, DocError, DocRun, blocks, doc_files, documented_ports
+from doc_blocks import (
+    Block,
+    DocError,
+    DocRun,
+    blocks,
+    doc_files,
+    documented_ports,
+    missing_output,
+)
 
 pytestmark = pytest.mark.usefixtures("embedded_only_module")
 
@@ -68,15 +80,29 @@ def test_doc_blocks_run(path: Path, tmp_path: Path, doc_block_counts) -> None:
     run = DocRun(path, tmp_path, PORTS)
     failures: list[str] = []
     counts: Counter[str] = Counter()
+    outputs: list[str] = []  # of the last block run, one per run
+    last: Block | None = None
     try:
         for block in doc:
+            if block.kind == "output":
+                counts["output"] += 1
+                for n, out in enumerate(outputs, 1):
+                    missing = missing_output(block.text, out)
+                    if missing:
+                        failures.append(f"{block.where}: run {n} of {last.where if last else '?'}"
+                                        f" did not print {missing}:\n{out}")
+                if not outputs:
+                    failures.append(f"{block.where}: an output block follows no block that ran")
+                continue
+            outputs = []
             if block.kind in ("skip", "text"):
                 counts[block.kind] += 1
                 if block.kind == "skip":
                     doc_block_counts.skipped[block.reason] += 1
                 continue
+            last = block
             try:
-                run.run(block)
+                outputs = run.run(block)
             except AssertionError as exc:
                 failures.append(str(exc))
             counts["ran"] += 1
@@ -84,7 +110,7 @@ def test_doc_blocks_run(path: Path, tmp_path: Path, doc_block_counts) -> None:
         failures += run.close()
     doc_block_counts.add(path.name, counts)
     print(f"{path.name}: {counts['ran']} ran, {counts['skip']} skipped, "
-          f"{counts['text']} text (not run)")
+          f"{counts['text']} text (not run), {counts['output']} outputs checked")
     assert not failures, "\n\n".join(failures)
 
 
@@ -130,3 +156,38 @@ def test_ports_and_tmp_move_with_the_run(tmp_path):
     assert "15672" not in text and f"127.0.0.1:{run.ports[15672]}/" in text
     assert f"{tmp_path}/tmp/a" in text
     run.close()
+
+
+def test_a_python_block_runs_twice_and_a_second_failure_fails(tmp_path):
+    path = _md(tmp_path, "```python\nimport pathlib, sys\np = pathlib.Path('ran-once')\n"
+               "if p.exists(): sys.exit('already exists')\np.write_text('x')\n```\n")
+    run = DocRun(path, tmp_path, {5672, 15672, 15692})
+    try:
+        with pytest.raises(AssertionError) as err:
+            run.run(blocks(path)[0])
+    finally:
+        run.close()
+    assert "exit 1 on its second run" in str(err.value) and "already exists" in str(err.value)
+
+
+def test_an_output_block_is_checked_line_by_line():
+    assert missing_output("0 b'a'\n...\n2 b'c'\n", "0 b'a'\n1 b'b'\n  2 b'c'  \n") == []
+    assert missing_output("0 b'a'\n2 b'c'\n", "2 b'c'\n0 b'a'\n") == ["2 b'c'"]
+
+
+def test_an_output_block_must_be_text(tmp_path):
+    path = _md(tmp_path, "<!-- doc-test: output -->\n```python\nprint(1)\n```\n")
+    with pytest.raises(DocError) as err:
+        blocks(path)
+    assert "is for text blocks" in str(err.value)
+
+
+def test_a_block_that_prints_a_traceback_fails_though_it_exits_0(tmp_path):
+    path = _md(tmp_path, "```sh\npython3 -c 'import json; json.loads(\"\")' || true\n```\n")
+    run = DocRun(path, tmp_path, {5672, 15672, 15692})
+    try:
+        with pytest.raises(AssertionError) as err:
+            run.run(blocks(path)[0])
+    finally:
+        run.close()
+    assert "printed a traceback" in str(err.value)
