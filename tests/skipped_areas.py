@@ -87,4 +87,5 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.section("whole areas skipped")
     for area, n, reasons in found:
         why = "; ".join(f"{r} ({c})" if len(reasons) > 1 else r for r, c in reasons.most_common())
-        terminalreporter.write_line(f"{area}: all {n} tests skipped: {why}", yellow=True)
+        what = f"all {n} tests skipped" if n > 1 else "its one test skipped"
+        terminalreporter.write_line(f"{area}: {what}: {why}", yellow=True)
