@@ -225,3 +225,70 @@ def test_stream_connections_page_shows_publishers_and_consumers(driver):
     finally:
         sock.close()
         b.stop()
+
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+
+def _type_cells(driver) -> dict[str, str]:
+    """Queue name -> the Type column's text, from the Queues page's table."""
+    from selenium.webdriver.common.by import By
+
+    table = wait_id(driver, "queues-table")
+    heads = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert "Type" in heads, heads
+    name_at, type_at = heads.index("Name"), heads.index("Type")
+    cells = {}
+    for row in table.find_elements(By.CSS_SELECTOR, "tbody tr"):
+        tds = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        cells[tds[name_at]] = tds[type_at]
+    return cells
+
+
+def test_queues_page_shows_each_queue_type(driver, api_base, api):
+    """A Type column, as RabbitMQ's Queues page has, with each queue's type from the API."""
+    tag = uuid.uuid4().hex[:8]
+    names = {t: f"ui-{t}-{tag}" for t in QUEUE_TYPES}
+    for t, name in names.items():
+        assert api.put(f"/api/queues/%2F/{name}", json={
+            "durable": True, "arguments": {"x-queue-type": t}}).status_code in (201, 204)
+    try:
+        listed = {q["name"]: q["type"] for q in api.get("/api/queues").json()}
+        assert {listed[n] for n in names.values()} == set(QUEUE_TYPES)  # the API's type field
+        login(driver, api_base)
+        driver.get(f"{api_base}/#/queues")
+        wait_text(driver, "queues-table", names["stream"])
+        cells = _type_cells(driver)
+        assert {t: cells[name] for t, name in names.items()} == {t: t for t in QUEUE_TYPES}
+    finally:
+        for name in names.values():
+            api.delete(f"/api/queues/%2F/{name}")
+
+
+@pytest.mark.parametrize("queue_type", QUEUE_TYPES)
+def test_add_queue_form_creates_each_type(driver, api_base, api, queue_type):
+    """The form's Type select sets x-queue-type; for quorum and stream it hides durability
+    and auto-delete and declares durable, not auto-deleted (RabbitMQ's form does the same),
+    for classic it keeps them (here: auto-delete ticked)."""
+    from selenium.webdriver.support.ui import Select
+
+    name = f"ui-form-{queue_type}-{uuid.uuid4().hex[:8]}"
+    login(driver, api_base)
+    driver.get(f"{api_base}/#/queues")
+    Select(wait_id(driver, "add-queue-type")).select_by_visible_text(queue_type.capitalize())
+    classic = queue_type == "classic"
+    durable = driver.find_element("id", "add-queue-durable")
+    auto_delete = driver.find_element("id", "add-queue-auto-delete")
+    assert durable.is_displayed() is classic and auto_delete.is_displayed() is classic
+    if classic:
+        auto_delete.click()
+    driver.find_element("id", "add-queue-name").send_keys(name)
+    driver.find_element("id", "add-queue-button").click()
+    wait_text(driver, "queues-table", name)
+    try:
+        q = api.get(f"/api/queues/%2F/{name}").json()
+        assert (q["type"], q["durable"], q["auto_delete"]) == (queue_type, True, classic)
+        assert q["arguments"]["x-queue-type"] == queue_type
+        assert _type_cells(driver)[name] == queue_type
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")

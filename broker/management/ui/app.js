@@ -181,27 +181,45 @@ async function exchanges() {
   };
 }
 
+// RabbitMQ's queue types as its add-queue form offers them: the value becomes x-queue-type;
+// quorum queues and streams are always durable and never auto-deleted, so for them the form
+// hides those two fields and sends durable true, auto_delete false (3.10.8's queues.ejs).
+const QUEUE_TYPES = [["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]];
+
 async function queues() {
   const rows = await api("GET", "/api/queues");
   show(`<h2>Queues</h2>` + table([
     ["Vhost", (r) => esc(r.vhost)],
     ["Name", (r) => `<a class="queue-link" href="#/queue/${enc(r.vhost)}/${enc(r.name)}">${esc(r.name)}</a>`],
+    ["Type", (r) => esc(r.type)],
     ["Ready", (r) => r.messages_ready], ["Unacked", (r) => r.messages_unacknowledged],
     ["Total", (r) => r.messages], ["Consumers", (r) => r.consumers],
     ["Policy", (r) => esc(r.policy || "")],
   ], rows, "queues-table") + `<form id="add-queue" class="card"><h3>Add a queue</h3>
+    <label>Type <select id="add-queue-type">${QUEUE_TYPES.map(([v, t]) =>
+      `<option value="${v}">${t}</option>`).join("")}</select></label>
     <label>Name <input id="add-queue-name" required></label>
     <label>Vhost <input id="add-queue-vhost" value="/"></label>
-    <label>Durable <input id="add-queue-durable" type="checkbox" checked></label>
+    <label id="add-queue-durable-label">Durable <input id="add-queue-durable" type="checkbox" checked></label>
+    <label id="add-queue-auto-delete-label">Auto delete <input id="add-queue-auto-delete" type="checkbox"></label>
     <button id="add-queue-button" type="submit">Add queue</button>
     <p class="error" id="page-error"></p></form>`);
+  const type = document.getElementById("add-queue-type");
+  type.onchange = () => {
+    const classic = type.value === "classic";
+    document.getElementById("add-queue-durable-label").hidden = !classic;
+    document.getElementById("add-queue-auto-delete-label").hidden = !classic;
+  };
   document.getElementById("add-queue").onsubmit = async (e) => {
     e.preventDefault();
     const name = document.getElementById("add-queue-name").value;
     const vhost = document.getElementById("add-queue-vhost").value;
-    await api("PUT", `/api/queues/${enc(vhost)}/${enc(name)}`,
-      { durable: document.getElementById("add-queue-durable").checked, arguments: {} })
-      .then(route, fail);
+    const classic = type.value === "classic";
+    await api("PUT", `/api/queues/${enc(vhost)}/${enc(name)}`, {
+      durable: !classic || document.getElementById("add-queue-durable").checked,
+      auto_delete: classic && document.getElementById("add-queue-auto-delete").checked,
+      arguments: { "x-queue-type": type.value },
+    }).then(route, fail);
   };
 }
 
