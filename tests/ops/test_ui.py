@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import time
 import uuid
 
 import pytest
@@ -290,5 +291,46 @@ def test_add_queue_form_creates_each_type(driver, api_base, api, queue_type):
         assert (q["type"], q["durable"], q["auto_delete"]) == (queue_type, True, classic)
         assert q["arguments"]["x-queue-type"] == queue_type
         assert _type_cells(driver)[name] == queue_type
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_overview_y_axis_labels_are_not_clipped(driver, api_base, api, broker):
+    """With 12 000 messages queued the Queued messages chart's y labels read "12,000": the
+    axis leaves them room, so nothing is drawn in the canvas's leftmost pixels (uPlot's
+    fixed 50 px axis cut the first digit off at the edge)."""
+    import pika
+
+    name = f"ui-axis-{uuid.uuid4().hex[:8]}"
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name)
+        for _ in range(12_000):
+            ch.basic_publish("", name, b"x")
+    try:
+        for _ in range(100):  # the publishes are asynchronous: wait until all are queued
+            if api.get(f"/api/queues/%2F/{name}").json()["messages"] == 12_000:
+                break
+            time.sleep(0.1)
+        login(driver, api_base)
+        wait_id(driver, "chart-queued")
+        edge, labels = driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const find = () => {
+              const c = document.querySelector("#chart-queued canvas");
+              if (!c || !c.width) { setTimeout(find, 100); return; }
+              requestAnimationFrame(() => {  // after uPlot's draw
+                const ink = (x0, x1) => {  // pixels drawn on in columns x0..x1-1
+                  const px = c.getContext("2d").getImageData(x0, 0, x1 - x0, c.height).data;
+                  let n = 0;
+                  for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n += 1;
+                  return n;
+                };
+                done([ink(0, 4), ink(4, 40)]);
+              });
+            };
+            find();""")
+        assert labels > 0  # the labels are drawn left of the plot...
+        assert edge == 0  # ...and clear of the canvas's edge
     finally:
         api.delete(f"/api/queues/%2F/{name}")

@@ -47,6 +47,18 @@ function stopCharts() {
   charts = [];
 }
 
+// The y axis as wide as its longest label: uPlot's fixed 50 px cut "10,000" to "0,000".
+// uPlot calls this with the formatted tick labels (its axis-autosize demo measures them too).
+const measure = document.createElement("canvas").getContext("2d");
+function yAxisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;  // settled: keep the width, as uPlot asks
+  measure.font = axis.font[0];  // a canvas of its own: uPlot caches the font it set on its own
+  const text = Math.max(0, ...(values || []).map((v) => measure.measureText(String(v)).width))
+    / devicePixelRatio;
+  return Math.ceil(axis.ticks.size + axis.gap + text + 8);  // 8 px clear of the left edge
+}
+
 // -- pages ------------------------------------------------------------------------------
 async function overview() {
   const o = await api("GET", "/api/overview");
@@ -70,6 +82,7 @@ async function overview() {
     <section class="card"><h3>Message rates (msg/s)</h3><div id="chart-rates"></div></section>`);
   const opts = (title, series) => ({
     title, width: Math.min(900, main.clientWidth - 40), height: 220,
+    axes: [{}, { size: yAxisSize }],
     series: [{}, ...series.map((label, i) => ({ label, stroke: ["#1d3557", "#e63946", "#2a9d8f"][i] }))],
   });
   const queued = new uPlot(opts("Queued messages", ["ready", "unacked"]),
