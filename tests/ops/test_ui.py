@@ -334,3 +334,31 @@ def test_overview_y_axis_labels_are_not_clipped(driver, api_base, api, broker):
         assert edge == 0  # ...and clear of the canvas's edge
     finally:
         api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_scripted_login_from_the_url(driver, api_base):
+    """RabbitMQ's #/login/<user>/<password>[/<page>] logs in without the form (so a headless
+    browser can take a screenshot); the password leaves the address bar; a wrong one shows
+    the form with "Login failed"."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(api_base + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    wait_id(driver, "username")
+    driver.get(f"{api_base}/#/login/guest/guest")
+    wait_id(driver, "totals")
+    assert not driver.find_elements(By.ID, "login-form")
+    assert driver.current_url.endswith("/#/") and "guest" not in driver.current_url
+    wait_text(driver, "whoami", "User guest")
+
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(f"{api_base}/#/login/guest/wrong")
+    wait_text(driver, "login-error", "Login failed")
+    assert "wrong" not in driver.current_url
+
+    driver.execute_script("sessionStorage.clear()")
+    driver.get("about:blank")  # a fresh page load straight onto a page of the UI
+    driver.get(f"{api_base}/#/login/guest/guest/queues")
+    wait_id(driver, "queues-table")
+    assert driver.current_url.endswith("/#/queues")

@@ -18,6 +18,7 @@ async function api(method, path, body) {
   const resp = await fetch(path, {
     method,
     headers: { Authorization: "Basic " + auth(), "Content-Type": "application/json" },
+    credentials: "omit",  // no cookies, so a 401's WWW-Authenticate raises no browser prompt
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (resp.status === 401) { logout(); throw new Error("login required"); }
@@ -445,8 +446,13 @@ const PAGES = { overview, connections, "stream-connections": streamConnections, 
 
 async function route() {
   stopCharts();
+  if (await scriptedLogin()) return;
   if (!auth()) { showLogin(); return; }
   nav.hidden = false;
+  const whoami = document.getElementById("whoami");
+  if (!whoami.textContent) {  // a reload keeps the login (sessionStorage), not the name shown
+    api("GET", "/api/whoami").then((me) => { whoami.textContent = `User ${me.name}`; }, () => {});
+  }
   const [, page = "overview", ...rest] = location.hash.replace(/^#/, "").split("/");
   nav.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   try {
@@ -454,6 +460,38 @@ async function route() {
     else if (page === "stream-connection") await streamConnection(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
     else await (PAGES[page] || overview)();
   } catch (err) { fail(err); }
+}
+
+// base64 of the UTF-8 bytes (btoa alone takes only Latin-1), as Basic credentials are sent
+const basic = (user, password) =>
+  btoa(String.fromCharCode(...new TextEncoder().encode(`${user}:${password}`)));
+
+// Checks the credentials against /api/whoami; on success keeps them for the tab and shows the
+// user's name. Returns whether they were good.
+async function logIn(token) {
+  const resp = await fetch("/api/whoami",
+    { headers: { Authorization: "Basic " + token }, credentials: "omit" });
+  if (!resp.ok) return false;
+  const me = await resp.json();
+  sessionStorage.setItem("auth", token);
+  document.getElementById("whoami").textContent = `User ${me.name}`;
+  return true;
+}
+
+// RabbitMQ's scripted login (its main.js login_route): #/login/<user>/<password> logs in and
+// opens the overview, #/login/<user>/<password>/<page...> opens that page; both parts are
+// URI-encoded. The URL with the password is replaced in the tab's history, not kept.
+// Returns true when it was such a login and it failed (the login form is shown).
+async function scriptedLogin() {
+  const m = location.hash.match(/^#\/login\/([^/]*)\/([^/]*)(?:\/(.*))?$/);
+  if (!m) return false;
+  window.history.replaceState(null, "", `#/${m[3] || ""}`);  // the overview, or the page asked for
+  const dec = (v) => { try { return decodeURIComponent(v); } catch (err) { return v; } };
+  if (await logIn(basic(dec(m[1]), dec(m[2])))) return false;
+  sessionStorage.removeItem("auth");
+  showLogin();
+  document.getElementById("login-error").textContent = "Login failed";
+  return true;
 }
 
 function showLogin() {
@@ -464,20 +502,19 @@ function showLogin() {
     <button id="login-button" type="submit">Log in</button><p id="login-error" class="error"></p></form>`);
   document.getElementById("login-form").onsubmit = async (e) => {
     e.preventDefault();
-    const token = btoa(`${document.getElementById("username").value}:${document.getElementById("password").value}`);
-    const resp = await fetch("/api/whoami", { headers: { Authorization: "Basic " + token } });
-    if (!resp.ok) {
-      document.getElementById("login-error").textContent = "Login failed";
-      return;
-    }
-    const me = await resp.json();
-    sessionStorage.setItem("auth", token);
-    document.getElementById("whoami").textContent = `User ${me.name}`;
-    route();
+    const token = basic(document.getElementById("username").value,
+      document.getElementById("password").value);
+    if (await logIn(token)) route();
+    else document.getElementById("login-error").textContent = "Login failed";
   };
 }
 
-function logout() { sessionStorage.removeItem("auth"); stopCharts(); showLogin(); }
+function logout() {
+  sessionStorage.removeItem("auth");
+  document.getElementById("whoami").textContent = "";
+  stopCharts();
+  showLogin();
+}
 
 document.getElementById("logout-button").onclick = logout;
 window.addEventListener("hashchange", route);
