@@ -60,6 +60,14 @@ function yAxisSize(u, values, axisIdx, cycleNum) {
   return Math.ceil(axis.ticks.size + axis.gap + text + 8);  // 8 px clear of the left edge
 }
 
+// The x range: the samples' span; for one sample (just after loading) the minute before it,
+// where uPlot would stretch one point over 86 400 000 s (a day at its ms: 1e-3) -- years.
+function xRange(u, min, max) {
+  const t = u.data[0];
+  if (t.length === 0) return [min, max];
+  return t.length === 1 ? [t[0] - 60, t[0]] : [t[0], t[t.length - 1]];
+}
+
 // -- pages ------------------------------------------------------------------------------
 async function overview() {
   const o = await api("GET", "/api/overview");
@@ -84,6 +92,7 @@ async function overview() {
   const opts = (title, series) => ({
     title, width: Math.min(900, main.clientWidth - 40), height: 220,
     axes: [{}, { size: yAxisSize }],
+    scales: { x: { time: true, range: xRange } },
     series: [{}, ...series.map((label, i) => ({ label, stroke: ["#1d3557", "#e63946", "#2a9d8f"][i] }))],
   });
   const queued = new uPlot(opts("Queued messages", ["ready", "unacked"]),
