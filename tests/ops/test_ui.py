@@ -336,6 +336,19 @@ def test_overview_y_axis_labels_are_not_clipped(driver, api_base, api, broker):
         api.delete(f"/api/queues/%2F/{name}")
 
 
+def test_overview_totals_follow_the_api(driver, api_base, api):
+    """The totals above the charts are read again with every chart sample (5 s), so they
+    agree with the charts instead of keeping the figures the page was opened with."""
+    login(driver, api_base)
+    before = int(wait_id(driver, "total-queues").text)
+    name = f"ui-totals-{uuid.uuid4().hex[:8]}"
+    api.put(f"/api/queues/%2F/{name}", json={"durable": False})
+    try:
+        wait_text(driver, "total-queues", str(before + 1))
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
 def test_scripted_login_from_the_url(driver, api_base):
     """RabbitMQ's #/login/<user>/<password>[/<page>] logs in without the form (so a headless
     browser can take a screenshot); the password leaves the address bar; a wrong one shows

@@ -103,6 +103,11 @@ async function overview() {
   const sample = async () => {
     const s = await api("GET", "/api/overview");
     const m = s.message_stats, l = s.queue_totals;
+    const totals = { ...s.object_totals, messages: l.messages };  // the figures above the charts
+    for (const [k, v] of Object.entries(totals)) {
+      const el = document.getElementById(`total-${k}`);
+      if (el) el.textContent = v;  // gone when the page changed while the request was out
+    }
     history.t.push(Date.now() / 1000);
     history.publish.push(m.publish_details.rate);
     history.deliver.push(m.deliver_get_details.rate);
