@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import time
 import uuid
 
 import pytest
@@ -225,3 +226,152 @@ def test_stream_connections_page_shows_publishers_and_consumers(driver):
     finally:
         sock.close()
         b.stop()
+
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+
+def _type_cells(driver) -> dict[str, str]:
+    """Queue name -> the Type column's text, from the Queues page's table."""
+    from selenium.webdriver.common.by import By
+
+    table = wait_id(driver, "queues-table")
+    heads = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert "Type" in heads, heads
+    name_at, type_at = heads.index("Name"), heads.index("Type")
+    cells = {}
+    for row in table.find_elements(By.CSS_SELECTOR, "tbody tr"):
+        tds = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        cells[tds[name_at]] = tds[type_at]
+    return cells
+
+
+def test_queues_page_shows_each_queue_type(driver, api_base, api):
+    """A Type column, as RabbitMQ's Queues page has, with each queue's type from the API."""
+    tag = uuid.uuid4().hex[:8]
+    names = {t: f"ui-{t}-{tag}" for t in QUEUE_TYPES}
+    for t, name in names.items():
+        assert api.put(f"/api/queues/%2F/{name}", json={
+            "durable": True, "arguments": {"x-queue-type": t}}).status_code in (201, 204)
+    try:
+        listed = {q["name"]: q["type"] for q in api.get("/api/queues").json()}
+        assert {listed[n] for n in names.values()} == set(QUEUE_TYPES)  # the API's type field
+        login(driver, api_base)
+        driver.get(f"{api_base}/#/queues")
+        wait_text(driver, "queues-table", names["stream"])
+        cells = _type_cells(driver)
+        assert {t: cells[name] for t, name in names.items()} == {t: t for t in QUEUE_TYPES}
+    finally:
+        for name in names.values():
+            api.delete(f"/api/queues/%2F/{name}")
+
+
+@pytest.mark.parametrize("queue_type", QUEUE_TYPES)
+def test_add_queue_form_creates_each_type(driver, api_base, api, queue_type):
+    """The form's Type select sets x-queue-type; for quorum and stream it hides durability
+    and auto-delete and declares durable, not auto-deleted (RabbitMQ's form does the same),
+    for classic it keeps them (here: auto-delete ticked)."""
+    from selenium.webdriver.support.ui import Select
+
+    name = f"ui-form-{queue_type}-{uuid.uuid4().hex[:8]}"
+    login(driver, api_base)
+    driver.get(f"{api_base}/#/queues")
+    Select(wait_id(driver, "add-queue-type")).select_by_visible_text(queue_type.capitalize())
+    classic = queue_type == "classic"
+    durable = driver.find_element("id", "add-queue-durable")
+    auto_delete = driver.find_element("id", "add-queue-auto-delete")
+    assert durable.is_displayed() is classic and auto_delete.is_displayed() is classic
+    if classic:
+        auto_delete.click()
+    driver.find_element("id", "add-queue-name").send_keys(name)
+    driver.find_element("id", "add-queue-button").click()
+    wait_text(driver, "queues-table", name)
+    try:
+        q = api.get(f"/api/queues/%2F/{name}").json()
+        assert (q["type"], q["durable"], q["auto_delete"]) == (queue_type, True, classic)
+        assert q["arguments"]["x-queue-type"] == queue_type
+        assert _type_cells(driver)[name] == queue_type
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_overview_y_axis_labels_are_not_clipped(driver, api_base, api, broker):
+    """With 12 000 messages queued the Queued messages chart's y labels read "12,000": the
+    axis leaves them room, so nothing is drawn in the canvas's leftmost pixels (uPlot's
+    fixed 50 px axis cut the first digit off at the edge)."""
+    import pika
+
+    name = f"ui-axis-{uuid.uuid4().hex[:8]}"
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name)
+        for _ in range(12_000):
+            ch.basic_publish("", name, b"x")
+    try:
+        for _ in range(100):  # the publishes are asynchronous: wait until all are queued
+            if api.get(f"/api/queues/%2F/{name}").json()["messages"] == 12_000:
+                break
+            time.sleep(0.1)
+        login(driver, api_base)
+        wait_id(driver, "chart-queued")
+        edge, labels = driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const find = () => {
+              const c = document.querySelector("#chart-queued canvas");
+              if (!c || !c.width) { setTimeout(find, 100); return; }
+              requestAnimationFrame(() => {  // after uPlot's draw
+                const ink = (x0, x1) => {  // pixels drawn on in columns x0..x1-1
+                  const px = c.getContext("2d").getImageData(x0, 0, x1 - x0, c.height).data;
+                  let n = 0;
+                  for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n += 1;
+                  return n;
+                };
+                done([ink(0, 4), ink(4, 40)]);
+              });
+            };
+            find();""")
+        assert labels > 0  # the labels are drawn left of the plot...
+        assert edge == 0  # ...and clear of the canvas's edge
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_overview_totals_follow_the_api(driver, api_base, api):
+    """The totals above the charts are read again with every chart sample (5 s), so they
+    agree with the charts instead of keeping the figures the page was opened with."""
+    login(driver, api_base)
+    before = int(wait_id(driver, "total-queues").text)
+    name = f"ui-totals-{uuid.uuid4().hex[:8]}"
+    api.put(f"/api/queues/%2F/{name}", json={"durable": False})
+    try:
+        wait_text(driver, "total-queues", str(before + 1))
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_scripted_login_from_the_url(driver, api_base):
+    """RabbitMQ's #/login/<user>/<password>[/<page>] logs in without the form (so a headless
+    browser can take a screenshot); the password leaves the address bar; a wrong one shows
+    the form with "Login failed"."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(api_base + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    wait_id(driver, "username")
+    driver.get(f"{api_base}/#/login/guest/guest")
+    wait_id(driver, "totals")
+    assert not driver.find_elements(By.ID, "login-form")
+    assert driver.current_url.endswith("/#/") and "guest" not in driver.current_url
+    wait_text(driver, "whoami", "User guest")
+
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(f"{api_base}/#/login/guest/wrong")
+    wait_text(driver, "login-error", "Login failed")
+    assert "wrong" not in driver.current_url
+
+    driver.execute_script("sessionStorage.clear()")
+    driver.get("about:blank")  # a fresh page load straight onto a page of the UI
+    driver.get(f"{api_base}/#/login/guest/guest/queues")
+    wait_id(driver, "queues-table")
+    assert driver.current_url.endswith("/#/queues")

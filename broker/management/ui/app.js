@@ -18,6 +18,7 @@ async function api(method, path, body) {
   const resp = await fetch(path, {
     method,
     headers: { Authorization: "Basic " + auth(), "Content-Type": "application/json" },
+    credentials: "omit",  // no cookies, so a 401's WWW-Authenticate raises no browser prompt
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (resp.status === 401) { logout(); throw new Error("login required"); }
@@ -47,6 +48,26 @@ function stopCharts() {
   charts = [];
 }
 
+// The y axis as wide as its longest label: uPlot's fixed 50 px cut "10,000" to "0,000".
+// uPlot calls this with the formatted tick labels (its axis-autosize demo measures them too).
+const measure = document.createElement("canvas").getContext("2d");
+function yAxisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;  // settled: keep the width, as uPlot asks
+  measure.font = axis.font[0];  // a canvas of its own: uPlot caches the font it set on its own
+  const text = Math.max(0, ...(values || []).map((v) => measure.measureText(String(v)).width))
+    / devicePixelRatio;
+  return Math.ceil(axis.ticks.size + axis.gap + text + 8);  // 8 px clear of the left edge
+}
+
+// The x range: the samples' span; for one sample (just after loading) the minute before it,
+// where uPlot would stretch one point over 86 400 000 s (a day at its ms: 1e-3) -- years.
+function xRange(u, min, max) {
+  const t = u.data[0];
+  if (t.length === 0) return [min, max];
+  return t.length === 1 ? [t[0] - 60, t[0]] : [t[0], t[t.length - 1]];
+}
+
 // -- pages ------------------------------------------------------------------------------
 async function overview() {
   const o = await api("GET", "/api/overview");
@@ -70,6 +91,8 @@ async function overview() {
     <section class="card"><h3>Message rates (msg/s)</h3><div id="chart-rates"></div></section>`);
   const opts = (title, series) => ({
     title, width: Math.min(900, main.clientWidth - 40), height: 220,
+    axes: [{}, { size: yAxisSize }],
+    scales: { x: { time: true, range: xRange } },
     series: [{}, ...series.map((label, i) => ({ label, stroke: ["#1d3557", "#e63946", "#2a9d8f"][i] }))],
   });
   const queued = new uPlot(opts("Queued messages", ["ready", "unacked"]),
@@ -80,6 +103,11 @@ async function overview() {
   const sample = async () => {
     const s = await api("GET", "/api/overview");
     const m = s.message_stats, l = s.queue_totals;
+    const totals = { ...s.object_totals, messages: l.messages };  // the figures above the charts
+    for (const [k, v] of Object.entries(totals)) {
+      const el = document.getElementById(`total-${k}`);
+      if (el) el.textContent = v;  // gone when the page changed while the request was out
+    }
     history.t.push(Date.now() / 1000);
     history.publish.push(m.publish_details.rate);
     history.deliver.push(m.deliver_get_details.rate);
@@ -181,27 +209,45 @@ async function exchanges() {
   };
 }
 
+// RabbitMQ's queue types as its add-queue form offers them: the value becomes x-queue-type;
+// quorum queues and streams are always durable and never auto-deleted, so for them the form
+// hides those two fields and sends durable true, auto_delete false (3.10.8's queues.ejs).
+const QUEUE_TYPES = [["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]];
+
 async function queues() {
   const rows = await api("GET", "/api/queues");
   show(`<h2>Queues</h2>` + table([
     ["Vhost", (r) => esc(r.vhost)],
     ["Name", (r) => `<a class="queue-link" href="#/queue/${enc(r.vhost)}/${enc(r.name)}">${esc(r.name)}</a>`],
+    ["Type", (r) => esc(r.type)],
     ["Ready", (r) => r.messages_ready], ["Unacked", (r) => r.messages_unacknowledged],
     ["Total", (r) => r.messages], ["Consumers", (r) => r.consumers],
     ["Policy", (r) => esc(r.policy || "")],
   ], rows, "queues-table") + `<form id="add-queue" class="card"><h3>Add a queue</h3>
+    <label>Type <select id="add-queue-type">${QUEUE_TYPES.map(([v, t]) =>
+      `<option value="${v}">${t}</option>`).join("")}</select></label>
     <label>Name <input id="add-queue-name" required></label>
     <label>Vhost <input id="add-queue-vhost" value="/"></label>
-    <label>Durable <input id="add-queue-durable" type="checkbox" checked></label>
+    <label id="add-queue-durable-label">Durable <input id="add-queue-durable" type="checkbox" checked></label>
+    <label id="add-queue-auto-delete-label">Auto delete <input id="add-queue-auto-delete" type="checkbox"></label>
     <button id="add-queue-button" type="submit">Add queue</button>
     <p class="error" id="page-error"></p></form>`);
+  const type = document.getElementById("add-queue-type");
+  type.onchange = () => {
+    const classic = type.value === "classic";
+    document.getElementById("add-queue-durable-label").hidden = !classic;
+    document.getElementById("add-queue-auto-delete-label").hidden = !classic;
+  };
   document.getElementById("add-queue").onsubmit = async (e) => {
     e.preventDefault();
     const name = document.getElementById("add-queue-name").value;
     const vhost = document.getElementById("add-queue-vhost").value;
-    await api("PUT", `/api/queues/${enc(vhost)}/${enc(name)}`,
-      { durable: document.getElementById("add-queue-durable").checked, arguments: {} })
-      .then(route, fail);
+    const classic = type.value === "classic";
+    await api("PUT", `/api/queues/${enc(vhost)}/${enc(name)}`, {
+      durable: !classic || document.getElementById("add-queue-durable").checked,
+      auto_delete: classic && document.getElementById("add-queue-auto-delete").checked,
+      arguments: { "x-queue-type": type.value },
+    }).then(route, fail);
   };
 }
 
@@ -414,8 +460,13 @@ const PAGES = { overview, connections, "stream-connections": streamConnections, 
 
 async function route() {
   stopCharts();
+  if (await scriptedLogin()) return;
   if (!auth()) { showLogin(); return; }
   nav.hidden = false;
+  const whoami = document.getElementById("whoami");
+  if (!whoami.textContent) {  // a reload keeps the login (sessionStorage), not the name shown
+    api("GET", "/api/whoami").then((me) => { whoami.textContent = `User ${me.name}`; }, () => {});
+  }
   const [, page = "overview", ...rest] = location.hash.replace(/^#/, "").split("/");
   nav.querySelectorAll("a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   try {
@@ -423,6 +474,38 @@ async function route() {
     else if (page === "stream-connection") await streamConnection(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
     else await (PAGES[page] || overview)();
   } catch (err) { fail(err); }
+}
+
+// base64 of the UTF-8 bytes (btoa alone takes only Latin-1), as Basic credentials are sent
+const basic = (user, password) =>
+  btoa(String.fromCharCode(...new TextEncoder().encode(`${user}:${password}`)));
+
+// Checks the credentials against /api/whoami; on success keeps them for the tab and shows the
+// user's name. Returns whether they were good.
+async function logIn(token) {
+  const resp = await fetch("/api/whoami",
+    { headers: { Authorization: "Basic " + token }, credentials: "omit" });
+  if (!resp.ok) return false;
+  const me = await resp.json();
+  sessionStorage.setItem("auth", token);
+  document.getElementById("whoami").textContent = `User ${me.name}`;
+  return true;
+}
+
+// RabbitMQ's scripted login (its main.js login_route): #/login/<user>/<password> logs in and
+// opens the overview, #/login/<user>/<password>/<page...> opens that page; both parts are
+// URI-encoded. The URL with the password is replaced in the tab's history, not kept.
+// Returns true when it was such a login and it failed (the login form is shown).
+async function scriptedLogin() {
+  const m = location.hash.match(/^#\/login\/([^/]*)\/([^/]*)(?:\/(.*))?$/);
+  if (!m) return false;
+  window.history.replaceState(null, "", `#/${m[3] || ""}`);  // the overview, or the page asked for
+  const dec = (v) => { try { return decodeURIComponent(v); } catch (err) { return v; } };
+  if (await logIn(basic(dec(m[1]), dec(m[2])))) return false;
+  sessionStorage.removeItem("auth");
+  showLogin();
+  document.getElementById("login-error").textContent = "Login failed";
+  return true;
 }
 
 function showLogin() {
@@ -433,20 +516,19 @@ function showLogin() {
     <button id="login-button" type="submit">Log in</button><p id="login-error" class="error"></p></form>`);
   document.getElementById("login-form").onsubmit = async (e) => {
     e.preventDefault();
-    const token = btoa(`${document.getElementById("username").value}:${document.getElementById("password").value}`);
-    const resp = await fetch("/api/whoami", { headers: { Authorization: "Basic " + token } });
-    if (!resp.ok) {
-      document.getElementById("login-error").textContent = "Login failed";
-      return;
-    }
-    const me = await resp.json();
-    sessionStorage.setItem("auth", token);
-    document.getElementById("whoami").textContent = `User ${me.name}`;
-    route();
+    const token = basic(document.getElementById("username").value,
+      document.getElementById("password").value);
+    if (await logIn(token)) route();
+    else document.getElementById("login-error").textContent = "Login failed";
   };
 }
 
-function logout() { sessionStorage.removeItem("auth"); stopCharts(); showLogin(); }
+function logout() {
+  sessionStorage.removeItem("auth");
+  document.getElementById("whoami").textContent = "";
+  stopCharts();
+  showLogin();
+}
 
 document.getElementById("logout-button").onclick = logout;
 window.addEventListener("hashchange", route);
