@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ SHELL = {"sh", "bash", "shell"}
 PYTHON = {"python", "py", "python3"}
 TEXT = {"", "text", "txt", "console", "output", "log"}  # shown output, diagrams: not run
 CONFIG = {"toml", "ini", "json"}
-DIRECTIVES = {"skip", "background", "pytest", "output"}
+DIRECTIVES = {"skip", "background", "pytest", "output", "needs"}
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[\w+-]*)[^`]*$")
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<word>[\w-]+)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
@@ -48,12 +49,22 @@ class Block:
     line: int  # of the opening fence, from 1
     lang: str
     text: str
-    directive: str = ""  # skip, background, pytest, output, or "" (none)
+    directive: str = ""  # skip, background, pytest, output, needs, or "" (none)
     reason: str = ""  # the marker's (reason)
 
     @property
     def where(self) -> str:
         return f"{self.path.name}:{self.line}"
+
+    def missing_programs(self) -> list[str]:
+        """For `needs (prog ...)`: the programs named that are not on PATH."""
+        return [p for p in self.reason.split() if shutil.which(p) is None]
+
+    @property
+    def skip_reason(self) -> str:
+        if self.directive == "needs":
+            return f"needs {' '.join(self.missing_programs())} (not installed here)"
+        return self.reason
 
     @property
     def kind(self) -> str:
@@ -61,6 +72,8 @@ class Block:
         sh, python, pytest, background."""
         if self.directive in ("skip", "output"):
             return self.directive
+        if self.directive == "needs" and self.missing_programs():
+            return "skip"
         if self.lang in TEXT:
             return "text"
         if self.lang in CONFIG:
@@ -139,6 +152,9 @@ def _check_marker(block: Block) -> None:
         raise DocError(f"{block.where}: `doc-test: pytest` is for python blocks")
     if block.directive == "background" and block.lang not in SHELL:
         raise DocError(f"{block.where}: `doc-test: background` is for shell blocks")
+    if block.directive == "needs" and (block.lang not in SHELL or not block.reason):
+        raise DocError(f"{block.where}: `doc-test: needs (program ...)` is for shell blocks "
+                       "and names the programs")
     if block.directive == "output" and block.lang not in TEXT:
         raise DocError(f"{block.where}: `doc-test: output` is for text blocks (what the "
                        "block before it prints)")

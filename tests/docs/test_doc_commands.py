@@ -18,6 +18,8 @@ fence (`<!-- doc-test: WORD (reason) -->`, an HTML comment GitHub does not show)
   same, `json` by `json.loads`.
 - no language, `text`: output or a diagram, not run.
 - `<!-- doc-test: skip (reason) -->`: not run; a reason is required and is printed.
+- `<!-- doc-test: needs (program ...) -->` on a shell block: run where every program named
+  is on PATH, else skipped with that reason (chromium for a screenshot of the UI).
 
 The fresh machine, per markdown file: an empty working directory; every port the blocks
 name (5672, 15672, 5701, …) moved to a free one, the same within the file, and the defaults
@@ -98,7 +100,7 @@ def test_doc_blocks_run(path: Path, tmp_path: Path, doc_block_counts) -> None:
             if block.kind in ("skip", "text"):
                 counts[block.kind] += 1
                 if block.kind == "skip":
-                    doc_block_counts.skipped[block.reason] += 1
+                    doc_block_counts.skipped[block.skip_reason] += 1
                 continue
             last = block
             try:
@@ -191,3 +193,12 @@ def test_a_block_that_prints_a_traceback_fails_though_it_exits_0(tmp_path):
     finally:
         run.close()
     assert "printed a traceback" in str(err.value)
+
+
+def test_a_block_that_needs_a_missing_program_is_skipped_with_the_reason(tmp_path):
+    path = _md(tmp_path, "<!-- doc-test: needs (sh no-such-program-here) -->\n```sh\ntrue\n```\n")
+    block = blocks(path)[0]
+    assert block.kind == "skip"
+    assert block.skip_reason == "needs no-such-program-here (not installed here)"
+    path = _md(tmp_path, "<!-- doc-test: needs (sh) -->\n```sh\ntrue\n```\n")
+    assert blocks(path)[0].kind == "sh"
