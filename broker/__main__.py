@@ -41,6 +41,24 @@ async def _serve_cluster_member(config: BrokerConfig) -> int:
             pacer.stop()
 
 
+async def _serve_workers(config: BrokerConfig) -> None:
+    """workers > 1: the node process (broker/workers/node.py) until a signal, or until a
+    worker exits on its own."""
+    from broker.workers.node import Node
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    node = Node(config)
+    await node.start()
+    done, _ = await asyncio.wait([loop.create_task(stop.wait()),
+                                  loop.create_task(node.wait_worker_exit())],
+                                 return_when=asyncio.FIRST_COMPLETED)
+    logging.getLogger("broker.server").info("shutting down")
+    await node.stop()
+
+
 async def _serve(broker: Broker) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -74,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = uvloop.run
     try:
+        if config.workers > 1:
+            run(_serve_workers(config))
+            return 0
         if config.clustering_enabled:
             return run(_serve_cluster_member(config))
         run(_serve(Broker(config)))

@@ -89,6 +89,10 @@ class BrokerConfig:
     queue_index_max_journal_entries: int = 32768
     msg_store_file_size_limit: int = 16777216
     fsync: bool = True  # fsync before confirming persistent messages
+    # processes the broker's work runs in (issue 47, docs/multicore.md): 1 is one process;
+    # N > 1 a node process that accepts and supervises, and N workers that each serve
+    # connections and own queues; "auto" (load_config) = the cores this process may run on
+    workers: int = 1
     # `python -m broker` only: freeze what exists once the broker is up, collect the rest
     # fully when cheap or every 5 min, the frozen too every hour (broker/gc_pacing.py)
     gc_pacing: bool = True
@@ -176,13 +180,15 @@ _ALIASES = {
 _SIZE_KEYS = frozenset({"vm_memory_high_watermark_absolute", "disk_free_limit",
                         "total_memory_available_override_value"})
 _CLI_KEYS = ("host", "port", "data_dir", "config", "log_level", "heartbeat", "frame_max",
-             "channel_max", "confirm_on", "product")
+             "channel_max", "confirm_on", "product", "workers")
 
 
 def _coerce(name: str, value: Any) -> Any:
     """Convert a string (env/CLI) or TOML value to the field's type."""
     if name in _SIZE_KEYS:
         return parse_information_unit(value)
+    if name == "workers":
+        return _workers(value)
     default = _FIELDS[name].default
     if isinstance(value, str):
         if isinstance(default, bool):
@@ -206,6 +212,30 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
+def _workers(value: Any) -> int:
+    """`workers`: a count of at least 1, or "auto": the cores this process may run on
+    (`os.sched_getaffinity`, so a cgroup or taskset limit counts)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return len(os.sched_getaffinity(0))
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"workers must be a number or auto, not {value!r}") from None
+    if n < 1:
+        raise ValueError(f"workers must be at least 1, not {n}")
+    return n
+
+
+def _check_workers(values: Mapping[str, Any]) -> None:
+    """What several worker processes cannot do yet (ValueError; docs/multicore.md)."""
+    if values.get("workers", 1) <= 1:
+        return
+    if values.get("clustering_enabled"):
+        raise ValueError("workers > 1 with clustering.enabled is not supported yet")
+    if values.get("stream_listeners_tcp_default") or values.get("stream_listeners_ssl_default"):
+        raise ValueError("workers > 1 with the stream protocol's listener is not supported yet")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m broker", description="AMQP 0-9-1 broker")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -221,6 +251,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm-on", dest="confirm_on", choices=["persist", "ack", "ack-lite"],
                    help="when publishers get confirms")
     p.add_argument("--product", help="server property 'product' (e.g. RabbitMQ for kombu)")
+    p.add_argument("--workers", help="processes to run the broker in: a number, or auto "
+                   "(one per core this process may use); default 1")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other configuration key")
     return p
@@ -323,6 +355,7 @@ def load_config(
     if values.get("confirm_on", "persist") not in ("persist", "ack", "ack-lite"):
         raise ValueError(f"confirm_on must be persist, ack or ack-lite, not {values['confirm_on']!r}")
     _check_resources(values)
+    _check_workers(values)
     cfg = BrokerConfig(**values, warnings=tuple(warnings))
     return dataclasses.replace(cfg, extra=extra) if extra else cfg
 

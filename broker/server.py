@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 import platform
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -61,6 +62,8 @@ class Broker:
         self.definitions: Definitions | None = None  # durable metadata (opened by start)
         self.users: Users | None = None  # users, permissions, limits (after start)
         self.connections: set[Reader] = set()  # live connections
+        # told of each connection that closes (a worker process tells the node's acceptor)
+        self.on_connection_gone: Callable[[Reader], None] | None = None
         self.port: int = self.config.port  # bound port (after start)
         self.ssl_port: int | None = None  # bound amqps port, when listeners.ssl.default is set
         self.stream_port: int | None = None  # bound stream protocol port, when it listens
@@ -281,7 +284,10 @@ class Broker:
             "cluster_name": self.cluster_name(),  # federation links read it (loop detection)
         }
 
-    async def start(self) -> None:
+    async def start(self, listen: bool = True) -> None:
+        """Recover, then bind the listeners and serve. With `listen` False (a worker process
+        of a multi-worker broker, broker/workers/worker.py) no AMQP listener is bound: the
+        node process accepts and hands connections over (`adopt`)."""
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         self.loop_lag.start()
@@ -310,18 +316,20 @@ class Broker:
         serving = self.serving()  # what every connection's reader holds
         where = []
         try:
-            if cfg.listeners_tcp.strip().lower() != "none":
+            if not listen:
+                pass
+            elif cfg.listeners_tcp.strip().lower() != "none":
                 server = await self._listen(serving, listeners.AMQP, cfg.host, cfg.port)
                 self.port = server.sockets[0].getsockname()[1]
                 where.append(f"{cfg.host}:{self.port}")
-            if cfg.listeners_ssl_default:
+            if cfg.listeners_ssl_default and listen:
                 host, port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
                 server = await self._listen(
                     serving, listeners.AMQPS, host, port, ssl=tls.server_context(cfg),
                     ssl_handshake_timeout=cfg.handshake_timeout)
                 self.ssl_port = server.sockets[0].getsockname()[1]
                 where.append(f"{host}:{self.ssl_port} (amqps)")
-            if not self._servers:
+            if not self._servers and listen:
                 raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
             if cfg.stream_listeners_tcp_default or cfg.stream_listeners_ssl_default:
                 where += await self._listen_stream(cfg)
@@ -344,7 +352,30 @@ class Broker:
             await self.stop()
             raise
         self.ready.set()
-        log.info("ready to accept connections on %s", ", ".join(where))
+        if listen:
+            log.info("ready to accept connections on %s", ", ".join(where))
+        else:  # the node process logs the ready line once every worker is up
+            log.info("worker ready: serving the connections the node process hands over")
+
+    async def adopt(self, sock: socket.socket, listener: str) -> Reader | None:
+        """Serve a connection the node process accepted (`listener` is the one it came
+        from: listeners.AMQP or AMQPS, whose TLS handshake runs here). None when the
+        connection failed before it was served (a TLS handshake refused or timed out)."""
+        assert self.loop is not None
+        cfg = self.config
+        serving = self.serving()
+        kwargs: dict[str, Any] = {}
+        if listener == listeners.AMQPS:
+            kwargs = {"ssl": tls.server_context(cfg),
+                      "ssl_handshake_timeout": cfg.handshake_timeout}
+        try:
+            _, reader = await self.loop.connect_accepted_socket(
+                lambda: Reader(serving), sock, **kwargs)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            log.info("connection handed over from the %s listener failed: %s", listener, exc)
+            sock.close()
+            return None
+        return reader
 
     async def _listen(self, serving: ServingBroker[Reader], listener: str, host: str,
                       port: int, **kwargs: Any) -> asyncio.Server:
@@ -457,6 +488,8 @@ class Broker:
         """A connection's socket closed (called by the reader)."""
         if conn in self.connections:
             self.churn.connections_closed += 1
+            if self.on_connection_gone is not None:
+                self.on_connection_gone(conn)
         self.connections.discard(conn)
         if not self.connections and self._all_closed is not None:
             self._all_closed.set()

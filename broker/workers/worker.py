@@ -1,0 +1,85 @@
+"""`python -m broker.workers.worker FD`: one worker process of a multi-worker broker
+(issue 47, docs/multicore.md "Processes").
+
+Owns: a worker's life: read its `WorkerSpec` from the pipe FD, run a `Broker` that binds no
+AMQP listener (`start(listen=False)`) and serves the connections the node hands over
+(`HandOffReceiver` → `Broker.adopt`), report ready on its control link, and stop on SIGTERM
+or when the node process is gone (its control link or hand-off socket closes). Talks to: the
+node process. Must never: accept connections itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+
+from broker.gc_pacing import GcPacer
+from broker.reader import Reader
+from broker.server import Broker
+from broker.workers.handoff import HandOffReceiver
+from broker.workers.link import Link, open_link
+from broker.workers.spec import WorkerSpec
+
+log = logging.getLogger("broker.workers")
+
+
+async def serve(spec: WorkerSpec) -> None:
+    """Run worker `spec.index` until SIGTERM or until the node process is gone."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    broker = Broker(spec.config)
+    await broker.start(listen=False)
+    listener_of: dict[Reader, str] = {}  # connection -> the listener it came from
+
+    def adopt(sock: socket.socket, listener: str) -> None:
+        async def run() -> None:
+            reader = await broker.adopt(sock, listener)
+            if reader is None:
+                receiver.closed(listener)
+            else:
+                listener_of[reader] = listener
+        loop.create_task(run())
+
+    def gone(reader: Reader) -> None:
+        listener = listener_of.pop(reader, None)
+        if listener is not None:
+            receiver.closed(listener)
+
+    broker.on_connection_gone = gone
+    receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set)
+    control = await open_link(socket.socket(fileno=spec.control_fd),
+                              Link(lambda items: None, lambda exc: stop.set()))
+    pacer = GcPacer() if spec.config.gc_pacing else None
+    if pacer is not None:
+        pacer.start(loop)
+    control.send(("ready",))
+    await stop.wait()
+    log.info("worker %d shutting down", spec.index)
+    if pacer is not None:
+        pacer.stop()
+    receiver.close()
+    await broker.stop()
+    control.close()
+
+
+def main(argv: list[str]) -> int:
+    with os.fdopen(int(argv[0]), "rb") as pipe:
+        spec: WorkerSpec = pickle.load(pipe)  # the node process wrote it: never a client's
+    logging.basicConfig(
+        level=getattr(logging, spec.config.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s %(name)s[w{spec.index}]: %(message)s")
+    import uvloop
+
+    uvloop.run(serve(spec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
