@@ -303,9 +303,27 @@ def consume(ch: ChannelProcess, cmd: Command) -> None:
     exclusive conflicts, x-priority, per-consumer prefetch from basic.qos global=false; 406
     for consumer arguments the queue's type does not take (`check_consume_arguments`)."""
     m = cmd.method
+    prepared = prepare_consume(ch, m)
+    if prepared is None:
+        return
+    queue, consumer = prepared
+    queue.call(queue.add_consumer, consumer)  # 403 if exclusive conflicts; casts RUN
+    consumed(ch, m, queue, consumer.tag)
+
+
+def consumed(ch: ChannelProcess, m: Any, queue: Any, tag: str) -> None:
+    """The queue took consumer `tag`: remember it, send consume-ok."""
+    ch.consumers[tag] = queue
+    if not m.nowait:
+        ch.send_method(B.ConsumeOk(tag))
+
+
+def prepare_consume(ch: ChannelProcess, m: Any) -> tuple[Any, Consumer] | None:
+    """basic.consume's checks, and the consumer to add to the queue it names (None: a
+    direct reply-to consumer, done)."""
     if m.queue == REPLY_TO:
         _consume_replies(ch, m)
-        return
+        return None
     name = queue_name(ch, m.queue, m)
     ch.access.check("queue", name, READ, m)
     queue = ch.vhost.get_queue(name, ch.conn, m)
@@ -320,12 +338,8 @@ def consume(ch: ChannelProcess, cmd: Command) -> None:
                                 m)
     check_consume_arguments(queue.queue_type, args, what, m)
     priority = args.get("x-priority", 0)
-    consumer = Consumer(tag, ch, m.no_ack, m.exclusive, priority,
-                        ch.limiter.consumer_prefetch, args)
-    queue.call(queue.add_consumer, consumer)  # 403 if exclusive conflicts; casts RUN
-    ch.consumers[tag] = queue
-    if not m.nowait:
-        ch.send_method(B.ConsumeOk(tag))
+    return queue, Consumer(tag, ch, m.no_ack, m.exclusive, priority,
+                           ch.limiter.consumer_prefetch, args)
 
 
 def _consume_replies(ch: ChannelProcess, m: Any) -> None:
@@ -367,29 +381,40 @@ def get(ch: ChannelProcess, cmd: Command) -> None:
     queue = ch.vhost.get_queue(name, ch.conn, m)
     result = queue.call(queue.basic_get, ch, m.no_ack)
     if result is None:
-        ch.message_stats.get_empty += 1
-        ch.send_method(B.GetEmpty())
+        get_empty(ch)
         return
     fetched, left = result
+    get_ok(ch, m.no_ack, queue, fetched.message, fetched.redelivered, fetched.ack_tag, left)
+
+
+def get_empty(ch: ChannelProcess) -> None:
+    """basic.get-empty."""
+    ch.message_stats.get_empty += 1
+    ch.send_method(B.GetEmpty())
+
+
+def get_ok(ch: ChannelProcess, no_ack: bool, queue: Any, msg: Message, redelivered: bool,
+           ack_tag: Any, left: int) -> None:
+    """basic.get-ok for `msg` got from `queue` (a local queue process, or a queue of
+    another worker process: broker/workers/handlers.py), `left` ready messages after it."""
     tag = ch.next_delivery_tag
     ch.next_delivery_tag = tag + 1
     stats = ch.message_stats
     if not ch._stamping:
         ch.stamp_soon()
-    if not m.no_ack:
-        ch.unacked[tag] = (queue, fetched.ack_tag, None)
+    if not no_ack:
+        ch.unacked[tag] = (queue, ack_tag, None)
         ch.limiter.unacked += 1
         stats.get += 1
     else:
         stats.get_no_ack += 1
-    if fetched.redelivered:
+    if redelivered:
         stats.redeliver += 1
-    msg = fetched.message
     trace = ch.trace
     if trace is not None:
-        trace.tap_out(ch, queue.name, msg, fetched.redelivered)
+        trace.tap_out(ch, queue.name, msg, redelivered)
     ch.writer.send(encode_content_raw(
-        ch.number, build_method(B.GetOk, delivery_tag=tag, redelivered=fetched.redelivered,
+        ch.number, build_method(B.GetOk, delivery_tag=tag, redelivered=redelivered,
                                  exchange=msg.exchange, routing_key=msg.routing_key,
                                  message_count=left),
         msg.wire_properties(), msg.body, ch.frame_max))

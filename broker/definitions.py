@@ -382,6 +382,24 @@ class Definitions:
         """Close the database (checkpoints the WAL)."""
         self._db.close()
 
+    def snapshot(self) -> bytes:
+        """The whole database as bytes (sqlite3 serialize): what a worker process of a
+        multi-worker broker starts from (docs/multicore.md)."""
+        return self._db.serialize()
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> Definitions:
+        """An in-memory database holding `snapshot()`'s bytes: a worker's replica, which
+        the metadata owner's changes keep equal (broker/workers/vhost.py)."""
+        defs = cls(":memory:")
+        image = bytearray(data)
+        if len(image) > 19 and image[18:20] == b"\x02\x02":
+            # a WAL database's header (file format versions 2): an in-memory database
+            # cannot use a WAL, so mark it a rollback-journal one (versions 1)
+            image[18:20] = b"\x01\x01"
+        defs._db.deserialize(bytes(image))
+        return defs
+
     # -- vhosts ----------------------------------------------------------------------------
     @_replicated
     def add_vhost(self, name: str, description: str = "", tags: Iterable[str] = ()) -> None:

@@ -30,7 +30,8 @@ class Process:
 
     `cast(msg)`: enqueue, schedule a drain if idle. `call(fn, *args)`: drain the mailbox now,
     then return `fn(*args)`. `suspend()`/`resume()` stop/restart draining (a process blocked
-    by credit flow keeps its mailbox).
+    by credit flow keeps its mailbox); `hold()`/`release()` do the same while it waits for
+    another worker process's answer.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -39,6 +40,8 @@ class Process:
         self._scheduled = False  # a drain callback is queued on the loop
         self._suspended = False  # credit-flow blocked: keep messages, don't drain
         self._dead = False  # terminated: casts are dropped
+        self._credit_blocked = False  # suspended by credit flow (suspend / resume)
+        self._waits = 0  # answers awaited from other worker processes (hold / release)
 
     # -- senders' side ----------------------------------------------------------------------
     def cast(self, msg: Any) -> None:
@@ -95,12 +98,30 @@ class Process:
                 self.crashed(exc)
 
     def suspend(self) -> None:
+        """Stop draining until `resume` (credit flow: out of credit towards a receiver)."""
+        self._credit_blocked = True
         self._suspended = True
 
     def resume(self) -> None:
-        if self._suspended:
+        self._credit_blocked = False
+        if self._suspended and not self._waits:
             self._suspended = False
             if self._mailbox and not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self._drain)
+
+    def hold(self) -> None:
+        """Stop draining until as many `release`s: the process waits for the answer to a
+        request it sent another worker process (docs/multicore.md); unlike `suspend`, a
+        credit grant's `resume` does not restart it."""
+        self._waits += 1
+        self._suspended = True
+
+    def release(self) -> None:
+        self._waits -= 1
+        if not self._waits and not self._credit_blocked:
+            self._suspended = False
+            if self._mailbox and not self._scheduled and not self._dead:
                 self._scheduled = True
                 self._loop.call_soon(self._drain)
 

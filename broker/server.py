@@ -59,6 +59,12 @@ class Broker:
         self.config = config or BrokerConfig()  # every tunable
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.vhosts: dict[str, VHost] = {}  # name -> vhost
+        # what add_vhost builds: a worker of a multi-worker broker sets its replicating
+        # subclass (broker/workers/vhost.py) before start()
+        self.vhost_class: type[VHost] = VHost
+        # the metadata owner's definitions as bytes: a worker other than the owner starts
+        # from them (an in-memory replica) instead of its own definitions.db
+        self.definitions_snapshot: bytes | None = None
         self.definitions: Definitions | None = None  # durable metadata (opened by start)
         self.users: Users | None = None  # users, permissions, limits (after start)
         self.connections: set[Reader] = set()  # live connections
@@ -131,7 +137,7 @@ class Broker:
         durable_queues = [index_name for q in self.definitions.list_queues(name)
                           for index_name in index_queue_names(q.name, q.arguments)]
         clean = stores.recover(keep_queues=durable_queues)
-        vhost = VHost(name, self.loop, self.config, self._bq_factory,
+        vhost = self.vhost_class(name, self.loop, self.config, self._bq_factory,
                       definitions=self.definitions, stores=stores,
                       memory_monitor=self.resources)
         if self.users is not None:
@@ -296,7 +302,11 @@ class Broker:
         os.makedirs(self.config.data_dir, exist_ok=True)
         # vhosts deleted before a crash: their files were moved aside, not yet removed
         self._remove_off_loop(os.path.join(self.config.data_dir, DISCARDED))
-        self.definitions = Definitions(os.path.join(self.config.data_dir, "definitions.db"))
+        if self.definitions_snapshot is not None:  # a worker's replica (broker/workers/)
+            self.definitions = Definitions.from_snapshot(self.definitions_snapshot)
+        else:
+            self.definitions = Definitions(os.path.join(self.config.data_dir,
+                                                        "definitions.db"))
         if not self.definitions.list_vhosts():
             self.definitions.add_vhost(self.config.default_vhost)
         if not self.definitions.list_users():

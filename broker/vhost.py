@@ -330,33 +330,8 @@ class VHost:
             raise errors.amqp_error(
                 errors.PreconditionFailed,
                 limits.vhost_queues_text(name, self.name, max_queues), method)
-        if queue_type == "stream":
-            from broker.stream.queue import StreamQueue  # streams only when declared
-
-            queue = StreamQueue(
-                self._loop, self, name, arguments=arguments,
-                data_dir=self._config.data_dir, fsync=self._config.fsync,
-                credit_initial=self._config.credit_flow_initial,
-                credit_more_after=self._config.credit_flow_more_after,
-                policy=self.policy_for("queues", name, queue_type))
-        else:
-            cls: type[QueueProcess] = QueueProcess
-            extra: dict[str, Any] = {}
-            if queue_type == "quorum":
-                from broker.quorum.queue import QuorumQueue  # quorum only when declared
-
-                cls = QuorumQueue
-                extra["settle_timeout"] = (
-                    self._config.dead_letter_worker_publisher_confirm_timeout)
-            queue = cls(
-                self._loop, self, name, durable=durable, auto_delete=auto_delete,
-                exclusive_owner=owner if exclusive else None, arguments=arguments,
-                bq_factory=self._bq_factory,
-                credit_initial=self._config.credit_flow_initial,
-                credit_more_after=self._config.credit_flow_more_after,
-                confirm_on=self._config.confirm_on,
-                policy=self.policy_for("queues", name, queue_type),
-                memory_monitor=self._memory_monitor, **extra)
+        queue = self._new_queue(name, queue_type, durable, auto_delete,
+                                owner if exclusive else None, arguments)
         operator = self.operator_policy_for("queues", name, queue_type)
         if operator is not None:
             queue.apply_policy(queue.policy, operator)
@@ -366,6 +341,38 @@ class VHost:
         if durable and not exclusive and self.definitions is not None and not recovering:
             self.definitions.add_queue(QueueDef(self.name, name, True, auto_delete, arguments))
         return queue
+
+    def _new_queue(self, name: str, queue_type: str, durable: bool, auto_delete: bool,
+                   exclusive_owner: ExclusiveOwner | None, arguments: dict) -> QueueProcess:
+        """The process of a new queue of `queue_type` (classic, quorum or stream). A vhost
+        of a multi-worker broker (broker/workers/vhost.py) overrides it to hold a queue
+        another worker owns."""
+        if queue_type == "stream":
+            from broker.stream.queue import StreamQueue  # streams only when declared
+
+            return StreamQueue(
+                self._loop, self, name, arguments=arguments,
+                data_dir=self._config.data_dir, fsync=self._config.fsync,
+                credit_initial=self._config.credit_flow_initial,
+                credit_more_after=self._config.credit_flow_more_after,
+                policy=self.policy_for("queues", name, queue_type))
+        cls: type[QueueProcess] = QueueProcess
+        extra: dict[str, Any] = {}
+        if queue_type == "quorum":
+            from broker.quorum.queue import QuorumQueue  # quorum only when declared
+
+            cls = QuorumQueue
+            extra["settle_timeout"] = (
+                self._config.dead_letter_worker_publisher_confirm_timeout)
+        return cls(
+            self._loop, self, name, durable=durable, auto_delete=auto_delete,
+            exclusive_owner=exclusive_owner, arguments=arguments,
+            bq_factory=self._bq_factory,
+            credit_initial=self._config.credit_flow_initial,
+            credit_more_after=self._config.credit_flow_more_after,
+            confirm_on=self._config.confirm_on,
+            policy=self.policy_for("queues", name, queue_type),
+            memory_monitor=self._memory_monitor, **extra)
 
     def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
                           auto_delete: bool, arguments: dict, method: Any) -> None:

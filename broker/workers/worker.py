@@ -17,12 +17,18 @@ import pickle
 import signal
 import socket
 import sys
+from collections.abc import Callable
+from typing import Any
 
+from broker.channel_handlers import HANDLERS
 from broker.gc_pacing import GcPacer
 from broker.reader import Reader
 from broker.server import Broker
+from broker.workers.handlers import install
 from broker.workers.handoff import HandOffReceiver
-from broker.workers.link import Link, open_link
+from broker.workers.link import open_link
+from broker.workers.mesh import NODE, Mesh
+from broker.workers.runtime import OWNER, WorkerRuntime
 from broker.workers.spec import WorkerSpec
 
 log = logging.getLogger("broker.workers")
@@ -34,8 +40,29 @@ async def serve(spec: WorkerSpec) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    mesh = Mesh(spec.index)
+    runtime = WorkerRuntime(spec.index, spec.count, mesh)  # its handlers before any record
+    for peer, fd in spec.peer_fds.items():
+        mesh.opened(peer, await open_link(socket.socket(fileno=fd), mesh.link_for(peer)))
+    control = await open_link(socket.socket(fileno=spec.control_fd), mesh.link_for(NODE))
+    mesh.opened(NODE, control)
     broker = Broker(spec.config)
+    runtime.broker = broker
+    broker.vhost_class = runtime.vhost_class()
+    install(runtime, HANDLERS)
+    if spec.is_metadata_owner:
+        runtime.load_placement(spec.config.data_dir)
+    else:  # start from the owner's tables, then follow its changes
+        got: asyncio.Future[Any] = loop.create_future()
+        mesh.request(OWNER, "snapshot", None,
+                     lambda ok, value: got.set_result((ok, value)))
+        ok, value = await got
+        if not ok:
+            raise RuntimeError(f"worker {spec.index}: no snapshot from the owner: {value}")
+        broker.definitions_snapshot, placed, seq = value
+        runtime.start_from(placed, seq)
     await broker.start(listen=False)
+    runtime.mark_started()
     listener_of: dict[Reader, str] = {}  # connection -> the listener it came from
 
     def adopt(sock: socket.socket, listener: str) -> None:
@@ -48,14 +75,14 @@ async def serve(spec: WorkerSpec) -> None:
         loop.create_task(run())
 
     def gone(reader: Reader) -> None:
+        runtime.connection_gone(reader)
         listener = listener_of.pop(reader, None)
         if listener is not None:
             receiver.closed(listener)
 
     broker.on_connection_gone = gone
+    mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
     receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set)
-    control = await open_link(socket.socket(fileno=spec.control_fd),
-                              Link(lambda items: None, lambda exc: stop.set()))
     pacer = GcPacer() if spec.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
@@ -66,7 +93,17 @@ async def serve(spec: WorkerSpec) -> None:
         pacer.stop()
     receiver.close()
     await broker.stop()
-    control.close()
+    mesh.close()
+
+
+def _stop_on_node_loss(inner: Callable[[int], None],
+                       stop: asyncio.Event) -> Callable[[int], None]:
+    """The node process gone (its control link closed): this worker stops too."""
+    def on_peer_lost(peer: int) -> None:
+        inner(peer)
+        if peer == NODE:
+            stop.set()
+    return on_peer_lost
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,563 @@
+"""What makes the worker processes one broker (issue 47, docs/multicore.md): the runtime of
+one worker process.
+
+Owns, in every worker: the mesh of links to the other workers; the placement of queues
+(which worker owns each queue process) and the `RemoteQueue` proxies for queues of other
+workers; the `RemoteChannel` proxies for channels of other workers that publish to or
+consume from our queues; the records between them (broker/workers/remote.py); the requests
+a queue's owner answers (consume, get, counts, purge, check_delete); numbering our
+connections so that other workers can name them (`ConnRef`).
+In the metadata owner (worker 0): executing definition changes (`submit` from its own
+channels, "op" requests from the others) on its authoritative vhost tables, stamping each
+resulting operation record with the next number of the `ChangeLog`, sending it to every
+other worker and answering the requester once every live worker has applied it; placing
+new queues (fewest queues, ties to the declaring connection's worker; exclusive queues on
+their connection's worker); answering a starting worker's "snapshot" request.
+In the other workers: replaying the owner's records in order (`ChangeApplier`) and
+acknowledging them; forwarding the changes that start here (a definition change a channel
+asks for, a queue deleting itself, an exclusive owner closing).
+Talks to: broker/workers/worker.py (which builds it), the channel handlers
+(broker/workers/handlers.py), the vhosts (broker/workers/vhost.py). Must never: run a
+client's method itself (the handlers do) or touch a queue's messages other than through
+its mailbox and façade.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from broker import errors
+from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
+from broker.consumers import Consumer
+from broker.queue_delivery import RUN
+from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
+from broker.workers import remote
+from broker.workers.change_log import ChangeApplier, ChangeLog
+from broker.workers.mesh import Answer, Mesh
+from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget
+from broker.workers.remote import RemoteChannel, RemoteQueue
+from broker.workers.vhost import WorkerVHost, apply
+
+if TYPE_CHECKING:
+    from broker.reader import Reader
+    from broker.server import Broker
+
+log = logging.getLogger("broker.workers")
+
+OWNER = 0  # the metadata owner's index
+OnReply = Callable[[bool, Any], None]
+
+
+class LocalAnswer:
+    """An Answer for a request this worker makes of itself."""
+
+    def __init__(self, on_reply: OnReply) -> None:
+        self._on_reply = on_reply
+        self.done = False
+
+    def reply(self, value: Any = None) -> None:
+        if not self.done:
+            self.done = True
+            self._on_reply(True, value)
+
+    def fail(self, exc: errors.AMQPError) -> None:
+        if not self.done:
+            self.done = True
+            self._on_reply(False, exc)
+
+
+class WorkerRuntime:
+    """Worker `index` of `count`, serving `broker`; `mesh` is wired by the caller."""
+
+    def __init__(self, index: int, count: int, mesh: Mesh) -> None:
+        self.index = index
+        self.count = count
+        self.mesh = mesh
+        self.broker: Broker | None = None  # set before the broker starts
+        self.replaying = False  # applying the owner's records now
+        # (vhost, queue) -> the worker that owns its process
+        self.placed: dict[tuple[str, str], int] = {}
+        # (vhost, queue) -> the proxy channels of this worker hold (confirms, deliveries
+        # and credit come back naming the queue)
+        self.proxies: dict[tuple[str, str], RemoteQueue] = {}
+        self.remote_channels: dict[ChannelRef, RemoteChannel] = {}
+        self._serials: dict[Reader, int] = {}  # our connections' numbers
+        self._readers: dict[int, Reader] = {}  # ... and back
+        self._next_serial = 1
+        # the metadata owner's log; the others' applier
+        self.log: ChangeLog[int] | None = (
+            ChangeLog(i for i in range(count) if i != index) if index == OWNER else None)
+        self.applier = ChangeApplier()
+        self._applied_waiters: dict[int, list[Callable[[], None]]] = {}
+        self._completed = 0  # the owner: every change up to this one is applied everywhere
+        self.started = False  # the broker is up: changes from now on are told and replayed
+        self._snapshot_waiting: list[tuple[int, Answer]] = []  # asked before we were up
+        self._closing: set[int] = set()  # our closed connections whose exclusive queues
+        # the owner is deleting (their serials resolve until its record comes back)
+        self._placement_file: str | None = None  # the owner's record of durable placements
+        self._register()
+
+    @property
+    def is_owner(self) -> bool:
+        return self.index == OWNER
+
+    # -- wiring ------------------------------------------------------------------------------
+    def _register(self) -> None:
+        m = self.mesh
+        m.on("q", self._on_queue_record)
+        m.on("ch", self._on_channel_record)
+        m.on("chg", self._on_change)
+        m.on("chg_ok", self._on_change_applied)
+        m.on("fwd", self._on_forwarded)
+        m.on("report", self._on_report)
+        m.on_request("op", self._on_op_request)
+        m.on_request("snapshot", self._on_snapshot)
+        for kind in ("consume", "get", "counts", "purge", "check_delete"):
+            m.on_request(kind, self._queue_request(kind))
+        m.on_peer_lost = self._peer_lost
+
+    def vhost_class(self) -> type[WorkerVHost]:
+        return type("WorkerVHost", (WorkerVHost,), {"runtime": self})
+
+    def _vhost(self, name: str) -> Any:
+        assert self.broker is not None
+        return self.broker.vhosts.get(name)
+
+    # -- our connections, as other workers name them ----------------------------------------
+    def serial(self, reader: Any) -> int:
+        s = self._serials.get(reader)
+        if s is None:
+            s = self._serials[reader] = self._next_serial
+            self._readers[s] = reader
+            self._next_serial += 1
+        return s
+
+    def connection_gone(self, reader: Reader) -> None:
+        s = self._serials.pop(reader, None)
+        if s is not None and s not in self._closing:
+            self._readers.pop(s, None)
+
+    def owner_ref(self, owner: Any) -> ConnRef | None:
+        if owner is None or isinstance(owner, ConnRef):
+            return owner
+        return conn_ref(self.index, self.serial(owner))
+
+    def resolve(self, ref: ConnRef | None) -> Any:
+        """A ConnRef as this worker's vhosts hold it: our own connection itself."""
+        if ref is None:
+            return None
+        if ref.worker == self.index:
+            reader = self._readers.get(ref.serial)
+            return reader if reader is not None else conn_ref(ref.worker, ref.serial)
+        return conn_ref(ref.worker, ref.serial)
+
+    def channel_ref(self, channel: Any) -> ChannelRef | None:
+        if channel is None:
+            return None
+        if isinstance(channel, RemoteChannel):
+            return channel.ref
+        return ChannelRef(self.index, self.serial(channel.conn), channel.number)
+
+    def _local_channel(self, ref: ChannelRef) -> Any:
+        reader = self._readers.get(ref.serial)
+        return None if reader is None else reader.channels.get(ref.number)
+
+    def remote_channel(self, ref: ChannelRef | None) -> RemoteChannel | None:
+        if ref is None:
+            return None
+        rc = self.remote_channels.get(ref)
+        if rc is None:
+            rc = self.remote_channels[ref] = RemoteChannel(self, ref)
+        return rc
+
+    # -- WorkerPort / VHostRuntime ---------------------------------------------------------
+    def send(self, worker: int, record: tuple) -> None:
+        self.mesh.send(worker, record)
+
+    def placement(self, vhost: str, name: str, exclusive_owner: Any) -> int:
+        """Where queue `name` lives: recorded (a replayed record, a recovered queue), or,
+        in the owner, chosen now: an exclusive queue on its connection's worker, else the
+        worker with the fewest queues (ties to the declaring connection's worker)."""
+        key = (vhost, name)
+        worker = self.placed.get(key)
+        if worker is not None:
+            return worker
+        if not self.is_owner:  # a record for it is on its way: the owner decided
+            return OWNER
+        ref = self.owner_ref(exclusive_owner)
+        origin = self._origin if self._origin is not None else OWNER
+        if ref is not None:
+            worker = ref.worker
+        else:
+            counts = dict.fromkeys(range(self.count), 0)
+            for w in self.placed.values():
+                counts[w] = counts.get(w, 0) + 1
+            worker = min(counts, key=lambda w: (counts[w], w != origin, w))
+        self.placed[key] = worker
+        return worker
+
+    _origin: int | None = None  # the worker whose request the owner executes now
+
+    def remote_queue(self, vhost: str, name: str, worker: int, **attrs: Any) -> RemoteQueue:
+        proxy = RemoteQueue(self, worker, vhost, name, **attrs)
+        proxy.vhost = self._vhost(vhost)  # type: ignore[attr-defined]
+        self.proxies[(vhost, name)] = proxy
+        return proxy
+
+    def queue_worker(self, queue: Any) -> int:
+        return queue.worker if isinstance(queue, RemoteQueue) else self.index
+
+    # -- definition changes: the owner's side ------------------------------------------------
+    def changed(self, op: tuple) -> None:
+        """A top-level change was made on the owner's tables: stamp and send it."""
+        assert self.log is not None
+        if op[0] == "qdel":
+            self.placed.pop((op[1], op[2]), None)
+            self._save_placement()
+        elif op[0] == "qdecl" and op[3] and not op[4]:  # durable, not exclusive
+            self._save_placement()
+        seq = self.log.propose(0)
+        for worker in self.log.live:
+            self.mesh.send(worker, ("chg", seq, op))
+        self._complete(self.log.completed())
+
+    def _complete(self, done: list[int]) -> None:
+        assert self.log is not None
+        if done:
+            self._completed = self.log.last_seq - self.log.waiting
+            for seq in [s for s in self._applied_waiters if s <= self._completed]:
+                for fn in self._applied_waiters.pop(seq):
+                    fn()
+
+    def _when_applied(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once every change stamped so far is applied by every live worker."""
+        assert self.log is not None
+        seq = self.log.last_seq
+        if seq <= self._completed or not self.log.waiting:
+            fn()
+        else:
+            self._applied_waiters.setdefault(seq, []).append(fn)
+
+    def _on_change_applied(self, peer: int, record: tuple) -> None:
+        if self.log is not None:
+            self._complete(self.log.applied(peer, record[1]))
+
+    def submit(self, op: str, payload: tuple, on_reply: OnReply) -> None:
+        """A definition change asked for by one of our channels."""
+        if self.is_owner:
+            self._execute(self.index, op, payload, LocalAnswer(on_reply))
+        else:
+            self.mesh.request(OWNER, "op", (op, payload), on_reply)
+
+    def _on_op_request(self, peer: int, payload: Any, answer: Answer) -> None:
+        op, args = payload
+        self._execute(peer, op, args, answer)
+
+    def _execute(self, origin: int, op: str, args: tuple, answer: Any) -> None:
+        """Make the change `op` on the owner's tables for a channel of worker `origin`;
+        answer once every worker has applied what it changed."""
+        self._origin = origin
+        try:
+            result = self._run(origin, op, args, answer)
+        except errors.AMQPError as exc:
+            answer.fail(exc)
+            return
+        finally:
+            self._origin = None
+        if result is not _LATER:
+            self._when_applied(lambda: answer.reply(result))
+
+    def _run(self, origin: int, op: str, args: tuple, answer: Any) -> Any:
+        if op == "xdecl":
+            vhost, name, type_, durable, auto_delete, internal, arguments, m = args
+            self._vhost_or_404(vhost, m).declare_exchange(
+                name, type_, durable=durable, auto_delete=auto_delete, internal=internal,
+                arguments=arguments, method=m, check_reserved=True)
+            return None
+        if op == "xdel":
+            vhost, name, if_unused, m = args
+            self._vhost_or_404(vhost, m).delete_exchange(name, if_unused, m)
+            return None
+        if op in ("bind", "unbind"):
+            vhost, kind, destination, source, routing_key, arguments, owner, m = args
+            getattr(self._vhost_or_404(vhost, m), op)(
+                kind, destination, source, routing_key, arguments, self.resolve(owner), m)
+            return None
+        if op == "qdecl":
+            vhost, name, durable, exclusive, auto_delete, arguments, owner, user, m = args
+            v = self._vhost_or_404(vhost, m)
+            assert self.broker is not None and self.broker.users is not None
+            access = ChannelAccess(self.broker.users.control, user, vhost)
+
+            def authorize(qname: str, exists: bool) -> None:
+                access.check("queue", qname, CONFIGURE, m)
+                dlx = arguments.get("x-dead-letter-exchange")
+                if not exists and dlx is not None:
+                    access.check("queue", qname, READ, m)
+                    access.check("exchange", str(dlx), WRITE, m)
+            queue = v.declare_queue(name, durable=durable, exclusive=exclusive,
+                                    auto_delete=auto_delete, arguments=arguments,
+                                    owner=self.resolve(owner), method=m, authorize=authorize)
+            return queue.name
+        if op == "qdel":
+            return self._delete_queue(args, answer)
+        raise errors.amqp_error(errors.InternalError, f"unknown definition change {op!r}")
+
+    def _vhost_or_404(self, name: str, method: Any) -> Any:
+        v = self._vhost(name)
+        if v is None:  # deleted while the request travelled
+            raise errors.amqp_error(errors.NotFound, f"no vhost '{name}'", method)
+        return v
+
+    def _delete_queue(self, args: tuple, answer: Any) -> Any:
+        """queue.delete: the checks the queue's owner makes (if-unused, if-empty) first,
+        then the change; answers the ready count it had."""
+        vhost, name, if_unused, if_empty, owner, m = args
+        v = self._vhost_or_404(vhost, m)
+        if name not in v.queues:
+            return 0
+        queue = v.get_queue(name, self.resolve(owner), m)  # 405 if locked
+        if queue.queue_type == "quorum" and (if_unused or if_empty):
+            flag = "if-unused" if if_unused else "if-empty"
+            raise errors.amqp_error(
+                errors.NotImplemented_,
+                f"cannot delete queue '{name}' in vhost '{vhost}'. queue.delete operations "
+                f"with {flag} flag set are not supported by quorum queues", m)
+
+        def checked(ok: bool, value: Any) -> None:
+            if not ok:
+                if isinstance(value, errors.AMQPError) and hasattr(m, "index"):
+                    value.class_id, value.method_id = m.index >> 16, m.index & 0xFFFF
+                answer.fail(value)
+                return
+            current = v.queues.get(name)
+            if current is queue:
+                v.delete_queue_now(queue)
+            self._when_applied(lambda: answer.reply(value))
+        self.ask_queue(self.queue_worker(queue), "check_delete",
+                       (vhost, name, if_unused, if_empty), checked)
+        return _LATER
+
+    # -- definition changes: the other workers' side -------------------------------------------
+    def forward(self, op: tuple) -> None:
+        """A change that starts here (a queue deleting itself, an exclusive owner's
+        close): the owner makes it and replays it everywhere."""
+        if op[0] == "closed" and op[2] is not None:
+            self._closing.add(op[2].serial)
+        self.mesh.send(OWNER, ("fwd", op))
+
+    def _on_forwarded(self, peer: int, record: tuple) -> None:
+        op = record[1]
+        v = self._vhost(op[1])
+        if v is None:
+            return
+        if op[0] == "qdel":
+            queue = v.queues.get(op[2])
+            if queue is not None and self.queue_worker(queue) == peer:
+                v.delete_queue_now(queue)
+        elif op[0] == "closed":
+            v.connection_closed(self.resolve(op[2]))
+            if op[2] is not None:
+                forget(op[2].worker, op[2].serial)
+
+    def _on_change(self, peer: int, record: tuple) -> None:
+        _, seq, op = record
+        for s, ready in self.applier.receive(seq, op):
+            self._replay(ready)
+            del s
+        self.mesh.send(OWNER, ("chg_ok", self.applier.applied))
+
+    def _replay(self, op: tuple) -> None:
+        v = self._vhost(op[1])
+        if v is None:
+            log.warning("change %r for an unknown vhost", op[0])
+            return
+        if op[0] == "qdecl":
+            self.placed[(op[1], op[2])] = op[8]
+        self.replaying = True
+        try:
+            apply(v, op, self.resolve)
+        except errors.AMQPError as exc:  # the tables differ from the owner's: a bug
+            log.error("replaying %r failed: %s", op, errors.close_args(exc)[1])
+        finally:
+            self.replaying = False
+        if op[0] == "qdel":
+            self.placed.pop((op[1], op[2]), None)
+        elif op[0] == "closed" and op[2] is not None:
+            forget(op[2].worker, op[2].serial)
+            if op[2].worker == self.index and op[2].serial in self._closing:
+                self._closing.discard(op[2].serial)
+                self._readers.pop(op[2].serial, None)
+
+    # -- placement of durable queues (the owner) -------------------------------------------
+    def load_placement(self, data_dir: str) -> None:
+        """The owner, before recovery: where each durable queue's files are (a queue not
+        listed was declared by a single-process broker: worker 0, whose directory is the
+        single-process layout)."""
+        self._placement_file = os.path.join(data_dir, "queue_workers.json")
+        try:
+            with open(self._placement_file, encoding="utf-8") as f:
+                rows = json.load(f)
+        except FileNotFoundError:
+            return
+        for vhost, name, worker in rows:
+            self.placed[(vhost, name)] = worker if worker < self.count else OWNER
+
+    def _save_placement(self) -> None:
+        """Write where every durable queue lives (atomically: a temporary file renamed)."""
+        if self._placement_file is None or self.broker is None:
+            return
+        rows = []
+        for (vhost, name), worker in self.placed.items():
+            v = self._vhost(vhost)
+            q = v.queues.get(name) if v is not None else None
+            if q is not None and q.durable and q.exclusive_owner is None:
+                rows.append([vhost, name, worker])
+        tmp = self._placement_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._placement_file)
+
+    # -- snapshot ------------------------------------------------------------------------------
+    def _on_snapshot(self, peer: int, payload: Any, answer: Answer) -> None:
+        """A starting worker's tables: the definitions database, where each queue lives,
+        and the change number they include (the worker follows the log from there)."""
+        if not self.started:
+            self._snapshot_waiting.append((peer, answer))
+            return
+        assert self.broker is not None and self.broker.definitions is not None
+        assert self.log is not None
+        seq = self.log.worker_back(peer)
+        answer.reply((self.broker.definitions.snapshot(), dict(self.placed), seq))
+
+    def mark_started(self) -> None:
+        """The broker is up: answer the snapshots asked for meanwhile."""
+        self.started = True
+        waiting, self._snapshot_waiting = self._snapshot_waiting, []
+        for peer, answer in waiting:
+            self._on_snapshot(peer, None, answer)
+
+    def start_from(self, placed: dict[tuple[str, str], int], seq: int) -> None:
+        self.placed.update(placed)
+        self.applier = ChangeApplier(seq)
+
+    # -- the data plane: records for our queues and channels -------------------------------
+    def _on_queue_record(self, peer: int, record: tuple) -> None:
+        _, vhost, name, kind, ref, payload = record
+        v = self._vhost(vhost)
+        queue = v.queues.get(name) if v is not None else None
+        channel = self.remote_channel(ref)
+        if queue is None or isinstance(queue, RemoteQueue):
+            # deleted (or never ours): what needed an answer gets the one a deleted
+            # queue gives (a publisher's confirm is released, as rabbit_confirms does)
+            if kind == PUBLISHES and payload[1] and channel is not None:
+                channel.cast(("confirm", _Gone(vhost, name), payload[1]))
+            return
+        if kind == PUBLISHES:
+            queue.cast((PUBLISHES, channel, payload[0], payload[1]))
+        elif kind in (ACK, REQUEUE, DISCARD):
+            queue.cast((kind, channel, payload))
+        elif kind == RUN:
+            queue.cast((RUN,))
+        elif kind == remote.CHANNEL_DOWN:
+            queue.call(queue.channel_down, channel, payload)
+        elif kind == remote.REMOVE_CONSUMER:
+            queue.call(queue.remove_consumer, channel, payload)
+        elif kind == remote.TOUCH:
+            queue.touch()
+
+    def _on_channel_record(self, peer: int, record: tuple) -> None:
+        _, ref, op, vhost, qname, payload = record
+        ch = self._local_channel(ref)
+        proxy = self.proxies.get((vhost, qname))
+        if ch is None or proxy is None:
+            if op == remote.DELIVER and payload[3] is not None:
+                # the channel closed while this delivery travelled: back to the queue
+                self.mesh.send(peer, ("q", vhost, qname, REQUEUE, ref,
+                                      [(payload[3], payload[0])]))
+            return
+        if op == remote.DELIVER:
+            ctag, message, redelivered, ack_tag = payload
+            ch.deliver(proxy, ctag, message, redelivered, ack_tag)
+        elif op == remote.CONFIRM:
+            ch.cast(("confirm", proxy, payload))
+        elif op == remote.REJECT:
+            ch.cast(("reject", proxy, payload))
+        elif op == remote.CREDIT:
+            ch.grant_credit(proxy, payload)
+        elif op == remote.CANCELLED:
+            ch.consumer_cancelled(proxy, payload)
+        elif op == remote.QUEUE_GONE:
+            ch.cast(("queue_gone", proxy))
+
+    def ask_queue(self, worker: int, kind: str, payload: tuple, on_reply: OnReply) -> None:
+        if worker == self.index:
+            self._queue_request(kind)(self.index, payload, LocalAnswer(on_reply))
+        else:
+            self.mesh.request(worker, kind, payload, on_reply)
+
+    def _queue_request(self, kind: str) -> Callable[[int, Any, Any], None]:
+        def handle(peer: int, payload: Any, answer: Any) -> None:
+            vhost, name = payload[0], payload[1]
+            v = self._vhost(vhost)
+            queue = v.queues.get(name) if v is not None else None
+            if queue is None or isinstance(queue, RemoteQueue):
+                answer.fail(errors.amqp_error(errors.NotFound,
+                                              f"no queue '{name}' in vhost '{vhost}'"))
+                return
+            try:
+                answer.reply(self._answer_queue(kind, queue, payload))
+            except errors.AMQPError as exc:
+                answer.fail(exc)
+        return handle
+
+    def _answer_queue(self, kind: str, queue: Any, payload: tuple) -> Any:
+        if kind == "counts":
+            return queue.call(queue.message_count), queue.consumer_count()
+        if kind == "purge":
+            return queue.call(queue.purge)
+        if kind == "check_delete":
+            _, _, if_unused, if_empty = payload
+            queue.call(queue.check_delete, if_unused, if_empty)
+            return queue.message_count()
+        if kind == "consume":
+            _, _, ref, tag, no_ack, exclusive, priority, prefetch, arguments = payload
+            consumer = Consumer(tag, self.remote_channel(ref), no_ack, exclusive, priority,
+                                prefetch, arguments)
+            queue.call(queue.add_consumer, consumer)
+            return None
+        if kind == "get":
+            _, _, ref, no_ack = payload
+            got = queue.call(queue.basic_get, self.remote_channel(ref), no_ack)
+            if got is None:
+                return None
+            fetched, left = got
+            return fetched.message, fetched.redelivered, fetched.ack_tag, left
+        raise errors.amqp_error(errors.InternalError, f"unknown queue request {kind!r}")
+
+    def _on_report(self, peer: int, record: tuple) -> None:
+        return None  # management figures: a later step
+
+    # -- a peer died -------------------------------------------------------------------------
+    def _peer_lost(self, peer: int) -> None:
+        if self.log is not None and peer >= 0:
+            self._complete(self.log.worker_gone(peer))
+
+
+_LATER = object()  # _run's answer comes later (the queue's worker is asked first)
+
+
+class _Gone:
+    """A queue that is gone by the time a publish reached its worker, as the publisher's
+    channel is told of it (its confirm tracker releases the message for that queue)."""
+
+    def __init__(self, vhost: str, name: str) -> None:
+        self.vhost = SimpleNamespace(name=vhost)
+        self.name = name
