@@ -151,6 +151,9 @@ def head_message_age(q: QueueProcess) -> float | None:
     from when the queue took it, or from its `timestamp` property when it was read back
     from disk (the index does not keep the enqueue time); None when the queue is empty or
     neither is known."""
+    reported = getattr(q, "head_age", False)
+    if reported is not False:  # a queue of another worker process: its owner's figure
+        return reported
     bq = q.bq
     props = bq.peek_props()
     if props is None:
@@ -413,6 +416,8 @@ def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
     """Message counts of a vhost: its closed channels' totals plus its open channels."""
     out = MessageStats()
     out.add(v.closed_stats)
+    for stats in getattr(v, "remote_stats", {}).values():  # other worker processes'
+        out.add(stats)
     for conn in broker.connections:
         if conn.vhost is v:
             for ch in conn.channels.values():

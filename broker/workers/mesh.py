@@ -33,7 +33,7 @@ Handler = Callable[[int, tuple], None]  # (peer, record)
 RequestHandler = Callable[[int, Any, "Answer"], None]  # (peer, payload, answer)
 OnReply = Callable[[bool, Any], None]  # (ok, value or AMQP error)
 
-_ERRORS_BY_CODE = {cls.value: cls for cls in (  # type: ignore[attr-defined]
+_ERRORS_BY_CODE: dict[int, type[errors.AMQPError]] = {cls.value: cls for cls in (  # type: ignore[attr-defined]
     errors.AccessRefused, errors.NotFound, errors.ResourceLocked, errors.PreconditionFailed,
     errors.ConnectionForced, errors.InvalidPath, errors.FrameError, errors.SyntaxError_,
     errors.CommandInvalid, errors.ChannelError, errors.UnexpectedFrame, errors.ResourceError,

@@ -74,9 +74,14 @@ class RemoteQueue:
         self.policy = policy
         self.operator_policy: Any = None
         self.deleted = False  # set when the queue's deletion reached this worker
-        self.message_stats = MessageStats()  # the owner's counters, as last reported
-        self.consumer_total = 0  # the owner's consumer count, as last reported
-        self._lengths = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+        # the owner's figures, as last reported (management): counters, backing queue,
+        # consumers, the head message's age
+        self.message_stats = MessageStats()
+        self.bq = ReportedBackingQueue({
+            "lengths": {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0},
+            "bq_stats": {}, "ready_bytes": 0})
+        self.consumers = ReportedConsumers()
+        self.head_age: float | None = None
 
     def __repr__(self) -> str:
         return f"RemoteQueue({self.vhost_name!r}, {self.name!r}, worker={self.worker})"
@@ -125,16 +130,110 @@ class RemoteQueue:
         self.operator_policy = operator
 
     def consumer_count(self) -> int:
-        return self.consumer_total
+        return len(self.consumers)
 
     def lengths(self) -> dict[str, int]:
-        return dict(self._lengths)
+        return dict(self.bq.lengths)
 
-    def report(self, lengths: dict[str, int], consumers: int, stats: MessageStats) -> None:
-        """The owner's periodic report (management figures)."""
-        self._lengths = lengths
-        self.consumer_total = consumers
+    def report(self, figures: dict[str, Any]) -> None:
+        """The owner's periodic report (`queue_figures`): what the management API shows of
+        the queue (its lengths, backing queue figures, consumers and counters)."""
+        self.bq = ReportedBackingQueue(figures)
+        self.consumers = ReportedConsumers(figures["consumers"], figures["single_active"])
+        stats = MessageStats()
+        for key, value in figures["message_stats"].items():
+            if key in MessageStats.__slots__:
+                setattr(stats, key, value)
         self.message_stats = stats
+        self.head_age = figures["head_age"]
+
+
+def queue_figures(queue: Any, head_age: float | None) -> dict[str, Any]:
+    """What a queue's owner reports of it to the worker that serves the management API
+    (RemoteQueue.report): plain data, pickled across."""
+    bq = queue.bq
+    lengths_of = getattr(queue, "lengths", None)
+    if lengths_of is not None:
+        lengths = lengths_of()
+    else:
+        ready = bq.len()
+        lengths = {"messages": bq.depth(), "messages_ready": ready,
+                   "messages_unacknowledged": bq.depth() - ready}
+    consumers = queue.consumers
+    active = consumers.active() if consumers.single_active else None
+    return {
+        "lengths": lengths, "bq_stats": bq.stats(), "ready_bytes": bq.ready_bytes(),
+        "single_active": consumers.single_active,
+        "consumers": [(c.tag, c.exclusive, c.no_ack, c.prefetch, c.arguments,
+                       c is active, c.channel.number, getattr(c.channel.conn, "peer", None),
+                       getattr(c.channel.conn, "username", "")) for c in consumers],
+        "message_stats": {k: getattr(queue.message_stats, k)
+                          for k in MessageStats.__slots__},
+        "head_age": head_age,
+    }
+
+
+class ReportedBackingQueue:
+    """A remote queue's backing-queue figures, as last reported (read-only)."""
+
+    def __init__(self, figures: dict[str, Any]) -> None:
+        self.lengths: dict[str, int] = figures["lengths"]
+        self._stats: dict[str, int] = figures["bq_stats"]
+        self._ready_bytes: int = figures["ready_bytes"]
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
+
+    def len(self) -> int:
+        return self.lengths["messages_ready"]
+
+    def depth(self) -> int:
+        return self.lengths["messages"]
+
+    def peek_props(self) -> None:
+        return None  # the head's age comes with the report (RemoteQueue.head_age)
+
+
+class _ReportedConn:
+    def __init__(self, peer: Any, username: str) -> None:
+        self.peer = peer
+        self.transport = None
+        self.username = username
+
+
+class _ReportedChannel:
+    def __init__(self, number: int, conn: _ReportedConn) -> None:
+        self.number = number
+        self.conn = conn
+
+
+class ReportedConsumer:
+    """A consumer of a remote queue, as last reported."""
+
+    def __init__(self, row: tuple) -> None:
+        (self.tag, self.exclusive, self.no_ack, self.prefetch, self.arguments, self.active,
+         number, peer, username) = row
+        self.channel = _ReportedChannel(number, _ReportedConn(peer, username))
+
+
+class ReportedConsumers:
+    """A remote queue's consumers, as last reported: what ConsumerSet offers readers."""
+
+    def __init__(self, rows: list[tuple] = (), single_active: bool = False) -> None:  # type: ignore[assignment]
+        self._items = [ReportedConsumer(row) for row in rows]
+        self.single_active = single_active
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Any:
+        return iter(self._items)
+
+    def active(self) -> ReportedConsumer | None:
+        return next((c for c in self._items if c.active), None)
 
 
 class RemoteConn:

@@ -36,6 +36,7 @@ from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.consumers import Consumer
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
+from broker.stats import MessageStats
 from broker.workers import remote
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.mesh import Answer, Mesh
@@ -100,6 +101,7 @@ class WorkerRuntime:
         self._closing: set[int] = set()  # our closed connections whose exclusive queues
         # the owner is deleting (their serials resolve until its record comes back)
         self._placement_file: str | None = None  # the owner's record of durable placements
+        self._report_timer: Any = None  # the next report to the owner
         self._register()
 
     @property
@@ -332,7 +334,8 @@ class WorkerRuntime:
         def checked(ok: bool, value: Any) -> None:
             if not ok:
                 if isinstance(value, errors.AMQPError) and hasattr(m, "index"):
-                    value.class_id, value.method_id = m.index >> 16, m.index & 0xFFFF
+                    value.class_id = m.index >> 16  # type: ignore[attr-defined]
+                    value.method_id = m.index & 0xFFFF  # type: ignore[attr-defined]
                 answer.fail(value)
                 return
             current = v.queues.get(name)
@@ -438,8 +441,10 @@ class WorkerRuntime:
         answer.reply((self.broker.definitions.snapshot(), dict(self.placed), seq))
 
     def mark_started(self) -> None:
-        """The broker is up: answer the snapshots asked for meanwhile."""
+        """The broker is up: answer the snapshots asked for meanwhile; report figures."""
         self.started = True
+        if not self.is_owner:
+            self._report_loop()
         waiting, self._snapshot_waiting = self._snapshot_waiting, []
         for peer, answer in waiting:
             self._on_snapshot(peer, None, answer)
@@ -529,8 +534,9 @@ class WorkerRuntime:
             return queue.message_count()
         if kind == "consume":
             _, _, ref, tag, no_ack, exclusive, priority, prefetch, arguments = payload
-            consumer = Consumer(tag, self.remote_channel(ref), no_ack, exclusive, priority,
-                                prefetch, arguments)
+            channel = self.remote_channel(ref)
+            assert channel is not None  # a consumer's channel always has a ref
+            consumer = Consumer(tag, channel, no_ack, exclusive, priority, prefetch, arguments)
             queue.call(queue.add_consumer, consumer)
             return None
         if kind == "get":
@@ -543,7 +549,56 @@ class WorkerRuntime:
         raise errors.amqp_error(errors.InternalError, f"unknown queue request {kind!r}")
 
     def _on_report(self, peer: int, record: tuple) -> None:
-        return None  # management figures: a later step
+        """A worker's figures for the management API (the owner serves it): its queues'
+        (onto their proxies) and its channels' message counts per vhost (whose totals
+        never fall: a worker folds closed channels into them first)."""
+        _, queues, vhost_stats, objects = record
+        for vhost, counts in objects.items():
+            v = self._vhost(vhost)
+            if v is not None:
+                v.remote_objects[peer] = counts
+        for vhost, name, figures in queues:
+            proxy = self.proxies.get((vhost, name))
+            if proxy is not None and proxy.worker == peer:
+                proxy.report(figures)
+        for vhost, fields in vhost_stats.items():
+            v = self._vhost(vhost)
+            if v is not None:
+                stats = MessageStats()
+                for key, value in fields.items():
+                    setattr(stats, key, value)
+                v.remote_stats[peer] = stats
+
+    def _send_report(self) -> None:
+        """Every collect_statistics_interval: our figures to the owner (not the owner)."""
+        assert self.broker is not None
+        queues = []
+        vhost_stats = {}
+        objects: dict[str, tuple[int, int]] = {}
+        for conn in self.broker.connections:
+            if conn.vhost is not None:
+                n, c = objects.get(conn.vhost.name, (0, 0))
+                objects[conn.vhost.name] = (n + 1, c + len(conn.channels))
+        for vname, v in self.broker.vhosts.items():
+            for q in v.queues.values():
+                if not isinstance(q, RemoteQueue):
+                    queues.append((vname, q.name, remote.queue_figures(q, None)))
+            total = MessageStats()
+            total.add(v.closed_stats)
+            for conn in self.broker.connections:
+                if conn.vhost is v:
+                    for ch in conn.channels.values():
+                        total.add(ch.message_stats)
+            vhost_stats[vname] = {k: getattr(total, k) for k in MessageStats.__slots__}
+        self.mesh.send(OWNER, ("report", queues, vhost_stats, objects))
+
+    def _report_loop(self) -> None:
+        assert self.broker is not None and self.broker.loop is not None
+        try:
+            self._send_report()
+        finally:
+            interval = max(self.broker.config.collect_statistics_interval, 100) / 1000
+            self._report_timer = self.broker.loop.call_later(interval, self._report_loop)
 
     # -- a peer died -------------------------------------------------------------------------
     def _peer_lost(self, peer: int) -> None:

@@ -73,6 +73,11 @@ class WorkerVHost(VHost):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._depth = 0  # nesting of the wrapped calls: only the outermost is told
+        # the owner: other workers' channels' message counts here, as last reported
+        # (worker -> MessageStats; broker/management/shapes.py vhost_stats adds them)
+        self.remote_stats: dict[int, Any] = {}
+        # ... and their (connections, channels) open here, as last reported
+        self.remote_objects: dict[int, tuple[int, int]] = {}
         super().__init__(*args, **kwargs)
 
     # -- where queues live -------------------------------------------------------------------
