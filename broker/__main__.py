@@ -17,6 +17,7 @@ from broker.config import BrokerConfig, load_config
 from broker.gc_pacing import GcPacer
 from broker.listeners import ListenerError
 from broker.server import Broker
+from broker.workers.spec import check_placements
 
 EX_UNAVAILABLE = 69  # sysexits.h: the port (or address) a listener needs is not available
 
@@ -78,6 +79,7 @@ async def _serve(broker: Broker) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(sys.argv[1:] if argv is None else argv)
+        check_placements(config)  # fewer workers than the data directory's queues need
     except (ValueError, OSError) as exc:  # a bad key, value or file: say which, exit 78
         sys.stderr.write(f"python -m broker: configuration error: {exc}\n")
         return 78  # EX_CONFIG (sysexits.h)

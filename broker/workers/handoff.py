@@ -155,6 +155,8 @@ class HandOffReceiver:
             pass
 
     def close(self) -> None:
+        if self._sock.fileno() < 0:
+            return  # closed already (the node went first)
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
 

@@ -9,6 +9,7 @@ it). Must never: hold code beyond deriving those values.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -51,3 +52,20 @@ def worker_config(config: BrokerConfig, index: int, port: int) -> BrokerConfig:
     if index != 0:
         changes.update(management_tcp_port=0, prometheus_tcp_port=0)
     return dataclasses.replace(config, **changes)
+
+
+def check_placements(config: BrokerConfig) -> None:
+    """ValueError when durable queues of this data directory live in a worker that
+    `config.workers` does not start (their index and messages are in that worker's
+    directory: starting with fewer workers would lose them from view)."""
+    path = os.path.join(config.data_dir, "queue_workers.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+    except FileNotFoundError:
+        return
+    needed = max((row[2] for row in rows), default=0) + 1
+    if needed > config.workers:
+        raise ValueError(f"durable queues in {config.data_dir} live in worker {needed - 1}'s "
+                         f"directory: start with workers = {needed} or more (it was "
+                         f"{config.workers})")

@@ -1,0 +1,208 @@
+"""One broker in several worker processes (issue 47, docs/multicore.md), driven by pika
+against a real `python -m broker --workers N`. The node process hands connections to the
+worker with the fewest, so consecutive connections land on workers 0, 1, 0, 1, ... (with 2);
+queues go to the worker with the fewest queues. Each test checks a guarantee that the split
+could break (../shared/MULTICORE.md): definitions visible everywhere once -ok is seen,
+confirms only after every queue took the message, prefetch on a queue of another worker,
+exclusive and auto-delete queues, delete-time checks, restarts and one management view."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def connect(broker, n: int) -> list[pika.BlockingConnection]:
+    return [pika.BlockingConnection(pika.URLParameters(broker.url)) for _ in range(n)]
+
+
+def placements(broker) -> dict[str, int]:
+    rows = json.loads((broker.data_dir / "queue_workers.json").read_text())
+    return {name: worker for _vhost, name, worker in rows}
+
+
+def test_definitions_from_one_connection_route_publishes_on_every_worker(workers_broker):
+    broker = workers_broker(2)
+    conns = connect(broker, 4)
+    try:
+        setup = conns[0].channel()
+        setup.exchange_declare("x", "direct")
+        for i in range(4):
+            setup.queue_declare(f"q{i}", durable=True)
+            setup.queue_bind(f"q{i}", "x", f"k{i}")
+        assert sorted(placements(broker).values()) == [0, 0, 1, 1]
+        for j, conn in enumerate(conns):  # each -ok seen: every worker routes with it
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for i in range(4):
+                ch.basic_publish("x", f"k{i}", b"%d->%d" % (j, i), mandatory=True)
+        for i in range(4):
+            ch = conns[(i + 1) % 4].channel()
+            got = []
+            for _ in range(4):
+                method, _props, body = ch.basic_get(f"q{i}", auto_ack=True)
+                got.append(body)
+            assert sorted(got) == [b"%d->%d" % (j, i) for j in range(4)]
+            assert ch.basic_get(f"q{i}")[0] is None
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_a_message_routed_to_queues_on_three_workers_is_confirmed_once_all_took_it(
+        workers_broker):
+    broker = workers_broker(3)
+    (conn,) = connect(broker, 1)
+    ch = conn.channel()
+    ch.exchange_declare("fan", "fanout", durable=True)
+    for i in range(3):
+        ch.queue_declare(f"f{i}", durable=True)
+        ch.queue_bind(f"f{i}", "fan")
+    assert sorted(placements(broker).values()) == [0, 1, 2]  # one queue per worker
+    ch.confirm_delivery()
+    for n in range(200):  # pika raises on a nack or a return
+        ch.basic_publish("fan", "", b"m%d" % n, pika.BasicProperties(delivery_mode=2),
+                         mandatory=True)
+    counts = [ch.queue_declare(f"f{i}", durable=True).method.message_count for i in range(3)]
+    assert counts == [200, 200, 200]
+    conn.close()
+    assert broker.stop() == 0
+    broker.start()  # every worker recovers its queue from its own directory
+    (conn,) = connect(broker, 1)
+    ch = conn.channel()
+    for i in range(3):
+        got = [ch.basic_get(f"f{i}", auto_ack=True)[2] for _ in range(200)]
+        assert got == [b"m%d" % n for n in range(200)]  # in order, each once
+    conn.close()
+
+
+def test_a_consumer_of_a_queue_on_another_worker_keeps_its_prefetch(workers_broker):
+    broker = workers_broker(2)
+    producer, consumer = connect(broker, 2)  # worker 0, worker 1
+    pch = producer.channel()
+    pch.queue_declare("work")  # the first queue: on its declarer's worker, 0
+    assert broker.api_get("/api/queues/%2F/work")["name"] == "work"
+    pch.confirm_delivery()
+    for n in range(30):
+        pch.basic_publish("", "work", b"%d" % n)
+    cch = consumer.channel()
+    cch.basic_qos(prefetch_count=10)
+    got: list[tuple[int, bytes]] = []
+    cch.basic_consume("work", lambda c, m, p, b: got.append((m.delivery_tag, b)))
+    deadline = time.monotonic() + 5
+    while len(got) < 10 and time.monotonic() < deadline:
+        consumer.process_data_events(0.1)
+    consumer.process_data_events(0.5)
+    assert [b for _, b in got] == [b"%d" % n for n in range(10)]  # no more than 10 unacked
+    cch.basic_ack(got[-1][0], multiple=True)
+    deadline = time.monotonic() + 5
+    while len(got) < 20 and time.monotonic() < deadline:
+        consumer.process_data_events(0.1)
+    assert [b for _, b in got] == [b"%d" % n for n in range(20)]
+    consumer.close()  # the 10 unacked go back to the queue
+    assert pch.queue_declare("work", passive=True).method.message_count == 20
+    producer.close()
+
+
+def test_an_exclusive_queue_is_locked_to_other_workers_and_goes_with_its_connection(
+        workers_broker):
+    broker = workers_broker(2)
+    owner, other = connect(broker, 2)
+    owner.channel().queue_declare("mine", exclusive=True)
+    for op in (lambda ch: ch.queue_declare("mine", passive=True),
+               lambda ch: ch.basic_get("mine"),
+               lambda ch: ch.queue_declare("mine", exclusive=True)):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            op(other.channel())
+        assert err.value.reply_code == 405
+    owner.close()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            other.channel().queue_declare("mine", passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            break
+        assert time.monotonic() < deadline, "the exclusive queue outlived its connection"
+        time.sleep(0.05)
+    other.close()
+
+
+def test_an_auto_delete_queue_goes_when_its_consumer_on_another_worker_cancels(
+        workers_broker):
+    broker = workers_broker(2)
+    declarer, consumer = connect(broker, 2)
+    declarer.channel().queue_declare("temp", auto_delete=True)
+    ch = consumer.channel()
+    tag = ch.basic_consume("temp", lambda *a: None)
+    ch.basic_cancel(tag)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            declarer.channel().queue_declare("temp", passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            break
+        assert time.monotonic() < deadline, "the auto-delete queue stayed"
+        time.sleep(0.05)
+    declarer.close()
+    consumer.close()
+
+
+def test_queue_delete_if_empty_is_checked_by_the_queues_worker(workers_broker):
+    broker = workers_broker(2)
+    a, b = connect(broker, 2)
+    ach = a.channel()
+    ach.queue_declare("full")
+    ach.basic_publish("", "full", b"x")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        b.channel().queue_delete("full", if_empty=True)
+    assert err.value.reply_code == 406 and "not empty" in err.value.reply_text
+    assert b.channel().queue_delete("full").method.message_count == 1
+    a.close()
+    b.close()
+
+
+def test_the_management_api_shows_every_workers_queues_and_totals(workers_broker):
+    broker = workers_broker(2)
+    a, b = connect(broker, 2)
+    ach, bch = a.channel(), b.channel()
+    ach.queue_declare("on0")
+    ach.queue_declare("on1")  # fewest queues: worker 1
+    bch.basic_publish("", "on0", b"x")
+    bch.basic_publish("", "on1", b"y")
+    bch.basic_publish("", "on1", b"z")
+    deadline = time.monotonic() + 5
+    while True:
+        queues = {q["name"]: q["messages"] for q in broker.api_get("/api/queues")}
+        overview = broker.api_get("/api/overview")
+        if (queues == {"on0": 1, "on1": 2}
+                and overview["object_totals"]["connections"] == 2
+                and overview["message_stats"]["publish"] == 3):
+            break
+        assert time.monotonic() < deadline, (queues, overview["object_totals"],
+                                             overview.get("message_stats"))
+        time.sleep(0.1)
+    a.close()
+    b.close()
+
+
+def test_fewer_workers_than_the_durable_queues_need_is_refused(workers_broker, tmp_path):
+    broker = workers_broker(2)
+    (conn,) = connect(broker, 1)
+    conn.channel().queue_declare("a", durable=True)
+    conn.channel().queue_declare("b", durable=True)  # on worker 1
+    conn.close()
+    broker.stop()
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(broker.data_dir),
+                          "--port", "0", "--set", "management.tcp.port=0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 78
+    assert "start with workers = 2 or more" in out.stderr
