@@ -134,5 +134,32 @@ class Message:
         """Body size in bytes (what RabbitMQ counts as message bytes)."""
         return len(self.body)
 
+    def __reduce__(self) -> tuple:
+        """Pickled (a message crossing to another worker process, broker/workers/) as its
+        wire form: id, routing, encoded properties and body, and the three fields the
+        broker reads; the properties object is decoded again there only when needed.
+        Measured (2-core VM, batches of 256): 1.5 µs to pickle and unpickle a 16 B
+        message against 4.0 µs with the slot-by-slot state, 3.3 against 5.5 µs at 1.5 KB
+        (`bench/micro/message_pickle.py`)."""
+        return (_restore, (self.msg_id, self.exchange, self.routing_key, self.wire_properties(),
+                           self.body, self.persistent, self.priority, self.expiration))
+
     def __repr__(self) -> str:
         return f"Message({self.msg_id.hex()}, {self.exchange!r}, {self.routing_key!r}, {len(self.body)} B)"
+
+
+def _restore(msg_id: bytes, exchange: str, routing_key: str, raw_properties: bytes,
+             body: bytes, persistent: bool, priority: int | None,
+             expiration: str | None) -> Message:
+    """The Message `Message.__reduce__` describes."""
+    message = Message.__new__(Message)
+    message.msg_id = msg_id
+    message.exchange = exchange
+    message.routing_key = routing_key
+    message._properties = None
+    message.body = body
+    message.persistent = persistent
+    message.priority = priority
+    message.expiration = expiration
+    message.raw_properties = raw_properties
+    return message
