@@ -324,6 +324,16 @@ def _replicated(fn: Callable[..., Any]) -> Callable[..., Any]:
 REPLICATED_OPS: set[str] = set()  # the Definitions methods an operation record may name
 
 
+def _rollback_journal(data: bytes) -> bytes:
+    """A serialized database as an in-memory one can load it: a WAL database's header
+    (file format versions 2 at bytes 18-19) marked a rollback-journal one (versions 1)."""
+    if len(data) > 19 and data[18:20] == b"\x02\x02":
+        image = bytearray(data)
+        image[18:20] = b"\x01\x01"
+        return bytes(image)
+    return data
+
+
 class Definitions:
     """The definitions database at `path` (created if missing). See the module docstring."""
 
@@ -387,17 +397,16 @@ class Definitions:
         multi-worker broker starts from (docs/multicore.md)."""
         return self._db.serialize()
 
+    def replace_with(self, data: bytes) -> None:
+        """Make this in-memory replica hold `snapshot()`'s bytes (the owner's database now)."""
+        self._db.deserialize(_rollback_journal(data))
+
     @classmethod
     def from_snapshot(cls, data: bytes) -> Definitions:
         """An in-memory database holding `snapshot()`'s bytes: a worker's replica, which
         the metadata owner's changes keep equal (broker/workers/vhost.py)."""
         defs = cls(":memory:")
-        image = bytearray(data)
-        if len(image) > 19 and image[18:20] == b"\x02\x02":
-            # a WAL database's header (file format versions 2): an in-memory database
-            # cannot use a WAL, so mark it a rollback-journal one (versions 1)
-            image[18:20] = b"\x01\x01"
-        defs._db.deserialize(bytes(image))
+        defs._db.deserialize(_rollback_journal(data))
         return defs
 
     # -- vhosts ----------------------------------------------------------------------------

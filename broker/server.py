@@ -20,7 +20,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from broker import __version__, listeners, tls, trace
@@ -68,6 +68,9 @@ class Broker:
         self.definitions: Definitions | None = None  # durable metadata (opened by start)
         self.users: Users | None = None  # users, permissions, limits (after start)
         self.connections: set[Reader] = set()  # live connections
+        # a multi-worker broker's worker 0: awaited after each management API request that
+        # changed something, until every other worker has the change (broker/workers/)
+        self.on_api_change: Callable[[], Awaitable[None]] | None = None
         # told of each connection that closes (a worker process tells the node's acceptor)
         self.on_connection_gone: Callable[[Reader], None] | None = None
         self.port: int = self.config.port  # bound port (after start)

@@ -64,7 +64,12 @@ async def api_middleware(request: web.Request, handler: Any) -> web.StreamRespon
         request[API_USER] = authenticate(request.app[BROKER],
                                            request.headers.get("Authorization"))
     try:
-        return await handler(request)
+        response = await handler(request)
+        if request.method not in ("GET", "HEAD", "OPTIONS") and response.status < 400:
+            hook = getattr(request.app[BROKER], "on_api_change", None)
+            if hook is not None:  # several worker processes: the others apply it first
+                await hook()
+        return response
     except web.HTTPException as exc:
         if exc.content_type == "application/json" or not request.path.startswith("/api/"):
             raise

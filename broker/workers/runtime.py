@@ -228,6 +228,33 @@ class WorkerRuntime:
             self.mesh.send(worker, ("chg", seq, op))
         self._complete(self.log.completed())
 
+    async def api_changed(self) -> None:
+        """The owner, after a management API request that changed something (users,
+        permissions, limits, vhosts, parameters: what the channel handlers never change):
+        send the whole definitions database as one record, replayed as a replacement of
+        every other worker's copy; return once every worker has it."""
+        assert self.broker is not None and self.broker.definitions is not None
+        assert self.broker.loop is not None
+        self.changed(("defs", "", self.broker.definitions.snapshot()))
+        done = self.broker.loop.create_future()
+        self._when_applied(lambda: done.done() or done.set_result(None))
+        await done
+
+    def _sync_definitions(self, data: bytes) -> None:
+        """A replica: take the owner's whole definitions database (`api_changed`), then
+        create and delete vhosts to match it and drop cached permission checks."""
+        assert self.broker is not None and self.broker.definitions is not None
+        self.broker.definitions.replace_with(data)
+        names = {v.name for v in self.broker.definitions.list_vhosts()}
+        for name in sorted(names - set(self.broker.vhosts)):
+            self.broker.add_vhost(name)
+        for name in sorted(set(self.broker.vhosts) - names):
+            self.broker.delete_vhost(name)
+            for key in [k for k in self.placed if k[0] == name]:
+                del self.placed[key]
+        if self.broker.users is not None:
+            self.broker.users.load()
+
     def _complete(self, done: list[int]) -> None:
         assert self.log is not None
         if done:
@@ -376,6 +403,9 @@ class WorkerRuntime:
         self.mesh.send(OWNER, ("chg_ok", self.applier.applied))
 
     def _replay(self, op: tuple) -> None:
+        if op[0] == "defs":
+            self._sync_definitions(op[2])
+            return
         v = self._vhost(op[1])
         if v is None:
             log.warning("change %r for an unknown vhost", op[0])
@@ -443,6 +473,8 @@ class WorkerRuntime:
     def mark_started(self) -> None:
         """The broker is up: answer the snapshots asked for meanwhile; report figures."""
         self.started = True
+        if self.is_owner and self.broker is not None:
+            self.broker.on_api_change = self.api_changed
         if not self.is_owner:
             self._report_loop()
         waiting, self._snapshot_waiting = self._snapshot_waiting, []

@@ -206,3 +206,28 @@ def test_fewer_workers_than_the_durable_queues_need_is_refused(workers_broker, t
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 78
     assert "start with workers = 2 or more" in out.stderr
+
+
+def test_users_vhosts_and_permissions_made_through_the_api_reach_every_worker(
+        workers_broker):
+    broker = workers_broker(2)
+    base = f"http://127.0.0.1:{broker.api_port}"
+    assert broker.api.put(f"{base}/api/vhosts/v2").status_code in (201, 204)
+    assert broker.api.put(f"{base}/api/users/ann", json={
+        "password": "pw", "tags": ""}).status_code in (201, 204)
+    assert broker.api.put(f"{base}/api/permissions/v2/ann", json={
+        "configure": ".*", "write": ".*", "read": "^own$"}).status_code in (201, 204)
+    url = f"amqp://ann:pw@127.0.0.1:{broker.port}/v2"
+    conns = [pika.BlockingConnection(pika.URLParameters(url)) for _ in range(2)]  # w0, w1
+    for conn in conns:  # each worker knows the vhost, the user and her permissions
+        ch = conn.channel()
+        ch.queue_declare("own")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            conn.channel().basic_get("other-" + str(id(conn)))
+        assert err.value.reply_code == 403
+    for conn in conns:
+        conn.close()
+    assert broker.api.delete(f"{base}/api/vhosts/v2").status_code == 204
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        for _ in range(2):
+            pika.BlockingConnection(pika.URLParameters(url)).close()
