@@ -97,6 +97,12 @@ class ConfirmTracker:
         self.release(queue, [s for s, qs in self._pending.items()
                              if qs is queue or (qs.__class__ is set and queue in qs)])
 
+    def queue_crashed(self, queue: Hashable) -> None:
+        """The queue's process died (its worker process, broker/workers/): what it had not
+        confirmed is nacked, as rabbit_channel does for a queue that exits abnormally."""
+        self.reject(queue, [s for s, qs in self._pending.items()
+                            if qs is queue or (qs.__class__ is set and queue in qs)])
+
     def has_output(self) -> bool:
         return bool(self._acks or self._nacks)
 

@@ -14,6 +14,8 @@ socket, or hand a connection to a worker it was told is gone.
 
 Wire format on the hand-off socket (SOCK_SEQPACKET: one message per datagram):
 node → worker: b"A" + listener name (ASCII), with one descriptor attached;
+node → worker: b"L" + a worker's index (ASCII digits), with one descriptor attached: this
+worker's end of a new link to that worker, which restarted;
 worker → node: b"C" + listener name, one per connection closed.
 """
 
@@ -55,6 +57,19 @@ class Acceptor:
         self._workers[index] = sock
         self.connections[index] = 0
         self._loop.add_reader(sock.fileno(), self._read_notes, index)
+
+    def send_link(self, index: int, peer: int, sock: socket.socket) -> bool:
+        """Give live worker `index` its end of a new link to restarted worker `peer`
+        (False when `index` is gone)."""
+        hand = self._workers.get(index)
+        if hand is None:
+            return False
+        try:
+            socket.send_fds(hand, [b"L" + str(peer).encode()], [sock.fileno()])
+        except OSError as exc:
+            log.warning("new link to worker %d for worker %d failed: %s", peer, index, exc)
+            return False
+        return True
 
     def worker_gone(self, index: int) -> None:
         """Worker `index` died: nothing more is handed to it (its connections died with it)."""
@@ -139,11 +154,13 @@ class HandOffReceiver:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
                  adopt: Callable[[socket.socket, str], None],
-                 on_node_gone: Callable[[], None]) -> None:
+                 on_node_gone: Callable[[], None],
+                 on_link: Callable[[int, socket.socket], None] | None = None) -> None:
         self._loop = loop
         self._sock = sock
         self._adopt = adopt  # starts serving an accepted socket
         self._on_node_gone = on_node_gone  # the node process died: the worker stops
+        self._on_link = on_link  # a new link to a restarted worker
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._read)
 
@@ -174,8 +191,12 @@ class HandOffReceiver:
                 return
             for fd in fds:
                 sock = socket.socket(fileno=fd)
-                if msg[:1] != b"A" or len(fds) != 1:
+                if msg[:1] not in (b"A", b"L") or len(fds) != 1:
                     log.error("hand-off message %r with %d descriptors: dropped", msg, len(fds))
                     sock.close()
-                    continue
-                self._adopt(sock, msg[1:].decode("ascii"))
+                elif msg[:1] == b"L" and self._on_link is not None:
+                    self._on_link(int(msg[1:]), sock)
+                elif msg[:1] == b"A":
+                    self._adopt(sock, msg[1:].decode("ascii"))
+                else:
+                    sock.close()

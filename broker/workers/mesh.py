@@ -89,14 +89,25 @@ class Mesh:
         self._waiting: dict[int, tuple[int, OnReply]] = {}  # request id -> (peer, callback)
         self._ids = itertools.count(1)
         self.on_peer_lost: Callable[[int], None] = lambda peer: None
+        self.on_peer_back: Callable[[int], None] = lambda peer: None
 
     # -- wiring ----------------------------------------------------------------------------
     def link_for(self, peer: int) -> Link:
-        """A Link (not yet opened) whose batches and loss come to this mesh as `peer`'s."""
-        return Link(lambda items: self._received(peer, items), lambda exc: self._lost(peer))
+        """A Link (not yet opened) whose batches and loss come to this mesh as `peer`'s
+        (the loss of a link that a newer one for the same peer replaced is ignored)."""
+        holder: list[Link] = []
+        link = Link(lambda items: self._received(peer, items),
+                    lambda exc: self._lost(peer, holder[0]))
+        holder.append(link)
+        return link
 
     def opened(self, peer: int, link: Link) -> None:
+        """`link` (from `link_for(peer)`, open) carries `peer`'s records from now on (a
+        restarted worker's new link replaces the dead one's); `on_peer_back` is told."""
+        replaced = peer in self.links
         self.links[peer] = link
+        if replaced:
+            self.on_peer_back(peer)
 
     def on(self, kind: str, handler: Handler) -> None:
         """Records of `kind` go to `handler(peer, record)`."""
@@ -151,7 +162,9 @@ class Mesh:
                     continue
                 handler2(peer, record)
 
-    def _lost(self, peer: int) -> None:
+    def _lost(self, peer: int, link: Link) -> None:
+        if self.links.get(peer) is not link:
+            return  # an old link of a peer that has a new one
         self._fail_waiting(peer)
         self.on_peer_lost(peer)
 

@@ -9,8 +9,11 @@ AMQP connection and holds no queue: its CPU is per connection, not per message.
 Talks to: the workers (their control links), `python -m broker` (which runs it when
 `workers > 1`). Must never: read from a client's socket, or touch vhosts and queues.
 
-A worker that exits on its own ends the whole broker, as the death of an Erlang node's
-top supervisor does (restarting one worker in place is the next step of issue 47).
+A worker other than worker 0 that exits on its own is started again: its clients lose
+their connections, the other workers go on, and it recovers its durable queues from its own
+directory (RabbitMQ's supervisors restart a crashed queue process from its index and store);
+more than MAX_RESTARTS within RESTART_PERIOD seconds, or the death of worker 0 (the
+definitions' owner), ends the broker, as an Erlang node's top supervisor gives up.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ log = logging.getLogger("broker.workers")
 
 READY_TIMEOUT = 120.0  # seconds every worker has to recover its queues and report ready
 STOP_TIMEOUT = 30.0  # seconds a worker has to close its clients after SIGTERM
+MAX_RESTARTS, RESTART_PERIOD = 5, 60.0  # more restarts than this within the period: stop
 
 
 def _bind(listener: str, host: str, port: int) -> socket.socket:
@@ -62,6 +66,8 @@ class Node:
         self._exited: asyncio.Event = asyncio.Event()  # a worker's control link closed
         self._acceptor: Acceptor | None = None
         self._stopping = False
+        self._restarts: list[float] = []  # loop times of recent worker restarts
+        self._tasks: set[asyncio.Task[None]] = set()  # restarts under way
 
     async def start(self) -> None:
         cfg = self.config
@@ -100,37 +106,75 @@ class Node:
 
     async def _spawn_all(self) -> None:
         """Make every socket pair, start each worker with its ends, keep the node's ends."""
-        assert self._acceptor is not None
-        loop = asyncio.get_running_loop()
         mesh: dict[tuple[int, int], tuple[socket.socket, socket.socket]] = {
             (i, j): socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             for i in range(self.count) for j in range(i + 1, self.count)}
         try:
             for index in range(self.count):
-                handoff_node, handoff_worker = handoff_pair()
-                control_node, control_worker = socket.socketpair(socket.AF_UNIX,
-                                                                 socket.SOCK_STREAM)
                 peers = {}
                 for (i, j), (a, b) in mesh.items():
                     if i == index:
-                        peers[j] = a.fileno()
+                        peers[j] = a
                     elif j == index:
-                        peers[i] = b.fileno()
-                spec = WorkerSpec(index, self.count, worker_config(self.config, index,
-                                                                  self.port),
-                                  handoff_worker.fileno(), control_worker.fileno(), peers)
-                self.procs[index] = self._start_process(
-                    spec, [handoff_worker.fileno(), control_worker.fileno(), *peers.values()])
-                handoff_worker.close()
-                control_worker.close()
-                self._acceptor.add_worker(index, handoff_node)
-                self._ready[index] = loop.create_future()
-                link = Link(self._on_batch(index), self._on_lost(index))
-                self._links[index] = await open_link(control_node, link)
+                        peers[i] = b
+                await self._spawn(index, peers)
         finally:
             for a, b in mesh.values():
                 a.close()
                 b.close()
+
+    async def _spawn(self, index: int, peers: dict[int, socket.socket]) -> None:
+        """Start worker `index` with its ends of the links to `peers` (closed by the
+        caller); its hand-off socket joins the acceptor once it is ready."""
+        assert self._acceptor is not None
+        loop = asyncio.get_running_loop()
+        handoff_node, handoff_worker = handoff_pair()
+        control_node, control_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = {peer: sock.fileno() for peer, sock in peers.items()}
+        spec = WorkerSpec(index, self.count, worker_config(self.config, index, self.port),
+                          handoff_worker.fileno(), control_worker.fileno(), fds)
+        self.procs[index] = self._start_process(
+            spec, [handoff_worker.fileno(), control_worker.fileno(), *fds.values()])
+        handoff_worker.close()
+        control_worker.close()
+        ready = self._ready[index] = loop.create_future()
+        ready.add_done_callback(
+            lambda f: None if f.cancelled() or f.exception() is not None
+            or self._acceptor is None else self._acceptor.add_worker(index, handoff_node))
+        link = Link(self._on_batch(index), self._on_lost(index))
+        self._links[index] = await open_link(control_node, link)
+
+    async def _restart(self, index: int) -> None:
+        """Worker `index` died: wait for its process, give every live worker its end of a
+        new link to it, start it again; it recovers its queues from its own directory and
+        follows worker 0's definitions (a restart of worker 0 itself ends the broker)."""
+        loop = asyncio.get_running_loop()
+        proc = self.procs[index]
+        if proc.poll() is None:
+            proc.kill()
+        await loop.run_in_executor(None, proc.wait)
+        assert self._acceptor is not None
+        peers: dict[int, socket.socket] = {}
+        try:
+            for other in sorted(self._acceptor.connections):
+                if other == index:
+                    continue
+                mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                if self._acceptor.send_link(other, index, theirs):
+                    peers[other] = mine
+                else:
+                    mine.close()
+                theirs.close()
+            log.info("restarting worker %d (exit status %s)", index, proc.returncode)
+            await self._spawn(index, peers)
+            await asyncio.wait_for(self._ready[index], READY_TIMEOUT)
+            log.info("worker %d restarted", index)
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            log.error("worker %d could not be restarted (%s); stopping the broker", index, exc)
+            self._exited.set()
+        finally:
+            for sock in peers.values():
+                sock.close()
 
     def _start_process(self, spec: WorkerSpec, fds: list[int]) -> subprocess.Popen[bytes]:
         """`python -m broker.workers.worker FD`: the spec is pickled into a pipe (read end
@@ -138,7 +182,8 @@ class Node:
         read_end, write_end = os.pipe()
         try:
             proc = subprocess.Popen([sys.executable, "-m", "broker.workers.worker",
-                                     str(read_end)], pass_fds=[read_end, *fds],
+                                     str(read_end), str(spec.index)],  # the index: for ps
+                                    pass_fds=[read_end, *fds],
                                     stdin=subprocess.DEVNULL)
         finally:
             os.close(read_end)
@@ -160,12 +205,25 @@ class Node:
             if self._acceptor is not None:
                 self._acceptor.worker_gone(index)
             fut = self._ready.get(index)
+            was_ready = fut is not None and fut.done() and fut.exception() is None
             if fut is not None and not fut.done():
                 fut.set_exception(RuntimeError(f"worker {index} exited before it was ready"))
-            if not self._stopping:
-                log.error("worker %d exited (its control link closed: %s); stopping the "
-                          "broker", index, exc)
+            if self._stopping:
+                return
+            now = asyncio.get_running_loop().time()
+            self._restarts = [t for t in self._restarts if now - t < RESTART_PERIOD]
+            if index == 0 or not was_ready or len(self._restarts) >= MAX_RESTARTS:
+                # worker 0 holds the definitions; a worker that cannot start, or restarts
+                # too often (RabbitMQ's supervisor intensity), ends the broker
+                log.error("worker %d exited (%s); stopping the broker", index, exc)
                 self._exited.set()
+                return
+            self._restarts.append(now)
+            log.error("worker %d exited (%s): its clients lose their connections; "
+                      "restarting it", index, exc)
+            task = asyncio.get_running_loop().create_task(self._restart(index))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return on_lost
 
     async def wait_worker_exit(self) -> None:

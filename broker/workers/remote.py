@@ -74,6 +74,7 @@ class RemoteQueue:
         self.policy = policy
         self.operator_policy: Any = None
         self.deleted = False  # set when the queue's deletion reached this worker
+        self.down = False  # its worker died and is not back yet
         # the owner's figures, as last reported (management): counters, backing queue,
         # consumers, the head message's age
         self.message_stats = MessageStats()
@@ -89,6 +90,9 @@ class RemoteQueue:
     # -- QueueFacade --------------------------------------------------------------------------
     def cast(self, msg: tuple) -> None:
         kind = msg[0]
+        if self.down:
+            self._refuse(msg)
+            return
         if kind == RUN:
             self.port.send(self.worker, ("q", self.vhost_name, self.name, RUN, None, None))
             return
@@ -102,6 +106,20 @@ class RemoteQueue:
         else:  # ACK / REQUEUE / DISCARD: [(ack_tag, consumer_tag)]
             payload = msg[2]
         self.port.send(self.worker, ("q", self.vhost_name, self.name, kind, ref, payload))
+
+    def _refuse(self, msg: tuple) -> None:
+        """The owner is down (restarting): a publish is nacked at once (RabbitMQ nacks what a
+        crashed queue process did not confirm) and its credit given back, so the publisher
+        neither waits nor blocks; settlements of its old deliveries are dropped (the
+        restarted queue has them back, ready)."""
+        kind, channel = msg[0], msg[1] if len(msg) > 1 else None
+        if kind not in (PUBLISH, PUBLISHES) or channel is None:
+            return
+        seqs = [msg[3]] if kind == PUBLISH else msg[3]
+        n = 1 if kind == PUBLISH else len(msg[2])
+        if seqs and seqs[0] is not None:
+            channel.cast(("reject", self, list(seqs)))
+        channel.grant_credit(self, n)
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Only the proxy's own forwarding methods may be called (channel_down,
@@ -257,6 +275,11 @@ class RemoteChannel:
         self.number = ref.number
         self.conn = RemoteConn(ref)
         self.open = True  # False once the channel's worker said it closed
+        # queue -> ack tags delivered to this channel and not yet settled: what the queue
+        # takes back when the channel's worker dies (RabbitMQ's queue requeues a dead
+        # channel's unacked messages)
+        self.outstanding: dict[Any, set[Any]] = {}
+        self.queues: set[Any] = set()  # the queues it published to or consumed from
 
     def __repr__(self) -> str:
         return f"RemoteChannel{tuple(self.ref)}"
@@ -282,7 +305,15 @@ class RemoteChannel:
 
     def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
+        if ack_tag is not None:
+            self.outstanding.setdefault(queue, set()).add(ack_tag)
         self._send(DELIVER, queue, (consumer_tag, message, redelivered, ack_tag))
+
+    def settled(self, queue: Any, ack_tags: Any) -> None:
+        """The channel acked, requeued or discarded these (or closed: all)."""
+        held = self.outstanding.get(queue)
+        if held is not None:
+            held.difference_update(ack_tags)
 
     def grant_credit(self, queue: QueueFacade, n: int) -> None:
         self._send(CREDIT, queue, n)

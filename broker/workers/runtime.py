@@ -24,6 +24,7 @@ its mailbox and façade.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ from broker.stats import MessageStats
 from broker.workers import remote
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.mesh import Answer, Mesh
-from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget
+from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
 from broker.workers.remote import RemoteChannel, RemoteQueue
 from broker.workers.vhost import WorkerVHost, apply
 
@@ -102,6 +103,7 @@ class WorkerRuntime:
         # the owner is deleting (their serials resolve until its record comes back)
         self._placement_file: str | None = None  # the owner's record of durable placements
         self._report_timer: Any = None  # the next report to the owner
+        self._early_records: list[tuple[int, tuple]] = []  # queue records before we were up
         self._register()
 
     @property
@@ -122,6 +124,7 @@ class WorkerRuntime:
         for kind in ("consume", "get", "counts", "purge", "check_delete"):
             m.on_request(kind, self._queue_request(kind))
         m.on_peer_lost = self._peer_lost
+        m.on_peer_back = self._peer_back
 
     def vhost_class(self) -> type[WorkerVHost]:
         return type("WorkerVHost", (WorkerVHost,), {"runtime": self})
@@ -196,9 +199,11 @@ class WorkerRuntime:
         if ref is not None:
             worker = ref.worker
         else:
-            counts = dict.fromkeys(range(self.count), 0)
+            live = self.log.live | {OWNER} if self.log is not None else set(range(self.count))
+            counts = dict.fromkeys(live, 0)
             for w in self.placed.values():
-                counts[w] = counts.get(w, 0) + 1
+                if w in counts:
+                    counts[w] += 1
             worker = min(counts, key=lambda w: (counts[w], w != origin, w))
         self.placed[key] = worker
         return worker
@@ -236,8 +241,12 @@ class WorkerRuntime:
         assert self.broker is not None and self.broker.definitions is not None
         assert self.broker.loop is not None
         self.changed(("defs", "", self.broker.definitions.snapshot()))
-        done = self.broker.loop.create_future()
-        self._when_applied(lambda: done.done() or done.set_result(None))
+        done: asyncio.Future[None] = self.broker.loop.create_future()
+
+        def applied() -> None:
+            if not done.done():
+                done.set_result(None)
+        self._when_applied(applied)
         await done
 
     def _sync_definitions(self, data: bytes) -> None:
@@ -475,6 +484,9 @@ class WorkerRuntime:
         self.started = True
         if self.is_owner and self.broker is not None:
             self.broker.on_api_change = self.api_changed
+        early, self._early_records = self._early_records, []
+        for peer, record in early:
+            self._on_queue_record(peer, record)
         if not self.is_owner:
             self._report_loop()
         waiting, self._snapshot_waiting = self._snapshot_waiting, []
@@ -487,6 +499,9 @@ class WorkerRuntime:
 
     # -- the data plane: records for our queues and channels -------------------------------
     def _on_queue_record(self, peer: int, record: tuple) -> None:
+        if not self.started:  # a restarted worker: its queues are not recovered yet
+            self._early_records.append((peer, record))
+            return
         _, vhost, name, kind, ref, payload = record
         v = self._vhost(vhost)
         queue = v.queues.get(name) if v is not None else None
@@ -498,12 +513,19 @@ class WorkerRuntime:
                 channel.cast(("confirm", _Gone(vhost, name), payload[1]))
             return
         if kind == PUBLISHES:
+            if channel is not None:
+                channel.queues.add(queue)
             queue.cast((PUBLISHES, channel, payload[0], payload[1]))
         elif kind in (ACK, REQUEUE, DISCARD):
+            if channel is not None:
+                channel.settled(queue, [tag for tag, _ctag in payload])
             queue.cast((kind, channel, payload))
         elif kind == RUN:
             queue.cast((RUN,))
         elif kind == remote.CHANNEL_DOWN:
+            if channel is not None:
+                channel.outstanding.pop(queue, None)
+                channel.queues.discard(queue)
             queue.call(queue.channel_down, channel, payload)
         elif kind == remote.REMOVE_CONSUMER:
             queue.call(queue.remove_consumer, channel, payload)
@@ -570,13 +592,19 @@ class WorkerRuntime:
             assert channel is not None  # a consumer's channel always has a ref
             consumer = Consumer(tag, channel, no_ack, exclusive, priority, prefetch, arguments)
             queue.call(queue.add_consumer, consumer)
+            if isinstance(channel, RemoteChannel):
+                channel.queues.add(queue)
             return None
         if kind == "get":
             _, _, ref, no_ack = payload
-            got = queue.call(queue.basic_get, self.remote_channel(ref), no_ack)
+            channel = self.remote_channel(ref)
+            got = queue.call(queue.basic_get, channel, no_ack)
             if got is None:
                 return None
             fetched, left = got
+            if isinstance(channel, RemoteChannel) and not no_ack:
+                channel.queues.add(queue)
+                channel.outstanding.setdefault(queue, set()).add(fetched.ack_tag)
             return fetched.message, fetched.redelivered, fetched.ack_tag, left
         raise errors.amqp_error(errors.InternalError, f"unknown queue request {kind!r}")
 
@@ -632,10 +660,66 @@ class WorkerRuntime:
             interval = max(self.broker.config.collect_statistics_interval, 100) / 1000
             self._report_timer = self.broker.loop.call_later(interval, self._report_loop)
 
-    # -- a peer died -------------------------------------------------------------------------
+    # -- a peer died, a peer came back -------------------------------------------------------
     def _peer_lost(self, peer: int) -> None:
-        if self.log is not None and peer >= 0:
-            self._complete(self.log.worker_gone(peer))
+        """Worker `peer` died (the node restarts it). Our queues take back what its channels
+        held unacked and drop their consumers; our channels are told its queues crashed
+        (consumers cancelled, unconfirmed publishes nacked, their old delivery tags
+        forgotten, credit towards them reset); the owner stops waiting for it and deletes
+        what died with it: its transient queues and its connections' exclusive queues."""
+        if peer < 0:
+            return
+        for ref, rc in list(self.remote_channels.items()):
+            if ref.worker != peer:
+                continue
+            del self.remote_channels[ref]
+            rc.open = False
+            for queue in rc.queues | set(rc.outstanding):
+                if not queue.deleted:
+                    queue.call(queue.channel_down, rc, sorted(rc.outstanding.get(queue, ())))
+        down = {p for p in self.proxies.values() if p.worker == peer}
+        for proxy in down:
+            proxy.down = True
+        for reader in list(self._serials):
+            for ch in list(reader.channels.values()):
+                self._queues_crashed(ch, down)
+        forget_worker(peer)
+        if self.log is None:
+            return
+        self._complete(self.log.worker_gone(peer))
+        assert self.broker is not None
+        for v in list(self.broker.vhosts.values()):
+            for queue in list(v.queues.values()):
+                owner = queue.exclusive_owner
+                if (isinstance(queue, RemoteQueue) and queue.worker == peer
+                        and not queue.durable) or (
+                        isinstance(owner, ConnRef) and owner.worker == peer):
+                    v.delete_queue_now(queue)
+
+    def _queues_crashed(self, ch: Any, down: set[RemoteQueue]) -> None:
+        """Tell local channel `ch` that the queues `down` crashed (RabbitMQ's channel on a
+        queue process's abnormal exit)."""
+        if not down:
+            return
+        for tag, queue in list(ch.consumers.items()):
+            if queue in down:
+                ch.consumer_cancelled(queue, tag)
+        for dtag, (queue, ack_tag, ctag) in list(ch.unacked.items()):
+            if queue in down and ack_tag is not None:
+                ch.unacked[dtag] = (queue, None, ctag)  # the restarted queue has it back
+        if ch.confirm is not None:
+            for queue in down:
+                ch.confirm.queue_crashed(queue)
+        for queue in down:
+            if ch.credit.peer_down(queue):
+                ch.resume()
+        ch.cast(("reject", next(iter(down)), []))  # a batch: its nacks go out after it
+
+    def _peer_back(self, peer: int) -> None:
+        """A new link to restarted worker `peer`: its queues take records again."""
+        for proxy in self.proxies.values():
+            if proxy.worker == peer:
+                proxy.down = False
 
 
 _LATER = object()  # _run's answer comes later (the queue's worker is asked first)

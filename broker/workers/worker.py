@@ -82,7 +82,14 @@ async def serve(spec: WorkerSpec) -> None:
 
     broker.on_connection_gone = gone
     mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
-    receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set)
+    def new_link(peer: int, sock: socket.socket) -> None:
+        """A restarted worker's new link: records flow to and from it again."""
+        async def run() -> None:
+            mesh.opened(peer, await open_link(sock, mesh.link_for(peer)))
+        loop.create_task(run())
+
+    receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set,
+                               new_link)
     pacer = GcPacer() if spec.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
