@@ -279,8 +279,11 @@ class VHost:
                       exclusive: bool = False, auto_delete: bool = False,
                       arguments: dict | None = None, owner: ExclusiveOwner | None = None,
                       method: Any = None, recovering: bool = False,
-                      authorize: Callable[[str, bool], None] | None = None) -> QueueProcess:
+                      authorize: Callable[[str, bool], None] | None = None,
+                      replaying: bool = False) -> QueueProcess:
         """queue.declare (AMQP 0-9-1 §1.7.2.1); "" → a server-named `amq.gen-…` queue.
+        `recovering` (a durable queue at boot) and `replaying` (another worker process's
+        declare, broker/workers/) take a server-made `amq.` name as it is.
 
         `authorize(name, exists)`, when given, runs once the name is known and may raise
         (the channel's permission checks, 403). A new queue beyond the vhost's `max-queues`
@@ -291,7 +294,7 @@ class VHost:
                 raise errors.amqp_error(errors.NotFound, f"no {self._q(name)}", method)
             check_server_named(queue_type_of(arguments), method)
             name = "amq.gen-" + uuid.uuid4().hex[:22]
-        elif name.startswith("amq.") and not passive:
+        elif name.startswith("amq.") and not passive and not (recovering or replaying):
             raise errors.amqp_error(
                 errors.AccessRefused, f"queue name '{name}' contains reserved prefix 'amq.*'",
                 method)

@@ -75,6 +75,8 @@ def _wait(ch: ChannelProcess, method: Any, on_value: Callable[[Any], None]) -> O
         except errors.HardError as exc:
             ch.state = "closed"
             ch.conn.connection_error(exc)
+        except Exception as exc:  # noqa: BLE001 - the process boundary (STYLE §6): 541
+            ch.crashed(exc)
         finally:
             ch.release()
     return on_reply

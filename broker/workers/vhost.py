@@ -142,7 +142,7 @@ class WorkerVHost(VHost):
 
     def declare_queue(self, name: str, **kwargs: Any) -> Any:
         def op(queue: Any) -> tuple | None:
-            if kwargs.get("passive") or kwargs.get("recovering"):
+            if kwargs.get("passive") or kwargs.get("recovering") or kwargs.get("replaying"):
                 return None
             exclusive_owner = queue.exclusive_owner
             return ("qdecl", self.name, queue.name, queue.durable,
@@ -208,7 +208,7 @@ def apply(vhost: VHost, op: tuple, resolve: Callable[[Any], Any]) -> None:
         _, _, name, durable, exclusive, auto_delete, arguments, owner_ref, _worker = op
         vhost.declare_queue(name, durable=durable, exclusive=exclusive,
                             auto_delete=auto_delete, arguments=arguments,
-                            owner=resolve(owner_ref))
+                            owner=resolve(owner_ref), replaying=True)
     elif kind == "qdel":
         queue = vhost.queues.get(op[2])
         if queue is not None:
