@@ -261,11 +261,16 @@ class ChannelProcess(Process):
             self.conn.connection_error(exc)
         finally:
             self._holding = False
-            if self._held:
-                held, self._held = self._held, []
-                if self.state == OPEN:
-                    for frame in held:
-                        self.writer.send(frame)
+            if self._held and not self._waits:
+                self.flush_held()
+
+    def flush_held(self) -> None:
+        """Send the notifications held back while a method's reply was pending (the reply
+        is out now: a handler returned, or the answer from another worker process came)."""
+        held, self._held = self._held, []
+        if self.state == OPEN:
+            for frame in held:
+                self.writer.send(frame)
 
     def _publish_run(self, run: list) -> None:
         """A run of basic.publish commands, handled as if each had been its own mailbox
@@ -497,7 +502,7 @@ class ChannelProcess(Process):
         if self.conn.capabilities.get("consumer_cancel_notify") and not self.shutting_down:
             frame = encode_method(self.number, commands.Basic.Cancel(consumer_tag=tag,
                                                                      nowait=True))
-            if self._holding:
+            if self._holding or self._waits:  # after the reply of the method under way
                 self._held.append(frame)
             else:
                 self.writer.send(frame)

@@ -79,6 +79,8 @@ def _wait(ch: ChannelProcess, method: Any, on_value: Callable[[Any], None]) -> O
             ch.crashed(exc)
         finally:
             ch.release()
+            if not ch._waits:
+                ch.flush_held()  # basic.cancel after the reply, as in one process
     return on_reply
 
 

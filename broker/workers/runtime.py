@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from broker import errors
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.consumers import Consumer
+from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
 from broker.stats import MessageStats
@@ -123,6 +124,11 @@ class WorkerRuntime:
         m.on_request("snapshot", self._on_snapshot)
         for kind in ("consume", "get", "counts", "purge", "check_delete"):
             m.on_request(kind, self._queue_request(kind))
+        m.on("reply", self._on_reply)
+        REPLY_REGISTRY.worker = self.index
+        REPLY_REGISTRY.elsewhere = lambda worker, key: _RemoteReply(self, worker, key)
+        REPLY_REGISTRY.on_gone = self._reply_gone
+        m.on("reply_gone", lambda peer, record: REPLY_REGISTRY.mark_gone(record[1]))
         m.on_peer_lost = self._peer_lost
         m.on_peer_back = self._peer_back
 
@@ -660,6 +666,19 @@ class WorkerRuntime:
             interval = max(self.broker.config.collect_statistics_interval, 100) / 1000
             self._report_timer = self.broker.loop.call_later(interval, self._report_loop)
 
+    def _reply_gone(self, token: str) -> None:
+        """One of our direct reply-to requesters went: every other worker is told."""
+        for peer in range(self.count):
+            if peer != self.index:
+                self.mesh.send(peer, ("reply_gone", token))
+
+    def _on_reply(self, peer: int, record: tuple) -> None:
+        """A direct reply-to reply published on another worker for one of our channels."""
+        _, routing_key, message = record
+        target = REPLY_REGISTRY.channel_for(routing_key)
+        if target is not None:
+            target.deliver_reply(message)
+
     # -- a peer died, a peer came back -------------------------------------------------------
     def _peer_lost(self, peer: int) -> None:
         """Worker `peer` died (the node restarts it). Our queues take back what its channels
@@ -732,3 +751,17 @@ class _Gone:
     def __init__(self, vhost: str, name: str) -> None:
         self.vhost = SimpleNamespace(name=vhost)
         self.name = name
+
+
+class _RemoteReply:
+    """The requester's channel of a direct reply-to name of another worker: the reply is
+    carried there (and dropped there if that channel is gone)."""
+
+    def __init__(self, runtime: WorkerRuntime, worker: int, routing_key: str) -> None:
+        self._runtime = runtime
+        self._worker = worker
+        self._key = routing_key
+
+    def deliver_reply(self, message: Any) -> bool:
+        self._runtime.mesh.send(self._worker, ("reply", self._key, message))
+        return True
