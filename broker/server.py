@@ -71,6 +71,9 @@ class Broker:
         # a multi-worker broker's worker 0: awaited after each management API request that
         # changed something, until every other worker has the change (broker/workers/)
         self.on_api_change: Callable[[], Awaitable[None]] | None = None
+        # ... and how its management API acts on a queue another worker owns (purge, get,
+        # browse, delete): `await remote_queue_call(vhost, kind, payload)`
+        self.remote_queue_call: Callable[[str, str, tuple], Awaitable[Any]] | None = None
         # told of each connection that closes (a worker process tells the node's acceptor)
         self.on_connection_gone: Callable[[Reader], None] | None = None
         self.port: int = self.config.port  # bound port (after start)

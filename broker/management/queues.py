@@ -145,10 +145,26 @@ async def delete_queue(request: web.Request) -> web.Response:
     """Delete; `?if-unused=true` / `?if-empty=true` as queue.delete (400 when not)."""
     q = unlocked(request)
     flags = request.query
+    remote = _remote(request, q)
     with amqp_errors():
-        queue_vhost(request).delete_queue(q.name, flags.get("if-unused") == "true",
-                             flags.get("if-empty") == "true", owner=q.exclusive_owner)
+        if remote is not None:  # another worker process's queue: its worker checks it
+            await remote("delete", (q.name, flags.get("if-unused") == "true",
+                                    flags.get("if-empty") == "true"))
+        else:
+            queue_vhost(request).delete_queue(q.name, flags.get("if-unused") == "true",
+                                              flags.get("if-empty") == "true",
+                                              owner=q.exclusive_owner)
     return no_content()
+
+
+def _remote(request: web.Request, q: Any) -> Any:
+    """For a queue another worker process owns (broker/workers/): `await call(kind,
+    payload)` asks that worker (AMQP errors raised as here); else None."""
+    hook = getattr(broker(request), "remote_queue_call", None)
+    if hook is None or getattr(q, "worker", None) is None:
+        return None
+    vhost = param(request, "vhost")
+    return lambda kind, payload: hook(vhost, kind, payload)
 
 
 @routes.post("/api/queues/{vhost}/{name}/actions")
@@ -170,7 +186,11 @@ async def actions(request: web.Request) -> web.Response:
 @routes.delete("/api/queues/{vhost}/{name}/contents")
 async def purge(request: web.Request) -> web.Response:
     q = unlocked(request)
-    q.call(q.purge)
+    remote = _remote(request, q)
+    if remote is not None:
+        await remote("purge", (q.name,))
+    else:
+        q.call(q.purge)
     return no_content()
 
 
@@ -209,6 +229,11 @@ async def get_messages(request: web.Request) -> web.Response:
         raise bad_request("encoding must be auto or base64")
     truncate = data.get("truncate")
     truncate = parse_int(truncate) if truncate is not None else None
+    remote = _remote(request, q)
+    if remote is not None:  # the queue's worker fetches and settles them
+        rows = await remote("get_n", (q.name, max(0, count), ackmode))
+        return reply([message_json(m, redelivered, left, encoding, truncate)
+                      for m, redelivered, left in rows])
     got = _fetch(q, max(0, count))
     out = [message_json(f.message, f.redelivered, left, encoding,
                         truncate) for f, left in got]
@@ -232,7 +257,9 @@ async def browse(request: web.Request) -> web.Response:
         raise bad_request("offset and count must be integers") from None
     if offset < 0 or not 0 <= count <= 1000:
         raise bad_request("offset must be >= 0 and count 0..1000")
-    items = q.call(q.browse, offset, count)
+    remote = _remote(request, q)
+    items = (await remote("browse", (q.name, offset, count)) if remote is not None
+             else q.call(q.browse, offset, count))
     return reply([{"position": offset + i, "redelivered": redelivered,
                    **message_json(m, redelivered, 0)} for i, (m, redelivered) in
                   enumerate(items)])

@@ -122,7 +122,7 @@ class WorkerRuntime:
         m.on("report", self._on_report)
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
-        for kind in ("consume", "get", "counts", "purge", "check_delete"):
+        for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse"):
             m.on_request(kind, self._queue_request(kind))
         m.on("reply", self._on_reply)
         REPLY_REGISTRY.worker = self.index
@@ -490,6 +490,7 @@ class WorkerRuntime:
         self.started = True
         if self.is_owner and self.broker is not None:
             self.broker.on_api_change = self.api_changed
+            self.broker.remote_queue_call = self.remote_queue_call
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)
@@ -612,7 +613,50 @@ class WorkerRuntime:
                 channel.queues.add(queue)
                 channel.outstanding.setdefault(queue, set()).add(fetched.ack_tag)
             return fetched.message, fetched.redelivered, fetched.ack_tag, left
+        if kind == "get_n":  # the management API's get: fetch, then settle here
+            _, _, count, ackmode = payload
+            rows, entries = [], []
+            for _ in range(count):
+                got = queue.call(queue.basic_get, None, False)
+                if got is None:
+                    break
+                fetched, left = got
+                rows.append((fetched.message, fetched.redelivered, left))
+                if fetched.ack_tag is not None:
+                    entries.append((fetched.ack_tag, None))
+            if entries:
+                settle = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
+                          "ack_requeue_false": ACK, "reject_requeue_false": DISCARD}[ackmode]
+                queue.call(queue.handle, (settle, None, entries))
+            return rows
+        if kind == "browse":
+            _, _, offset, count = payload
+            return queue.call(queue.browse, offset, count)
         raise errors.amqp_error(errors.InternalError, f"unknown queue request {kind!r}")
+
+    async def remote_queue_call(self, vhost: str, kind: str, payload: tuple) -> Any:
+        """The management API (worker 0) on a queue of another worker: purge, get_n,
+        browse (asked of the queue's worker), delete (a definition change, its checks
+        made by the queue's worker). AMQP errors are raised here."""
+        assert self.broker is not None and self.broker.loop is not None
+        done: asyncio.Future[Any] = self.broker.loop.create_future()
+
+        def on_reply(ok: bool, value: Any) -> None:
+            if not done.done():
+                if ok:
+                    done.set_result(value)
+                else:
+                    done.set_exception(value)
+        if kind == "delete":
+            name, if_unused, if_empty = payload
+            self.submit("qdel", (vhost, name, if_unused, if_empty, None, None), on_reply)
+        else:
+            queue = self._vhost_or_404(vhost, None).queues.get(payload[0])
+            if queue is None:
+                raise errors.amqp_error(errors.NotFound,
+                                        f"no queue '{payload[0]}' in vhost '{vhost}'")
+            self.ask_queue(self.queue_worker(queue), kind, (vhost, *payload), on_reply)
+        return await done
 
     def _on_report(self, peer: int, record: tuple) -> None:
         """A worker's figures for the management API (the owner serves it): its queues'
