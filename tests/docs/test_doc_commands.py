@@ -125,6 +125,17 @@ def _md(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def _failure(path: Path, tmp_path: Path) -> pytest.ExceptionInfo[AssertionError]:
+    """Run the page's first block, which must fail; the failure."""
+    run = DocRun(path, tmp_path, {5672, 15672, 15692})
+    try:
+        with pytest.raises(AssertionError) as err:
+            run.run(blocks(path)[0])
+    finally:
+        run.close()
+    return err
+
+
 def test_a_skip_without_a_reason_is_refused(tmp_path):
     path = _md(tmp_path, "<!-- doc-test: skip -->\n```sh\ntrue\n```\n")
     with pytest.raises(DocError) as err:
@@ -141,12 +152,7 @@ def test_a_marker_must_sit_on_its_fence(tmp_path):
 
 def test_an_unmarked_block_that_fails_fails(tmp_path):
     path = _md(tmp_path, "```sh\necho about to fail; false\n```\n")
-    run = DocRun(path, tmp_path, {5672, 15672, 15692})
-    try:
-        with pytest.raises(AssertionError) as err:
-            run.run(blocks(path)[0])
-    finally:
-        run.close()
+    err = _failure(path, tmp_path)
     assert "page.md:1 (sh): exit 1" in str(err.value)
     assert "about to fail" in str(err.value)
 
@@ -163,12 +169,7 @@ def test_ports_and_tmp_move_with_the_run(tmp_path):
 def test_a_python_block_runs_twice_and_a_second_failure_fails(tmp_path):
     path = _md(tmp_path, "```python\nimport pathlib, sys\np = pathlib.Path('ran-once')\n"
                "if p.exists(): sys.exit('already exists')\np.write_text('x')\n```\n")
-    run = DocRun(path, tmp_path, {5672, 15672, 15692})
-    try:
-        with pytest.raises(AssertionError) as err:
-            run.run(blocks(path)[0])
-    finally:
-        run.close()
+    err = _failure(path, tmp_path)
     assert "exit 1 on its second run" in str(err.value) and "already exists" in str(err.value)
 
 
@@ -186,12 +187,7 @@ def test_an_output_block_must_be_text(tmp_path):
 
 def test_a_block_that_prints_a_traceback_fails_though_it_exits_0(tmp_path):
     path = _md(tmp_path, "```sh\npython3 -c 'import json; json.loads(\"\")' || true\n```\n")
-    run = DocRun(path, tmp_path, {5672, 15672, 15692})
-    try:
-        with pytest.raises(AssertionError) as err:
-            run.run(blocks(path)[0])
-    finally:
-        run.close()
+    err = _failure(path, tmp_path)
     assert "printed a traceback" in str(err.value)
 
 

@@ -21,6 +21,19 @@ def connect(broker, n: int) -> list[pika.BlockingConnection]:
     return [pika.BlockingConnection(pika.URLParameters(broker.url)) for _ in range(n)]
 
 
+def wait_until_gone(conn: pika.BlockingConnection, queue: str, within: float = 5.0) -> None:
+    """Until a passive declare of `queue` on `conn` answers 404."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            return
+        assert time.monotonic() < deadline, f"queue {queue} is still there"
+        time.sleep(0.05)
+
+
 def placements(broker) -> dict[str, int]:
     rows = json.loads((broker.data_dir / "queue_workers.json").read_text())
     return {name: worker for _vhost, name, worker in rows}
@@ -121,15 +134,7 @@ def test_an_exclusive_queue_is_locked_to_other_workers_and_goes_with_its_connect
             op(other.channel())
         assert err.value.reply_code == 405
     owner.close()
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            other.channel().queue_declare("mine", passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            assert exc.reply_code == 404
-            break
-        assert time.monotonic() < deadline, "the exclusive queue outlived its connection"
-        time.sleep(0.05)
+    wait_until_gone(other, "mine")  # the exclusive queue goes with its connection
     other.close()
 
 
@@ -141,15 +146,7 @@ def test_an_auto_delete_queue_goes_when_its_consumer_on_another_worker_cancels(
     ch = consumer.channel()
     tag = ch.basic_consume("temp", lambda *a: None)
     ch.basic_cancel(tag)
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            declarer.channel().queue_declare("temp", passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            assert exc.reply_code == 404
-            break
-        assert time.monotonic() < deadline, "the auto-delete queue stayed"
-        time.sleep(0.05)
+    wait_until_gone(declarer, "temp")
     declarer.close()
     consumer.close()
 
