@@ -190,15 +190,22 @@ class Broker:
             self.users.forget_vhost(name)
         log.info("vhost '%s' deleted", name)
 
+    def vhost_message_stats(self, vhost: VHost) -> MessageStats:
+        """A vhost's message counts in this process: its closed channels' totals plus its
+        open channels' (a new object; the management API adds other workers' reports)."""
+        out = MessageStats()
+        out.add(vhost.closed_stats)
+        for conn in self.connections:
+            if conn.vhost is vhost:
+                for ch in conn.channels.values():
+                    out.add(ch.message_stats)
+        return out
+
     def _retire_stats(self, vhost: VHost) -> None:
         """Keep a deleted vhost's message counts (its closed channels' and its open
         channels' as they are now) in `deleted_vhosts_stats`, so that the overview's totals
         and rates never fall when a vhost that carried messages is deleted."""
-        self.deleted_vhosts_stats.add(vhost.closed_stats)
-        for conn in self.connections:
-            if conn.vhost is vhost:
-                for ch in conn.channels.values():
-                    self.deleted_vhosts_stats.add(ch.message_stats)
+        self.deleted_vhosts_stats.add(self.vhost_message_stats(vhost))
 
     def delete_user(self, name: str) -> bool:
         """Delete user `name` with its permissions and limits (`Users.delete_user`) and close

@@ -55,6 +55,8 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
     @property
     def deleted_vhosts_stats(self) -> MessageStats: ...  # counts of deleted vhosts
 
+    def vhost_message_stats(self, vhost: VHost) -> MessageStats: ...  # closed + open channels
+
     def set_global_parameter(self, name: str, value: Any) -> None: ...
 
     def clear_global_parameter(self, name: str) -> bool: ...

@@ -414,14 +414,9 @@ def vhost_octets(broker: StartedBroker, v: VHost) -> dict[str, int]:
 
 def vhost_stats(broker: StartedBroker, v: VHost) -> MessageStats:
     """Message counts of a vhost: its closed channels' totals plus its open channels."""
-    out = MessageStats()
-    out.add(v.closed_stats)
+    out = broker.vhost_message_stats(v)
     for stats in getattr(v, "remote_stats", {}).values():  # other worker processes'
         out.add(stats)
-    for conn in broker.connections:
-        if conn.vhost is v:
-            for ch in conn.channels.values():
-                out.add(ch.message_stats)
     return out
 
 

@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker import errors
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
-from broker.consumers import Consumer
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
 from broker.stats import MessageStats
-from broker.workers import remote
+from broker.workers import queue_requests, remote, reports
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.mesh import Answer, Mesh
 from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
@@ -412,9 +411,8 @@ class WorkerRuntime:
 
     def _on_change(self, peer: int, record: tuple) -> None:
         _, seq, op = record
-        for s, ready in self.applier.receive(seq, op):
+        for _seq, ready in self.applier.receive(seq, op):
             self._replay(ready)
-            del s
         self.mesh.send(OWNER, ("chg_ok", self.applier.applied))
 
     def _replay(self, op: tuple) -> None:
@@ -585,54 +583,7 @@ class WorkerRuntime:
         return handle
 
     def _answer_queue(self, kind: str, queue: Any, payload: tuple) -> Any:
-        if kind == "counts":
-            return queue.call(queue.message_count), queue.consumer_count()
-        if kind == "purge":
-            return queue.call(queue.purge)
-        if kind == "check_delete":
-            _, _, if_unused, if_empty = payload
-            queue.call(queue.check_delete, if_unused, if_empty)
-            return queue.message_count()
-        if kind == "consume":
-            _, _, ref, tag, no_ack, exclusive, priority, prefetch, arguments = payload
-            channel = self.remote_channel(ref)
-            assert channel is not None  # a consumer's channel always has a ref
-            consumer = Consumer(tag, channel, no_ack, exclusive, priority, prefetch, arguments)
-            queue.call(queue.add_consumer, consumer)
-            if isinstance(channel, RemoteChannel):
-                channel.queues.add(queue)
-            return None
-        if kind == "get":
-            _, _, ref, no_ack = payload
-            channel = self.remote_channel(ref)
-            got = queue.call(queue.basic_get, channel, no_ack)
-            if got is None:
-                return None
-            fetched, left = got
-            if isinstance(channel, RemoteChannel) and not no_ack:
-                channel.queues.add(queue)
-                channel.outstanding.setdefault(queue, set()).add(fetched.ack_tag)
-            return fetched.message, fetched.redelivered, fetched.ack_tag, left
-        if kind == "get_n":  # the management API's get: fetch, then settle here
-            _, _, count, ackmode = payload
-            rows, entries = [], []
-            for _ in range(count):
-                got = queue.call(queue.basic_get, None, False)
-                if got is None:
-                    break
-                fetched, left = got
-                rows.append((fetched.message, fetched.redelivered, left))
-                if fetched.ack_tag is not None:
-                    entries.append((fetched.ack_tag, None))
-            if entries:
-                settle = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
-                          "ack_requeue_false": ACK, "reject_requeue_false": DISCARD}[ackmode]
-                queue.call(queue.handle, (settle, None, entries))
-            return rows
-        if kind == "browse":
-            _, _, offset, count = payload
-            return queue.call(queue.browse, offset, count)
-        raise errors.amqp_error(errors.InternalError, f"unknown queue request {kind!r}")
+        return queue_requests.answer(kind, queue, payload, self.remote_channel)
 
     async def remote_queue_call(self, vhost: str, kind: str, payload: tuple) -> Any:
         """The management API (worker 0) on a queue of another worker: purge, get_n,
@@ -682,25 +633,7 @@ class WorkerRuntime:
     def _send_report(self) -> None:
         """Every collect_statistics_interval: our figures to the owner (not the owner)."""
         assert self.broker is not None
-        queues = []
-        vhost_stats = {}
-        objects: dict[str, tuple[int, int]] = {}
-        for conn in self.broker.connections:
-            if conn.vhost is not None:
-                n, c = objects.get(conn.vhost.name, (0, 0))
-                objects[conn.vhost.name] = (n + 1, c + len(conn.channels))
-        for vname, v in self.broker.vhosts.items():
-            for q in v.queues.values():
-                if not isinstance(q, RemoteQueue):
-                    queues.append((vname, q.name, remote.queue_figures(q, None)))
-            total = MessageStats()
-            total.add(v.closed_stats)
-            for conn in self.broker.connections:
-                if conn.vhost is v:
-                    for ch in conn.channels.values():
-                        total.add(ch.message_stats)
-            vhost_stats[vname] = {k: getattr(total, k) for k in MessageStats.__slots__}
-        self.mesh.send(OWNER, ("report", queues, vhost_stats, objects))
+        self.mesh.send(OWNER, ("report", *reports.build(self.broker)))
 
     def _report_loop(self) -> None:
         assert self.broker is not None and self.broker.loop is not None
