@@ -43,6 +43,24 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def tree_rss(root: int) -> int:
+    """Resident set size in bytes of process `root` and its children: a multi-worker
+    broker's node process and its worker processes, counted as one broker as RabbitMQ
+    counts its one VM (/proc/ROOT/task/ROOT/children, then each one's statm; a process
+    that exits meanwhile counts 0). Raises OSError if `root` is unreadable."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open(f"/proc/{root}/task/{root}/children", "rb") as f:
+        pids = [root, *(int(p) for p in f.read().split())]
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
 @dataclass(frozen=True, slots=True)
 class Cgroup:
     """The memory cgroup of this process: `limit` in bytes, `usage_file` (memory.current or
@@ -113,10 +131,15 @@ class MemorySource:
     `total`: bytes the relative watermark is a fraction of: `override` if given
     (total_memory_available_override_value), else physical RAM, or the cgroup's limit when
     that is lower. `used()`: bytes in use now: the cgroup's usage when its limit is below
-    RAM (the OOM killer counts that), else this process's RSS. Source: vm_memory_monitor
+    RAM (the OOM killer counts that), else this process's RSS, or with `tree` (a worker of
+    a multi-worker broker: the node process's pid) the RSS of that process and all its
+    children, so that every worker judges the one broker's memory against the one
+    watermark and raises the alarm with the others (issue 47 item 4). Source: vm_memory_monitor
     `get_total_memory` / `get_process_memory` (rss strategy)."""
 
-    def __init__(self, override: int = 0, cgroup: Cgroup | None | bool = True) -> None:
+    def __init__(self, override: int = 0, cgroup: Cgroup | None | bool = True,
+                 tree: int | None = None) -> None:
+        self.tree = tree  # a worker process: the node process whose tree is the broker
         ram = physical_memory()
         group = find_cgroup() if cgroup is True else (cgroup or None)
         self.cgroup = group if group is not None and group.limit < ram else None  # in force
@@ -127,7 +150,7 @@ class MemorySource:
         """Bytes in use now (see class docstring). Raises OSError if /proc is unreadable."""
         if self.cgroup is not None:
             return self.cgroup.usage()
-        return rss()
+        return tree_rss(self.tree) if self.tree is not None else rss()
 
 
 def memory_limit(total: int, relative: float, absolute: int) -> int:

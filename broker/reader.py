@@ -446,6 +446,7 @@ class Reader(ConnectionClosing, asyncio.Protocol):
         self.heartbeat = hs.heartbeat
         self.capabilities = dict((hs.client_properties or {}).get("capabilities") or {})
         self.throttle.notify = bool(self.capabilities.get("connection.blocked"))
+        self.broker.connection_opened(self)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -31,6 +31,7 @@ from broker.config import BrokerConfig
 from broker.definitions import Definitions
 from broker.federation.supervisor import Federation
 from broker.loop_lag import LoopLagProbe
+from broker.memory_monitor import MemorySource
 from broker.msg_store.vhost import DISCARDED, VhostStores, remove_discarded
 from broker.reader import Reader
 from broker.shovel.supervisor import Shovels
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from broker.backing_queue.base import BackingQueue
     from broker.management.app import ManagementServer
     from broker.serving import ServingBroker
-    from broker.started import StartedBroker
+    from broker.started import ReportedConnection, StartedBroker
 
 log = logging.getLogger("broker.server")
 
@@ -74,6 +75,18 @@ class Broker:
         # ... and how its management API acts on a queue another worker owns (purge, get,
         # browse, delete): `await remote_queue_call(vhost, kind, payload)`
         self.remote_queue_call: Callable[[str, str, tuple], Awaitable[Any]] | None = None
+        # ... and the connections the other workers serve, as they last reported them
+        self.remote_connections: Callable[[], list[ReportedConnection]] | None = None
+        # ... and its workers' own figures (pid, memory, connections, queues), by index
+        self.worker_views: Callable[[], list[dict[str, Any]]] | None = None
+        # a worker process: the node process, whose tree's memory is the broker's
+        self.memory_tree: int | None = None
+        # shovels and federation links run here (a multi-worker broker: in worker 0 only,
+        # which serves the management API that sets their parameters)
+        self.runs_links = True
+        # told of each connection once it is open (connection.open-ok sent; a worker
+        # process tells worker 0's management API at once, as RabbitMQ's connection_created)
+        self.on_connection_opened: Callable[[Reader], None] | None = None
         # told of each connection that closes (a worker process tells the node's acceptor)
         self.on_connection_gone: Callable[[Reader], None] | None = None
         self.port: int = self.config.port  # bound port (after start)
@@ -153,7 +166,7 @@ class Broker:
         recovered = vhost.recover()
         log.info("vhost '%s': %d durable queues recovered (message store %s)", name,
                  recovered, "clean" if clean else "rebuilt by scan")
-        if self.federation is not None:
+        if self.federation is not None and self.runs_links:
             self.federation.watch(vhost)
         return vhost
 
@@ -215,9 +228,15 @@ class Broker:
         assert self.users is not None
         if not self.users.delete_user(name):
             return False
+        self.close_user_connections(name)
+        return True
+
+    def close_user_connections(self, name: str) -> None:
+        """connection.close 320 "CONNECTION_FORCED - user 'NAME' is deleted" to each of this
+        process's connections of user `name` (a worker process: when the user's deletion
+        reaches it), without waiting on them."""
         for conn in [c for c in self.connections if c.username == name]:
             conn.close(320, f"CONNECTION_FORCED - user '{name}' is deleted")
-        return True
 
     def _remove_off_loop(self, path: str) -> None:
         """Remove directory `path` on a worker thread (a deleted vhost's files can take
@@ -330,7 +349,8 @@ class Broker:
                 self.config.default_user, self.config.default_vhost, ".*", ".*", ".*")
         self._load_global_parameters()
         self.users = Users(self.definitions, self.vhosts.__contains__)
-        self.resources = ResourceMonitor(self.config, self.alarms)
+        self.resources = ResourceMonitor(self.config, self.alarms, MemorySource(
+            self.config.total_memory_available_override_value, tree=self.memory_tree))
         self.resources.start(self.loop)  # alarms before the first client can publish
         for vhost_def in self.definitions.list_vhosts():
             self.add_vhost(vhost_def.name)
@@ -362,8 +382,9 @@ class Broker:
             self.federation = Federation(serving)
             if cfg.load_definitions:
                 self._load_definitions(cfg.load_definitions)
-            self.shovels.start_all()
-            self.federation.start_all()
+            if self.runs_links:
+                self.shovels.start_all()
+                self.federation.start_all()
             if cfg.management_tcp_port or cfg.prometheus_tcp_port:
                 from broker.management.app import ManagementServer  # aiohttp only when used
 
@@ -506,6 +527,11 @@ class Broker:
         assert self.shovels is not None
         assert self.federation is not None
         return cast("_StartedBroker", self)  # mypy checks _StartedBroker against the protocol
+
+    def connection_opened(self, conn: Reader) -> None:
+        """`conn` sent connection.open-ok (a worker process's hook is told)."""
+        if self.on_connection_opened is not None:
+            self.on_connection_opened(conn)
 
     def connection_gone(self, conn: Reader) -> None:
         """A connection's socket closed (called by the reader)."""

@@ -78,4 +78,6 @@ class ServingBroker(Protocol[ConnT]):
 
     def server_properties(self) -> dict[str, Any]: ...
 
+    def connection_opened(self, conn: ConnT) -> None: ...  # connection.open-ok was sent
+
     def connection_gone(self, conn: ConnT) -> None: ...

@@ -130,9 +130,26 @@ def redirect(vhost: ShardedVHost, name: str, method_name: str, node: str, method
                                 f"Can't {action} sharded queue: <<\"{name}\">>", method)
     if method_name == "queue.declare":
         return shard_name(name, node, 0)
-    shards = [(q.consumer_count(), i, q.name) for i in range(spn_key[0])
-              if (q := vhost.queues.get(shard_name(name, node, i))) is not None]
-    if not shards:
+    return fewest_consumers(name, [(q.consumer_count(), q.name)
+                                   for q in shards(vhost, name, node) or ()], method)
+
+
+def shards(vhost: ShardedVHost, name: str, node: str) -> list[Any] | None:
+    """The shard queues that exist of exchange `name`, by number, when it is sharded (None
+    when it is not)."""
+    exchange = vhost.exchanges.get(name) if name else None
+    spn_key = settings(exchange.policy) if exchange is not None else None
+    if spn_key is None:
+        return None
+    return [q for i in range(spn_key[0])
+            if (q := vhost.queues.get(shard_name(name, node, i))) is not None]
+
+
+def fewest_consumers(name: str, counted: list[tuple[int, str]], method: Any) -> str:
+    """The shard basic.consume / basic.get on exchange `name` takes: of `counted`
+    [(consumer count, shard name)] by shard number, the one with the fewest consumers (ties:
+    the lowest number). 406 when no shard exists."""
+    if not counted:
         raise errors.amqp_error(errors.PreconditionFailed,
                                 f"Error finding sharded queue for: <<\"{name}\">>", method)
-    return min(shards)[2]
+    return min((n, i, q) for i, (n, q) in enumerate(counted))[2]

@@ -11,7 +11,8 @@ the server.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from broker.serving import ServingBroker
 
@@ -23,6 +24,32 @@ if TYPE_CHECKING:
     from broker.stats import MessageStats
     from broker.stream_protocol.reader import StreamListener
     from broker.vhost import VHost
+
+
+@runtime_checkable
+class ReportedChannel(Protocol):
+    """A channel of a connection that another worker process serves, as its worker last
+    reported it (broker/workers/reports.py): its GET /api/channels JSON without rates, and
+    its message counts (rates are computed from them here)."""
+
+    json: dict[str, Any]
+    message_stats: MessageStats
+
+
+@runtime_checkable
+class ReportedConnection(Protocol):
+    """An AMQP connection that another worker process serves, as its worker last reported
+    it (every collect_statistics_interval): its GET /api/connections JSON without rates,
+    its byte counters and its open channels. `close(code, text)` asks its worker to send
+    connection.close."""
+
+    json: dict[str, Any]  # "name", "user", "vhost" ... as shapes.connection makes them
+    recv_oct: int
+    send_oct: int
+    @property
+    def channels(self) -> Mapping[int, ReportedChannel]: ...  # number -> channel
+
+    def close(self, code: int, text: str) -> None: ...
 
 
 class StartedBroker(ServingBroker["Reader"], Protocol):
@@ -56,6 +83,14 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
     def deleted_vhosts_stats(self) -> MessageStats: ...  # counts of deleted vhosts
 
     def vhost_message_stats(self, vhost: VHost) -> MessageStats: ...  # closed + open channels
+
+    @property
+    def remote_connections(self) -> Callable[[], list[ReportedConnection]] | None:
+        """A multi-worker broker's worker 0: the connections the other workers serve."""
+
+    @property
+    def worker_views(self) -> Callable[[], list[dict[str, Any]]] | None:
+        """... and every worker's own figures (broker/workers/reports.py worker_view)."""
 
     def set_global_parameter(self, name: str, value: Any) -> None: ...
 

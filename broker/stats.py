@@ -46,6 +46,16 @@ class MessageStats:
         for name in FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    @classmethod
+    def from_dict(cls, counts: dict[str, int]) -> MessageStats:
+        """The counts `as_dict` gave (another worker process's, sent as plain data);
+        derived fields (`deliver_get`) are left out."""
+        out = cls()
+        for name in FIELDS:
+            if name in counts:
+                setattr(out, name, counts[name])
+        return out
+
     def as_dict(self, fields: tuple[str, ...] = FIELDS) -> dict[str, int]:
         """{field: count} of `fields` (all; QUEUE_FIELDS for a queue) with `deliver_get`
         added."""

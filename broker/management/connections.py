@@ -16,6 +16,8 @@ from broker.management.auth import ApiUser, current, require_vhost, visible_vhos
 from broker.management.context import broker, sampler
 from broker.management.http import list_reply, no_content, not_found, param, reply
 from broker.management.ranges import Ranges
+from broker.management.rates import with_details
+from broker.started import ReportedChannel, ReportedConnection
 
 if TYPE_CHECKING:
     from broker.reader import Reader
@@ -27,13 +29,27 @@ def _mine(user: ApiUser, conn: Reader) -> bool:
     return user.is_monitor or conn.username == user.name
 
 
+def _user(conn: Any) -> str:
+    return conn.json["user"] if isinstance(conn, ReportedConnection) else conn.username
+
+
+def _name(conn: Any) -> str:
+    return (conn.json["name"] if isinstance(conn, ReportedConnection)
+            else shapes.connection_name(conn))
+
+
 def connections_of(request: web.Request, vhost: str | None = None,
                    stream: bool = True) -> list[Any]:
-    """Open AMQP 0-9-1 connections the caller may see, then (with `stream`) stream ones."""
+    """Open AMQP 0-9-1 connections the caller may see (with a multi-worker broker's, those
+    the other workers serve: `ReportedConnection`s), then (with `stream`) stream ones."""
     b = broker(request)
     user = current(request)
     out: list[Any] = [c for c in b.connections if c.vhost is not None and _mine(user, c)
                       and (vhost is None or c.vhost.name == vhost)]
+    if b.remote_connections is not None:
+        out.extend(c for c in b.remote_connections()
+                   if (user.is_monitor or c.json["user"] == user.name)
+                   and (vhost is None or c.json["vhost"] == vhost))
     if stream:
         out.extend(streams.stream_connections(request, vhost))
     return out
@@ -47,7 +63,7 @@ def _is_stream(conn: Any) -> bool:
 def find_connection(request: web.Request) -> Any:
     name = param(request, "name")
     for conn in connections_of(request):
-        if shapes.connection_name(conn) == name:
+        if _name(conn) == name:
             return conn
     raise not_found()
 
@@ -57,6 +73,10 @@ def _conn_json(request: web.Request, conn: Any, ranges: Ranges, now_ms: int) -> 
     s = sampler(request)
     if _is_stream(conn):
         out = streams.as_connection(request, conn)
+    elif isinstance(conn, ReportedConnection):
+        out = {**conn.json, **with_details(s, ("connection", id(conn)),
+                                           {"recv_oct": conn.recv_oct,
+                                            "send_oct": conn.send_oct})}
     else:
         out = shapes.connection(broker(request), s, conn)
     if ranges.any():
@@ -67,7 +87,11 @@ def _conn_json(request: web.Request, conn: Any, ranges: Ranges, now_ms: int) -> 
 def _channel_json(request: web.Request, ch: Any, ranges: Ranges, now_ms: int) -> dict:
     """A channel's JSON; with a `msg_rates` range, message_stats samples."""
     s = sampler(request)
-    out = shapes.channel(broker(request), s, ch)
+    if isinstance(ch, ReportedChannel):
+        out = {**ch.json, "message_stats": shapes.message_stats(s, ("channel", id(ch)),
+                                                                ch.message_stats)}
+    else:
+        out = shapes.channel(broker(request), s, ch)
     if ranges.any():
         samples.channel(out, s, ("channel", id(ch)), ranges, now_ms)
     return out
@@ -120,7 +144,7 @@ def _of_user(request: web.Request) -> list[Any]:
     """The connections of `username` the caller may see (its own, or any for monitoring
     and administrator users), as rabbit_mgmt_wm_connection_user_name lists them."""
     username = param(request, "username")
-    return [c for c in connections_of(request) if c.username == username]
+    return [c for c in connections_of(request) if _user(c) == username]
 
 
 @routes.get("/api/connections/username/{username}")
@@ -140,9 +164,19 @@ async def close_user(request: web.Request) -> web.Response:
 
 def _channels(request: web.Request, conns: list[Any]) -> web.Response:
     ranges, now_ms = samples.from_request(request)
-    items = [_channel_json(request, ch, ranges, now_ms) for c in conns if not _is_stream(c)
-             for ch in c.channels.values() if ch.opened]
+    items = [_channel_json(request, ch, ranges, now_ms) for c in conns
+             for ch in _open_channels(c)]
     return list_reply(request, sorted(items, key=lambda i: i["name"]))
+
+
+def _open_channels(conn: Any) -> list[Any]:
+    """A connection's open channels (a reported connection's: as reported); none for a
+    stream connection."""
+    if _is_stream(conn):
+        return []
+    if isinstance(conn, ReportedConnection):
+        return list(conn.channels.values())
+    return [ch for ch in conn.channels.values() if ch.opened]
 
 
 @routes.get("/api/connections/{name}/channels")
@@ -166,8 +200,9 @@ async def vhost_channels(request: web.Request) -> web.Response:
 async def channel(request: web.Request) -> web.Response:
     name = param(request, "name")
     for conn in connections_of(request):
-        for ch in conn.channels.values():
-            if shapes.channel_name(ch) == name:
+        for ch in _open_channels(conn):
+            if (ch.json["name"] if isinstance(ch, ReportedChannel)
+                    else shapes.channel_name(ch)) == name:
                 ranges, now_ms = samples.from_request(request)
                 return reply(_channel_json(request, ch, ranges, now_ms))
     raise not_found()

@@ -3,7 +3,8 @@ and the accessors every API module uses."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -23,3 +24,14 @@ def broker(request: web.Request) -> StartedBroker:
 
 def sampler(request: web.Request) -> RateSampler:
     return request.app[SAMPLER]
+
+
+def queue_worker_call(request: web.Request, vhost: str, queue: Any
+                      ) -> Callable[[str, tuple], Awaitable[Any]] | None:
+    """For a queue another worker process owns (broker/workers/): `await call(kind,
+    payload)` asks that worker (purge, get_n, browse, delete; AMQP errors raised here as
+    the queue raises them); None for a queue of this process."""
+    hook = getattr(broker(request), "remote_queue_call", None)
+    if hook is None or getattr(queue, "worker", None) is None:
+        return None
+    return lambda kind, payload: hook(vhost, kind, payload)

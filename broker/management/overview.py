@@ -26,7 +26,7 @@ from broker.management.auth import (
     require_vhost,
     visible_vhosts,
 )
-from broker.management.context import broker, sampler
+from broker.management.context import broker, queue_worker_call, sampler
 from broker.management.http import conflict, no_content, not_found, param, reply
 from broker.management.rates import RateSampler, summed_details, with_details
 from broker.stats import MessageStats
@@ -136,7 +136,9 @@ async def overview(request: web.Request) -> web.Response:
 def node_json(b: StartedBroker, rates: RateSampler | None = None) -> dict:
     """The one node, as GET /api/nodes/{name} shows it (rabbit_mgmt_wm_node.erl; the
     Erlang figures as the module docstring says)."""
-    rss = _rss()
+    views = b.worker_views() if b.worker_views is not None else None
+    # several worker processes: the memory monitor's figure, their whole process tree's
+    rss = b.resources.used if views is not None else _rss()
     limit = getattr(b, "memory_limit", None)
     limit = limit() if callable(limit) else int(os.sysconf("SC_PAGE_SIZE")
                                                 * os.sysconf("SC_PHYS_PAGES")
@@ -164,6 +166,7 @@ def node_json(b: StartedBroker, rates: RateSampler | None = None) -> dict:
         "proc_total": PROC_TOTAL,
         "uptime": int((time.monotonic() - STARTED) * 1000),
         "processors": os.cpu_count() or 1, "run_queue": 0, "rates_mode": "basic",
+        **({"workers": views} if views is not None else {}),
         "partitions": [], "applications": [], "exchange_types": [
             {"name": n, "description": d, "enabled": True} for n, d in EXCHANGE_TYPES],
         # the node's churn counters, as the overview's churn_rates (rabbit_mgmt_format)
@@ -267,7 +270,13 @@ async def aliveness(request: web.Request) -> web.Response:
     from broker.queue_process import PUBLISH
 
     q.cast((PUBLISH, None, Message("", "aliveness-test", Properties(), b"test_message"), None))
-    got = q.call(q.basic_get, None, True)
-    if got is None or got[0].message.body != b"test_message":
+    remote = queue_worker_call(request, name, q)
+    if remote is not None:  # placed in another worker process: that worker gets it
+        rows = await remote("get_n", (q.name, 1, "ack_requeue_false"))
+        body = rows[0][0].body if rows else None
+    else:
+        got = q.call(q.basic_get, None, True)
+        body = got[0].message.body if got is not None else None
+    if body != b"test_message":
         return reply({"status": "failed", "reason": "message not received"}, status=503)
     return reply({"status": "ok"})

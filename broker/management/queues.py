@@ -14,7 +14,7 @@ from aiohttp import web
 from broker.management import samples, shapes
 from broker.management.auth import current, require_admin, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool, parse_int
-from broker.management.context import broker, sampler
+from broker.management.context import broker, queue_worker_call, sampler
 from broker.management.http import (
     amqp_errors,
     bad_request,
@@ -29,7 +29,8 @@ from broker.management.http import (
 from broker.management.messages import message_json
 from broker.management.ranges import NO_RANGES, Ranges
 from broker.policies import merged_definition
-from broker.queue_process import ACK, DISCARD, PUBLISH, REQUEUE
+from broker.queue_move import move_ready
+from broker.queue_process import ACK, DISCARD, REQUEUE
 
 if TYPE_CHECKING:
     from broker.queue_process import QueueProcess
@@ -158,13 +159,7 @@ async def delete_queue(request: web.Request) -> web.Response:
 
 
 def _remote(request: web.Request, q: Any) -> Any:
-    """For a queue another worker process owns (broker/workers/): `await call(kind,
-    payload)` asks that worker (AMQP errors raised as here); else None."""
-    hook = getattr(broker(request), "remote_queue_call", None)
-    if hook is None or getattr(q, "worker", None) is None:
-        return None
-    vhost = param(request, "vhost")
-    return lambda kind, payload: hook(vhost, kind, payload)
+    return queue_worker_call(request, param(request, "vhost"), q)
 
 
 @routes.post("/api/queues/{vhost}/{name}/actions")
@@ -302,14 +297,10 @@ async def move(request: web.Request) -> web.Response:
     if dest is None or dest is q:
         raise bad_request(f"no other queue '{dest_name}' in vhost '{q.vhost.name}'")
     count = data.get("count")
-    limit = q.bq.len() if count is None else max(0, int(count))
-    moved = 0
-    while moved < limit:
-        got = q.call(q.basic_get, None, False)
-        if got is None:
-            break
-        fetched = got[0]
-        dest.call(dest.handle, (PUBLISH, None, fetched.message, None))
-        q.call(q.handle, (ACK, None, [(fetched.ack_tag, None)]))
-        moved += 1
+    limit = None if count is None else int(count)
+    remote = _remote(request, q)
+    if remote is not None:  # the source's worker moves them
+        moved = await remote("move", (q.name, dest_name, limit))
+    else:
+        moved = move_ready(q, dest, limit)
     return reply({"moved": moved})

@@ -69,6 +69,10 @@ def collect(broker: StartedBroker) -> dict:
         for ch in conn.channels.values():
             ckey = ("channel", id(ch))
             out[ckey] = ch.message_stats.as_dict()
+    for rc in broker.remote_connections() if broker.remote_connections is not None else ():
+        out[("connection", id(rc))] = {"recv_oct": rc.recv_oct, "send_oct": rc.send_oct}
+        for rch in rc.channels.values():
+            out[("channel", id(rch))] = rch.message_stats.as_dict()
     out[("overview",)] = {**total.as_dict(), **lengths}
     out[("churn",)] = shapes.churn_counts(broker)
     return out

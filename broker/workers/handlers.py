@@ -195,6 +195,45 @@ def install(runtime: ChannelRuntime, handlers: Handlers) -> None:
                              else ch.send_method(Q.DeleteOk(count))))
     table[Q.Delete] = queue_delete
 
+    def on_shard(handler: Callable[[ChannelProcess, Any], None]
+                 ) -> Callable[[ChannelProcess, Any], None]:
+        """basic.consume / basic.get on a sharded exchange's name whose shards live in
+        other workers too: ask each shard's worker for its consumer count (the counts a
+        proxy holds are reports, not now), take the shard with the fewest
+        (sharding.fewest_consumers), then run `handler` on it."""
+        def shard_first(ch: ChannelProcess, cmd: Command) -> None:
+            m = cmd.method
+            queues = sharding.shards(ch.vhost, m.queue, ch.conn.broker.node_name())
+            if not queues or all(runtime.queue_worker(q) == runtime.index for q in queues):
+                handler(ch, cmd)
+                return
+            counted: list[tuple[int, str] | None] = [None] * len(queues)
+            left = [len(queues)]
+
+            def chosen(name: str) -> None:
+                m.queue = name
+                handler(ch, cmd)
+            done = _wait(ch, m, chosen)
+
+            def counts(i: int) -> OnReply:
+                def on_reply(ok: bool, value: Any) -> None:
+                    if ok:
+                        counted[i] = (value[1], queues[i].name)
+                    left[0] -= 1
+                    if left[0] == 0:
+                        try:
+                            name = sharding.fewest_consumers(
+                                m.queue, [c for c in counted if c is not None], m)
+                        except errors.AMQPError as exc:
+                            done(False, exc)
+                            return
+                        done(True, name)
+                return on_reply
+            for i, q in enumerate(queues):
+                runtime.ask_queue(runtime.queue_worker(q), "counts", (ch.vhost.name, q.name),
+                                  counts(i))
+        return shard_first
+
     def consume(ch: ChannelProcess, cmd: Command) -> None:
         m = cmd.method
         prepared = prepare_consume(ch, m)
@@ -221,7 +260,7 @@ def install(runtime: ChannelRuntime, handlers: Handlers) -> None:
                 ch.consumers.pop(consumer.tag, None)
             wait(ok, value)
         runtime.ask_queue(worker, "consume", payload, on_reply)
-    table[B.Consume] = consume
+    table[B.Consume] = on_shard(consume)
 
     def get(ch: ChannelProcess, cmd: Command) -> None:
         m = cmd.method
@@ -241,7 +280,7 @@ def install(runtime: ChannelRuntime, handlers: Handlers) -> None:
             get_ok(ch, m.no_ack, queue, message, redelivered, ack_tag, left)
         runtime.ask_queue(worker, "get", (ch.vhost.name, name, runtime.channel_ref(ch),
                                           m.no_ack), _wait(ch, m, on_value))
-    table[B.Get] = get
+    table[B.Get] = on_shard(get)
 
     original = dict(handlers.methods)
     handlers.methods.update(table)  # type: ignore[attr-defined]  # a dict: patched in place

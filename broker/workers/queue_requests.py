@@ -1,6 +1,6 @@
 """What a queue's worker answers to requests about one of its queues from another worker
 process or its own management API (issue 47, docs/multicore.md): consume, get, counts,
-purge, the delete checks, and the management API's get and browse.
+purge, the delete checks, and the management API's get, browse, move and figures.
 
 Owns: `answer`, run by the worker runtime on the queue's own worker, through the queue's
 façade as a channel's handler would. Talks to: broker/workers/runtime.py. Must never: send
@@ -15,9 +15,10 @@ from typing import Any
 
 from broker import errors
 from broker.consumers import Consumer
+from broker.queue_move import move_ready
 from broker.queue_process import ACK, DISCARD, REQUEUE
 from broker.workers.refs import ChannelRef
-from broker.workers.remote import RemoteChannel
+from broker.workers.remote import RemoteChannel, queue_figures
 
 SETTLE = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
           "ack_requeue_false": ACK, "reject_requeue_false": DISCARD}  # management ack modes
@@ -67,10 +68,16 @@ def answer(kind: str, queue: Any, payload: tuple,
             if fetched.ack_tag is not None:
                 entries.append((fetched.ack_tag, None))
         if entries:
-            settle = {"ack_requeue_true": REQUEUE, "reject_requeue_true": REQUEUE,
-                      "ack_requeue_false": ACK, "reject_requeue_false": DISCARD}[ackmode]
-            queue.call(queue.handle, (settle, None, entries))
+            queue.call(queue.handle, (SETTLE[ackmode], None, entries))
         return rows
+    if kind == "figures":  # after the management API changed it: what it shows now
+        return queue_figures(queue, None)
+    if kind == "move":  # the management API's move, from a queue of ours
+        _, _, dest_name, limit = payload
+        dest = queue.vhost.queues.get(dest_name)
+        if dest is None:
+            raise errors.amqp_error(errors.NotFound, f"no queue '{dest_name}'")
+        return move_ready(queue, dest, limit)
     if kind == "browse":
         _, _, offset, count = payload
         return queue.call(queue.browse, offset, count)

@@ -53,6 +53,8 @@ class WorkerPort(Protocol):
 
     def channel_ref(self, channel: ChannelFacade | None) -> ChannelRef | None: ...
 
+    def queue_deleted(self, queue: RemoteQueue) -> None: ...  # tell our consumers of it
+
 
 class RemoteQueue:
     """Queue `name` of vhost `vhost_name`, owned by worker `worker`. The declare-time
@@ -83,9 +85,32 @@ class RemoteQueue:
             "bq_stats": {}, "ready_bytes": 0})
         self.consumers = ReportedConsumers()
         self.head_age: float | None = None
+        self.wanted = False  # a federated queue: it wants messages, as its worker last said
+        self._federation_watch: Any = None
 
     def __repr__(self) -> str:
         return f"RemoteQueue({self.vhost_name!r}, {self.name!r}, worker={self.worker})"
+
+    # -- federation (worker 0's supervisor runs every link) ------------------------------------
+    @property
+    def federation_watch(self) -> Any:
+        return self._federation_watch
+
+    @federation_watch.setter
+    def federation_watch(self, watch: Any) -> None:
+        """A federated queue's link watches it: its worker is asked to tell whether it wants
+        messages (QueueProcess.wants_messages) each time that changes ("wants" records,
+        `wants_changed`), or to stop telling."""
+        self._federation_watch = watch
+        self.port.send(self.worker, ("fedwatch", self.vhost_name, self.name, watch is not None))
+
+    def wants_messages(self) -> bool:
+        return self.wanted
+
+    def wants_changed(self, wanted: bool) -> None:
+        self.wanted = wanted
+        if self._federation_watch is not None:
+            self._federation_watch(self)
 
     # -- QueueFacade --------------------------------------------------------------------------
     def cast(self, msg: tuple) -> None:
@@ -139,8 +164,13 @@ class RemoteQueue:
         self.port.send(self.worker, ("q", self.vhost_name, self.name, TOUCH, None, None))
 
     def terminate(self, delete: bool) -> int:
-        """The queue's deletion reached this worker: the owner deletes the process itself."""
+        """The queue's deletion reached this worker: the owner deletes the process itself;
+        this worker's consumers of it are told now (basic.cancel to those that asked),
+        before anything that follows the deletion here, such as the close of their vhost's
+        connections (the owner's own cancel, coming later, finds them gone)."""
         self.deleted = True
+        if delete:
+            self.port.queue_deleted(self)
         return 0
 
     def apply_policy(self, policy: Any, operator: Any = None) -> None:
@@ -158,11 +188,7 @@ class RemoteQueue:
         the queue (its lengths, backing queue figures, consumers and counters)."""
         self.bq = ReportedBackingQueue(figures)
         self.consumers = ReportedConsumers(figures["consumers"], figures["single_active"])
-        stats = MessageStats()
-        for key, value in figures["message_stats"].items():
-            if key in MessageStats.__slots__:
-                setattr(stats, key, value)
-        self.message_stats = stats
+        self.message_stats = MessageStats.from_dict(figures["message_stats"])
         self.head_age = figures["head_age"]
 
 
@@ -185,8 +211,7 @@ def queue_figures(queue: Any, head_age: float | None) -> dict[str, Any]:
         "consumers": [(c.tag, c.exclusive, c.no_ack, c.prefetch, c.arguments,
                        c is active, c.channel.number, getattr(c.channel.conn, "peer", None),
                        getattr(c.channel.conn, "username", "")) for c in consumers],
-        "message_stats": {k: getattr(queue.message_stats, k)
-                          for k in MessageStats.__slots__},
+        "message_stats": queue.message_stats.as_dict(),
         "head_age": head_age,
     }
 

@@ -32,9 +32,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from broker import errors
+from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
+from broker.management.rates import RateSampler
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
 from broker.stats import MessageStats
@@ -43,11 +44,13 @@ from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.mesh import Answer, Mesh
 from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
 from broker.workers.remote import RemoteChannel, RemoteQueue
+from broker.workers.reports import ReportedConn
 from broker.workers.vhost import WorkerVHost, apply
 
 if TYPE_CHECKING:
     from broker.reader import Reader
     from broker.server import Broker
+    from broker.started import ReportedConnection
 
 log = logging.getLogger("broker.workers")
 
@@ -84,6 +87,7 @@ class WorkerRuntime:
         self.replaying = False  # applying the owner's records now
         # (vhost, queue) -> the worker that owns its process
         self.placed: dict[tuple[str, str], int] = {}
+        self._fresh: dict[tuple[str, str], int] = {}  # the owner: placed since the last change
         # (vhost, queue) -> the proxy channels of this worker hold (confirms, deliveries
         # and credit come back naming the queue)
         self.proxies: dict[tuple[str, str], RemoteQueue] = {}
@@ -104,6 +108,9 @@ class WorkerRuntime:
         self._placement_file: str | None = None  # the owner's record of durable placements
         self._report_timer: Any = None  # the next report to the owner
         self._early_records: list[tuple[int, tuple]] = []  # queue records before we were up
+        # the owner: the other workers' connections, as last reported ((worker, serial) ->)
+        self.reported_conns: dict[tuple[int, int], ReportedConn] = {}
+        self.worker_views: dict[int, dict[str, Any]] = {}  # ... and their own figures
         self._register()
 
     @property
@@ -119,9 +126,15 @@ class WorkerRuntime:
         m.on("chg_ok", self._on_change_applied)
         m.on("fwd", self._on_forwarded)
         m.on("report", self._on_report)
+        m.on("close_conn", self._on_close_conn)
+        m.on("conn_gone", self._on_conn_gone)
+        m.on("conn_up", self._on_conn_up)
+        m.on("fedwatch", self._on_federation_watch)
+        m.on("wants", self._on_wants)
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
-        for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse"):
+        for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
+                     "move", "figures"):
             m.on_request(kind, self._queue_request(kind))
         m.on("reply", self._on_reply)
         REPLY_REGISTRY.worker = self.index
@@ -149,8 +162,46 @@ class WorkerRuntime:
 
     def connection_gone(self, reader: Reader) -> None:
         s = self._serials.pop(reader, None)
-        if s is not None and s not in self._closing:
+        if s is None:
+            return
+        if s not in self._closing:
             self._readers.pop(s, None)
+        if not self.is_owner:  # the management API stops listing it now, not next report
+            self.mesh.send(OWNER, ("conn_gone", s))
+
+    def connection_opened(self, reader: Reader) -> None:
+        """One of our connections is open: worker 0's management API lists it now (the
+        periodic report keeps it up to date)."""
+        if not self.is_owner and self.broker is not None:
+            self.mesh.send(OWNER, ("conn_up", reports.connection_row(
+                self.broker.started(), RateSampler(), reader, self.serial(reader))))
+
+    def _on_conn_up(self, peer: int, record: tuple) -> None:
+        row = record[1]
+        conn = self.reported_conns.get((peer, row[0])) or ReportedConn(peer, row[0],
+                                                                      self.mesh.send)
+        conn.update(row)
+        self.reported_conns[(peer, row[0])] = conn
+
+    def _on_close_conn(self, peer: int, record: tuple) -> None:
+        """The management API (worker 0) closes one of our connections."""
+        _, serial, code, text = record
+        reader = self._readers.get(serial)
+        if reader is not None and reader in self._serials:
+            reader.close(code, text)
+
+    def _on_conn_gone(self, peer: int, record: tuple) -> None:
+        self.reported_conns.pop((peer, record[1]), None)
+
+    def _remote_connections(self) -> list[ReportedConnection]:
+        return list(self.reported_conns.values())
+
+    def _worker_views(self) -> list[dict[str, Any]]:
+        """Every live worker's view (reports.worker_view), ours now, the others' as last
+        reported, by index."""
+        assert self.broker is not None
+        return [reports.worker_view(self.broker, self.index),
+                *(self.worker_views[i] for i in sorted(self.worker_views))]
 
     def owner_ref(self, owner: Any) -> ConnRef | None:
         if owner is None or isinstance(owner, ConnRef):
@@ -211,6 +262,7 @@ class WorkerRuntime:
                     counts[w] += 1
             worker = min(counts, key=lambda w: (counts[w], w != origin, w))
         self.placed[key] = worker
+        self._fresh[key] = worker
         return worker
 
     _origin: int | None = None  # the worker whose request the owner executes now
@@ -221,21 +273,57 @@ class WorkerRuntime:
         self.proxies[(vhost, name)] = proxy
         return proxy
 
+    def _on_federation_watch(self, peer: int, record: tuple) -> None:
+        """Worker 0's federation link watches (or stops watching) a queue of ours: tell it
+        whether the queue wants messages now and at each change."""
+        _, vhost, name, on = record
+        v = self._vhost(vhost)
+        queue = v.queues.get(name) if v is not None else None
+        if queue is None or isinstance(queue, RemoteQueue):
+            return
+        if not on:
+            queue.federation_watch = None
+            return
+        told = [queue.wants_messages()]
+
+        def watch(q: Any) -> None:
+            wanted = q.wants_messages()
+            if wanted != told[0]:
+                told[0] = wanted
+                self.mesh.send(peer, ("wants", vhost, name, wanted))
+        queue.federation_watch = watch
+        self.mesh.send(peer, ("wants", vhost, name, told[0]))
+
+    def _on_wants(self, peer: int, record: tuple) -> None:
+        proxy = self.proxies.get((record[1], record[2]))
+        if proxy is not None and proxy.worker == peer:
+            proxy.wants_changed(record[3])
+
+    def queue_deleted(self, queue: RemoteQueue) -> None:
+        for reader in list(self._serials):
+            for ch in list(reader.channels.values()):
+                for tag, consumed in list(ch.consumers.items()):
+                    if consumed is queue:
+                        ch.consumer_cancelled(queue, tag)
+
     def queue_worker(self, queue: Any) -> int:
         return queue.worker if isinstance(queue, RemoteQueue) else self.index
 
     # -- definition changes: the owner's side ------------------------------------------------
     def changed(self, op: tuple) -> None:
-        """A top-level change was made on the owner's tables: stamp and send it."""
+        """A top-level change was made on the owner's tables: stamp and send it, with the
+        placements chosen while it was made (a policy's or an exchange's shards, declared
+        inside the call: the replicas take the owner's choice instead of choosing)."""
         assert self.log is not None
+        fresh, self._fresh = self._fresh, {}
         if op[0] == "qdel":
             self.placed.pop((op[1], op[2]), None)
             self._save_placement()
-        elif op[0] == "qdecl" and op[3] and not op[4]:  # durable, not exclusive
+        elif fresh:
             self._save_placement()
         seq = self.log.propose(0)
         for worker in self.log.live:
-            self.mesh.send(worker, ("chg", seq, op))
+            self.mesh.send(worker, ("chg", seq, (op, fresh)))
         self._complete(self.log.completed())
 
     async def api_changed(self) -> None:
@@ -245,7 +333,8 @@ class WorkerRuntime:
         every other worker's copy; return once every worker has it."""
         assert self.broker is not None and self.broker.definitions is not None
         assert self.broker.loop is not None
-        self.changed(("defs", "", self.broker.definitions.snapshot()))
+        self.changed(("defs", "", self.broker.definitions.snapshot(),
+                      sorted(self.broker.trace_vhosts)))
         done: asyncio.Future[None] = self.broker.loop.create_future()
 
         def applied() -> None:
@@ -254,11 +343,21 @@ class WorkerRuntime:
         self._when_applied(applied)
         await done
 
-    def _sync_definitions(self, data: bytes) -> None:
+    def _sync_definitions(self, data: bytes, traced: list[str]) -> None:
         """A replica: take the owner's whole definitions database (`api_changed`), then
-        create and delete vhosts to match it and drop cached permission checks."""
+        create and delete vhosts to match it, drop cached permission checks, close the
+        connections of users that are gone (Broker.delete_user's close) and turn the
+        firehose on and off as the owner has it (`traced`: broker.trace_vhosts)."""
         assert self.broker is not None and self.broker.definitions is not None
+        users_before = {u.name for u in self.broker.definitions.list_users()}
         self.broker.definitions.replace_with(data)
+        gone = users_before - {u.name for u in self.broker.definitions.list_users()}
+        for name in sorted(gone):
+            self.broker.close_user_connections(name)
+        for name in sorted(set(traced) - self.broker.trace_vhosts):
+            trace.start(self.broker, name)
+        for name in sorted(self.broker.trace_vhosts - set(traced)):
+            trace.stop(self.broker, name)
         names = {v.name for v in self.broker.definitions.list_vhosts()}
         for name in sorted(names - set(self.broker.vhosts)):
             self.broker.add_vhost(name)
@@ -415,16 +514,16 @@ class WorkerRuntime:
             self._replay(ready)
         self.mesh.send(OWNER, ("chg_ok", self.applier.applied))
 
-    def _replay(self, op: tuple) -> None:
+    def _replay(self, change: tuple) -> None:
+        op, fresh = change
+        self.placed.update(fresh)
         if op[0] == "defs":
-            self._sync_definitions(op[2])
+            self._sync_definitions(op[2], op[3])
             return
         v = self._vhost(op[1])
         if v is None:
             log.warning("change %r for an unknown vhost", op[0])
             return
-        if op[0] == "qdecl":
-            self.placed[(op[1], op[2])] = op[8]
         self.replaying = True
         try:
             apply(v, op, self.resolve)
@@ -489,6 +588,8 @@ class WorkerRuntime:
         if self.is_owner and self.broker is not None:
             self.broker.on_api_change = self.api_changed
             self.broker.remote_queue_call = self.remote_queue_call
+            self.broker.remote_connections = self._remote_connections
+            self.broker.worker_views = self._worker_views
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)
@@ -541,6 +642,13 @@ class WorkerRuntime:
         _, ref, op, vhost, qname, payload = record
         ch = self._local_channel(ref)
         proxy = self.proxies.get((vhost, qname))
+        if op == remote.CANCELLED and ch is not None and proxy is None:
+            # the queue's vhost was deleted here first (its deletion's definitions record
+            # overtook the queue's cancel): the consumer is still told, as in one process
+            queue = ch.consumers.get(payload)
+            if queue is not None:
+                ch.consumer_cancelled(queue, payload)
+            return
         if ch is None or proxy is None:
             if op == remote.DELIVER and payload[3] is not None:
                 # the channel closed while this delivery travelled: back to the queue
@@ -587,33 +695,50 @@ class WorkerRuntime:
 
     async def remote_queue_call(self, vhost: str, kind: str, payload: tuple) -> Any:
         """The management API (worker 0) on a queue of another worker: purge, get_n,
-        browse (asked of the queue's worker), delete (a definition change, its checks
-        made by the queue's worker). AMQP errors are raised here."""
+        move, browse (asked of the queue's worker), delete (a definition change, its checks
+        made by the queue's worker). After a purge, get or move the queue's figures are
+        asked for too, so the API shows what it changed at once (not at the next report).
+        AMQP errors are raised here."""
         assert self.broker is not None and self.broker.loop is not None
-        done: asyncio.Future[Any] = self.broker.loop.create_future()
+        loop = self.broker.loop
 
-        def on_reply(ok: bool, value: Any) -> None:
-            if not done.done():
-                if ok:
-                    done.set_result(value)
-                else:
-                    done.set_exception(value)
+        def ask(send: Callable[[OnReply], None]) -> asyncio.Future[Any]:
+            done: asyncio.Future[Any] = loop.create_future()
+
+            def on_reply(ok: bool, value: Any) -> None:
+                if not done.done():
+                    if ok:
+                        done.set_result(value)
+                    else:
+                        done.set_exception(value)
+            send(on_reply)
+            return done
         if kind == "delete":
             name, if_unused, if_empty = payload
-            self.submit("qdel", (vhost, name, if_unused, if_empty, None, None), on_reply)
-        else:
-            queue = self._vhost_or_404(vhost, None).queues.get(payload[0])
-            if queue is None:
-                raise errors.amqp_error(errors.NotFound,
-                                        f"no queue '{payload[0]}' in vhost '{vhost}'")
-            self.ask_queue(self.queue_worker(queue), kind, (vhost, *payload), on_reply)
-        return await done
+            return await ask(lambda on_reply: self.submit(
+                "qdel", (vhost, name, if_unused, if_empty, None, None), on_reply))
+        queue = self._vhost_or_404(vhost, None).queues.get(payload[0])
+        if not isinstance(queue, RemoteQueue):
+            raise errors.amqp_error(errors.NotFound,
+                                    f"no queue '{payload[0]}' in vhost '{vhost}'")
+        value = await ask(lambda on_reply: self.ask_queue(queue.worker, kind,
+                                                          (vhost, *payload), on_reply))
+        if kind in ("purge", "get_n", "move"):
+            queue.report(await ask(lambda on_reply: self.ask_queue(
+                queue.worker, "figures", (vhost, payload[0]), on_reply)))
+        return value
 
     def _on_report(self, peer: int, record: tuple) -> None:
         """A worker's figures for the management API (the owner serves it): its queues'
         (onto their proxies) and its channels' message counts per vhost (whose totals
         never fall: a worker folds closed channels into them first)."""
-        _, queues, vhost_stats, objects = record
+        _, queues, vhost_stats, objects, conns, view = record
+        self.worker_views[peer] = view
+        listed = {(peer, row[0]) for row in conns}
+        for key in [k for k in self.reported_conns if k[0] == peer and k not in listed]:
+            del self.reported_conns[key]
+        for row in conns:
+            self._on_conn_up(peer, ("conn_up", row))
         for vhost, counts in objects.items():
             v = self._vhost(vhost)
             if v is not None:
@@ -625,18 +750,17 @@ class WorkerRuntime:
         for vhost, fields in vhost_stats.items():
             v = self._vhost(vhost)
             if v is not None:
-                stats = MessageStats()
-                for key, value in fields.items():
-                    setattr(stats, key, value)
-                v.remote_stats[peer] = stats
+                v.remote_stats[peer] = MessageStats.from_dict(fields)
 
     def _send_report(self) -> None:
         """Every collect_statistics_interval: our figures to the owner (not the owner)."""
         assert self.broker is not None
-        self.mesh.send(OWNER, ("report", *reports.build(self.broker)))
+        self.mesh.send(OWNER, ("report", *reports.build(self.broker, self.serial, self.index)))
 
     def _report_loop(self) -> None:
         assert self.broker is not None and self.broker.loop is not None
+        if self.broker.definitions is None:  # stopping: its tables are being closed
+            return
         try:
             self._send_report()
         finally:
@@ -682,6 +806,9 @@ class WorkerRuntime:
         forget_worker(peer)
         if self.log is None:
             return
+        for key in [k for k in self.reported_conns if k[0] == peer]:
+            del self.reported_conns[key]
+        self.worker_views.pop(peer, None)
         self._complete(self.log.worker_gone(peer))
         assert self.broker is not None
         for v in list(self.broker.vhosts.values()):

@@ -47,10 +47,11 @@ def worker_data_dir(config: BrokerConfig, index: int) -> str:
 def worker_config(config: BrokerConfig, index: int, port: int) -> BrokerConfig:
     """The node's configuration as worker `index` runs it: its own data directory, the port
     the node accepts on (for server properties and the management API's listeners), and
-    the management and Prometheus servers in worker 0 only."""
+    the management and Prometheus servers, and loading a definitions file, in worker 0
+    only."""
     changes: dict = {"data_dir": worker_data_dir(config, index), "port": port, "workers": 1}
-    if index != 0:
-        changes.update(management_tcp_port=0, prometheus_tcp_port=0)
+    if index != 0:  # definitions to load reach the others through worker 0's snapshot
+        changes.update(management_tcp_port=0, prometheus_tcp_port=0, load_definitions="")
     return dataclasses.replace(config, **changes)
 
 

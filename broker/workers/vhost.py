@@ -17,7 +17,9 @@ Operation records (replayed by `apply`, in every worker but the owner):
 ("xdel", vhost, name), ("bind" | "unbind", vhost, kind, destination, source, routing_key,
 arguments), ("qdecl", vhost, name, durable, exclusive, auto_delete, arguments, owner ref,
 worker), ("qdel", vhost, name), ("closed", vhost, owner ref), ("policy", vhost, name,
-pattern, definition, priority, apply_to), ("unpolicy", vhost, name).
+pattern, definition, priority, apply_to), ("unpolicy", vhost, name), and the same two for
+operator policies ("opolicy", "unopolicy"). The runtime sends each with the placements the
+owner chose while making it (a sharding policy declares its shards inside the call).
 """
 
 from __future__ import annotations
@@ -72,13 +74,16 @@ class WorkerVHost(VHost):
         return self.runtime.started
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._depth = 0  # nesting of the wrapped calls: only the outermost is told
         # the owner: other workers' channels' message counts here, as last reported
         # (worker -> MessageStats; broker/management/shapes.py vhost_stats adds them)
         self.remote_stats: dict[int, Any] = {}
         # ... and their (connections, channels) open here, as last reported
         self.remote_objects: dict[int, tuple[int, int]] = {}
+        # nesting of the wrapped calls: only the outermost is told; what the constructor
+        # declares (the default exchanges) every worker's add_vhost declares alike
+        self._depth = 1
         super().__init__(*args, **kwargs)
+        self._depth = 0
 
     # -- where queues live -------------------------------------------------------------------
     def _new_queue(self, name: str, queue_type: str, durable: bool, auto_delete: bool,
@@ -181,6 +186,17 @@ class WorkerVHost(VHost):
         return self._tell(lambda: super(WorkerVHost, self).clear_policy(name),
                           lambda found: ("unpolicy", self.name, name) if found else None)
 
+    def set_operator_policy(self, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> Any:
+        return self._tell(
+            lambda: super(WorkerVHost, self).set_operator_policy(name, pattern, definition,
+                                                                 priority, apply_to),
+            lambda _: ("opolicy", self.name, name, pattern, definition, priority, apply_to))
+
+    def clear_operator_policy(self, name: str) -> bool:
+        return self._tell(lambda: super(WorkerVHost, self).clear_operator_policy(name),
+                          lambda found: ("unopolicy", self.name, name) if found else None)
+
 
 def bind(runtime: VHostRuntime) -> type[WorkerVHost]:
     """A WorkerVHost subclass whose vhosts talk to `runtime` (Broker.vhost_class)."""
@@ -220,5 +236,10 @@ def apply(vhost: VHost, op: tuple, resolve: Callable[[Any], Any]) -> None:
         vhost.set_policy(name, pattern, definition, priority, apply_to)
     elif kind == "unpolicy":
         vhost.clear_policy(op[2])
+    elif kind == "opolicy":
+        _, _, name, pattern, definition, priority, apply_to = op
+        vhost.set_operator_policy(name, pattern, definition, priority, apply_to)
+    elif kind == "unopolicy":
+        vhost.clear_operator_policy(op[2])
     else:
         raise ValueError(f"unknown operation record {kind!r}")

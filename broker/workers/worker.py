@@ -49,6 +49,8 @@ async def serve(spec: WorkerSpec) -> None:
     broker = Broker(spec.config)
     runtime.broker = broker
     broker.vhost_class = runtime.vhost_class()
+    broker.runs_links = spec.is_metadata_owner  # shovels and federation: worker 0's
+    broker.memory_tree = os.getppid()  # one memory figure for the node and every worker
     install(runtime, HANDLERS)
     if spec.is_metadata_owner:
         runtime.load_placement(spec.config.data_dir)
@@ -81,6 +83,7 @@ async def serve(spec: WorkerSpec) -> None:
             receiver.closed(listener)
 
     broker.on_connection_gone = gone
+    broker.on_connection_opened = runtime.connection_opened
     mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
     def new_link(peer: int, sock: socket.socket) -> None:
         """A restarted worker's new link: records flow to and from it again."""

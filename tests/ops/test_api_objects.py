@@ -11,7 +11,7 @@ import uuid
 import pika
 import pytest
 
-from tests.ops.conftest import EXTERNAL
+from tests.ops.conftest import RABBITMQ
 from tests.polling import wait_for
 
 
@@ -168,7 +168,7 @@ def test_get_rejects_a_bad_ackmode(api, amqp):
     r = api.post(f"/api/queues/{V}/{q}/get", json={"count": 1, "ackmode": "nope",
                                                    "encoding": "auto"})
     # RabbitMQ 3.10.8 answers 500 (its handler crashes); this broker says why, with 400
-    assert r.status_code == (500 if EXTERNAL else 400)
+    assert r.status_code == (500 if RABBITMQ else 400)
     api.delete(f"/api/queues/{V}/{q}")
 
 

@@ -12,7 +12,7 @@ import uuid
 import pika
 import pytest
 
-from tests.ops.conftest import EXTERNAL
+from tests.ops.conftest import RABBITMQ
 
 JSON = {"content-type": "application/json"}
 
@@ -246,7 +246,7 @@ def test_user_limits(api, user, manager):
 
 def test_deleting_a_limit_of_a_missing_vhost_or_user(api):
     # RabbitMQ 3.10.8 answers 500 (its clear_limit fails on the missing object); 404 here
-    status = 500 if EXTERNAL else 404
+    status = 500 if RABBITMQ else 404
     assert api.delete("/api/vhost-limits/no-such-vhost-x/max-queues").status_code == status
     assert api.delete("/api/user-limits/no-such-user-x/max-channels").status_code == status
 
@@ -315,7 +315,7 @@ def test_queue_sync_actions(api, manager):
         api.delete(f"/api/queues/%2F/{q}")
     # RabbitMQ 3.10.8 answers 500 for a missing queue (rabbit_amqqueue:with fails); 404 here
     missing = api.post("/api/queues/%2F/no-such-queue-x/actions", json={"action": "sync"})
-    assert missing.status_code == (500 if EXTERNAL else 404)
+    assert missing.status_code == (500 if RABBITMQ else 404)
 
 
 def test_node_process_and_socket_figures(api):

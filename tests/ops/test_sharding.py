@@ -15,7 +15,7 @@ import pytest
 from pamqp import commands
 
 from tests.integration.rawamqp import RawClient
-from tests.ops.conftest import EXTERNAL
+from tests.ops.conftest import RABBITMQ
 from tests.polling import wait_for
 
 
@@ -103,12 +103,12 @@ def test_the_exchange_name_cannot_be_deleted_purged_or_bound(broker, sharded, ac
     x, _policy, _shards = sharded
     with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
         ch = conn.channel()
-        expected = (pika.exceptions.ConnectionClosedByBroker if EXTERNAL
+        expected = (pika.exceptions.ConnectionClosedByBroker if RABBITMQ
                     else pika.exceptions.ChannelClosedByBroker)
         with pytest.raises(expected) as info:
             {"delete": lambda: ch.queue_delete(x), "purge": lambda: ch.queue_purge(x),
              "bind": lambda: ch.queue_bind(x, "amq.direct", "k")}[action]()
-    if EXTERNAL:
+    if RABBITMQ:
         assert info.value.reply_code == 541
         return
     assert info.value.reply_code == 406

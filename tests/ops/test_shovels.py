@@ -21,7 +21,7 @@ import pika
 import pytest
 
 from tests.ops.amqp_messages import connect, fill, get_all, put_shovel, shovel_status
-from tests.ops.conftest import EXTERNAL
+from tests.ops.conftest import EXTERNAL, RABBITMQ
 from tests.polling import wait_for
 
 # seconds between a shovel's failure and its restart: RabbitMQ 3.10.8 does not come back
@@ -151,7 +151,7 @@ def test_a_peer_that_is_down_shows_terminated_and_is_retried(api, broker):
         assert _put(api, name, {"src-uri": "amqp://", "src-queue": src,
                                 "dest-uri": f"amqp://guest:guest@127.0.0.1:{port}/%2F",
                                 "dest-queue": dest, "reconnect-delay": DELAY}).status_code == 201
-        if EXTERNAL:  # RabbitMQ 3.10.8 shows "starting", without a reason, while it retries
+        if RABBITMQ:  # RabbitMQ 3.10.8 shows "starting", without a reason, while it retries
             time.sleep(1)
             assert _status(api, name)["state"] == "starting"
         else:  # this broker says why

@@ -1,6 +1,10 @@
 """broker/memory_monitor.py: rabbit_memory_monitor's desired durations, the watermark, the
 cgroup lookup (over a directory tree laid out as /sys/fs/cgroup), and memory figures."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from broker.memory_monitor import (
@@ -12,6 +16,7 @@ from broker.memory_monitor import (
     physical_memory,
     release_free_memory,
     rss,
+    tree_rss,
 )
 
 
@@ -142,3 +147,24 @@ def test_checks_run_four_times_as_often_near_the_watermark(tmp_path):
     finally:
         mon.stop()
         loop.close()
+
+
+def test_a_worker_counts_the_whole_process_tree():
+    """tree_rss (issue 47: one broker's memory across its worker processes): the RSS of a
+    process and its children; a child holding 64 MiB shows in its parent's tree figure,
+    and MemorySource(tree=pid) reports that figure (no cgroup in force)."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time; b = bytearray(64 << 20); b[::4096] = "
+                              "b'x' * len(b[::4096]); print('ready', flush=True); "
+                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        with open(f"/proc/{child.pid}/statm", "rb") as f:
+            child_rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        assert child_rss > 64 << 20
+        tree = tree_rss(os.getpid())
+        assert tree >= rss() + child_rss - (8 << 20)  # both measured a moment apart
+        assert MemorySource(cgroup=False, tree=os.getpid()).used() > child_rss
+    finally:
+        child.kill()
+        child.communicate()
