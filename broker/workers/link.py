@@ -95,6 +95,11 @@ class Link(asyncio.Protocol):
         if self._flush_handle is None and self._transport is not None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self.flush)
 
+    def last_queued(self) -> Any:
+        """The last item `send` queued this loop turn (not written yet), or None: a sender
+        may add to it in place (a list it holds) instead of queuing one more item."""
+        return self._out[-1] if self._out else None
+
     def flush(self) -> None:
         """Write the queued items now, as one frame."""
         self._flush_handle = None

@@ -16,7 +16,9 @@ Record kinds (the first item; the runtime dispatches them):
   the queue mailbox's PUBLISH / PUBLISHES / ACK / REQUEUE / DISCARD / RUN, or CHANNEL_DOWN,
   REMOVE_CONSUMER, TOUCH;
 - to a channel's worker: ("ch", channel ref, op, vhost, queue, payload), op one of DELIVER,
-  CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE.
+  CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE; DELIVER's payload is a list of
+  (consumer tag, message, redelivered, ack tag): a queue's deliveries to the channel in one
+  loop turn travel as one record (Mesh.send_grouped).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class WorkerPort(Protocol):
     def index(self) -> int: ...  # this worker
 
     def send(self, worker: int, record: tuple) -> None: ...
+
+    def send_grouped(self, worker: int, head: tuple, item: Any) -> None: ...  # Mesh's
 
     def channel_ref(self, channel: ChannelFacade | None) -> ChannelRef | None: ...
 
@@ -332,7 +336,11 @@ class RemoteChannel:
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
         if ack_tag is not None:
             self.outstanding.setdefault(queue, set()).add(ack_tag)
-        self._send(DELIVER, queue, (consumer_tag, message, redelivered, ack_tag))
+        vhost = getattr(queue, "vhost", None)
+        self.port.send_grouped(self.ref.worker, ("ch", self.ref, DELIVER,
+                                                 vhost.name if vhost is not None else "",
+                                                 queue.name),
+                               (consumer_tag, message, redelivered, ack_tag))
 
     def settled(self, queue: Any, ack_tags: Any) -> None:
         """The channel acked, requeued or discarded these (or closed: all)."""

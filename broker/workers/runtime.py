@@ -240,6 +240,9 @@ class WorkerRuntime:
     def send(self, worker: int, record: tuple) -> None:
         self.mesh.send(worker, record)
 
+    def send_grouped(self, worker: int, head: tuple, item: Any) -> None:
+        self.mesh.send_grouped(worker, head, item)
+
     def placement(self, vhost: str, name: str, exclusive_owner: Any) -> int:
         """Where queue `name` lives: recorded (a replayed record, a recovered queue), or,
         in the owner, chosen now: an exclusive queue on its connection's worker, else the
@@ -650,14 +653,16 @@ class WorkerRuntime:
                 ch.consumer_cancelled(queue, payload)
             return
         if ch is None or proxy is None:
-            if op == remote.DELIVER and payload[3] is not None:
-                # the channel closed while this delivery travelled: back to the queue
-                self.mesh.send(peer, ("q", vhost, qname, REQUEUE, ref,
-                                      [(payload[3], payload[0])]))
+            if op == remote.DELIVER:
+                # the channel closed while these deliveries travelled: back to the queue
+                back = [(d[3], d[0]) for d in payload if d[3] is not None]
+                if back:
+                    self.mesh.send(peer, ("q", vhost, qname, REQUEUE, ref, back))
             return
         if op == remote.DELIVER:
-            ctag, message, redelivered, ack_tag = payload
-            ch.deliver(proxy, ctag, message, redelivered, ack_tag)
+            deliver = ch.deliver
+            for ctag, message, redelivered, ack_tag in payload:
+                deliver(proxy, ctag, message, redelivered, ack_tag)
         elif op == remote.CONFIRM:
             ch.cast(("confirm", proxy, payload))
         elif op == remote.REJECT:
