@@ -75,13 +75,16 @@ def vhost_allowed(broker: ServingBroker[Conn], conn: Conn, username: str, vhost:
     user_limit = broker.users.user_limits.get(username, {}).get("max-connections")
     if cap >= 0 or vhost_limit is not None or user_limit is not None:  # count only then
         opened = [c for c in broker.connections if c.vhost is not None and c is not conn]
-        if limits.over(cap, len(opened)):
+        # a multi-worker broker: the other workers' open connections count too
+        total, in_vhost, of_user = broker.connections_elsewhere(vhost, username)
+        if limits.over(cap, len(opened) + total):
             raise errors.amqp_error(errors.NotAllowed, limits.node_connections_text(cap))
-        if limits.over(vhost_limit, sum(1 for c in opened
-                                          if c.vhost is not None and c.vhost.name == vhost)):
+        if limits.over(vhost_limit, in_vhost + sum(
+                1 for c in opened if c.vhost is not None and c.vhost.name == vhost)):
             raise errors.amqp_error(errors.NotAllowed, limits.vhost_connections_text(
                 vhost, username, vhost_limit))  # type: ignore[arg-type]
-        if limits.over(user_limit, sum(1 for c in opened if c.username == username)):
+        if limits.over(user_limit, of_user + sum(1 for c in opened
+                                                 if c.username == username)):
             raise errors.amqp_error(errors.NotAllowed, limits.user_connections_text(
                 username, user_limit))  # type: ignore[arg-type]
     return broker.users.control.vhost_allowed(username, vhost)

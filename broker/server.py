@@ -81,6 +81,8 @@ class Broker:
         self.worker_views: Callable[[], list[dict[str, Any]]] | None = None
         # a worker process: the node process, whose tree's memory is the broker's
         self.memory_tree: int | None = None
+        # ... and how many connections the other workers serve (all, in a vhost, of a user)
+        self.count_elsewhere: Callable[[str, str], tuple[int, int, int]] | None = None
         # shovels and federation links run here (a multi-worker broker: in worker 0 only,
         # which serves the management API that sets their parameters)
         self.runs_links = True
@@ -527,6 +529,14 @@ class Broker:
         assert self.shovels is not None
         assert self.federation is not None
         return cast("_StartedBroker", self)  # mypy checks _StartedBroker against the protocol
+
+    def connections_elsewhere(self, vhost: str, username: str) -> tuple[int, int, int]:
+        """Open connections that the other worker processes of a multi-worker broker
+        serve, as they told (all, in `vhost`, of `username`): the connection limits count
+        them (rabbit_connection_tracking counts every node's). (0, 0, 0) in one process."""
+        if self.count_elsewhere is None:
+            return 0, 0, 0
+        return self.count_elsewhere(vhost, username)
 
     def connection_opened(self, conn: Reader) -> None:
         """`conn` sent connection.open-ok (a worker process's hook is told)."""

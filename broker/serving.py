@@ -80,4 +80,7 @@ class ServingBroker(Protocol[ConnT]):
 
     def connection_opened(self, conn: ConnT) -> None: ...  # connection.open-ok was sent
 
+    def connections_elsewhere(self, vhost: str, username: str) -> tuple[int, int, int]:
+        """Open connections other worker processes serve: (all, in `vhost`, of `username`)."""
+
     def connection_gone(self, conn: ConnT) -> None: ...

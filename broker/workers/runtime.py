@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import os
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,9 @@ class WorkerRuntime:
         # the owner: the other workers' connections, as last reported ((worker, serial) ->)
         self.reported_conns: dict[tuple[int, int], ReportedConn] = {}
         self.worker_views: dict[int, dict[str, Any]] = {}  # ... and their own figures
+        # every worker: the others' open connections by (vhost, user), as they told them
+        self._elsewhere: dict[int, Counter[tuple[str, str]]] = defaultdict(Counter)
+        self._told_open: dict[Reader, tuple[str, str]] = {}  # ours, as we told them
         self._register()
 
     @property
@@ -129,6 +133,7 @@ class WorkerRuntime:
         m.on("close_conn", self._on_close_conn)
         m.on("conn_gone", self._on_conn_gone)
         m.on("conn_up", self._on_conn_up)
+        m.on("conn_count", self._on_conn_count)
         m.on("fedwatch", self._on_federation_watch)
         m.on("wants", self._on_wants)
         m.on_request("op", self._on_op_request)
@@ -160,7 +165,32 @@ class WorkerRuntime:
             self._next_serial += 1
         return s
 
+    def _tell_count(self, vhost: str, username: str, delta: int) -> None:
+        for peer in range(self.count):
+            if peer != self.index:
+                self.mesh.send(peer, ("conn_count", vhost, username, delta))
+
+    def _on_conn_count(self, peer: int, record: tuple) -> None:
+        _, vhost, username, delta = record
+        self._elsewhere[peer][(vhost, username)] += delta
+
+    def count_elsewhere(self, vhost: str, username: str) -> tuple[int, int, int]:
+        """(all, in `vhost`, of `username`) open connections of the other workers, as they
+        told them (Broker.connections_elsewhere). A connection two workers admit in the
+        same instant can pass a limit by one, as in a RabbitMQ cluster, whose nodes track
+        their connections apart."""
+        total = in_vhost = of_user = 0
+        for counts in self._elsewhere.values():
+            for (v, u), n in counts.items():
+                total += n
+                in_vhost += n if v == vhost else 0
+                of_user += n if u == username else 0
+        return total, in_vhost, of_user
+
     def connection_gone(self, reader: Reader) -> None:
+        told = self._told_open.pop(reader, None)
+        if told is not None:
+            self._tell_count(*told, -1)
         s = self._serials.pop(reader, None)
         if s is None:
             return
@@ -170,8 +200,12 @@ class WorkerRuntime:
             self.mesh.send(OWNER, ("conn_gone", s))
 
     def connection_opened(self, reader: Reader) -> None:
-        """One of our connections is open: worker 0's management API lists it now (the
-        periodic report keeps it up to date)."""
+        """One of our connections is open: every other worker counts it for the connection
+        limits; worker 0's management API lists it now (the periodic report keeps it up to
+        date)."""
+        assert reader.vhost is not None
+        self._told_open[reader] = (reader.vhost.name, reader.username)
+        self._tell_count(reader.vhost.name, reader.username, 1)
         if not self.is_owner and self.broker is not None:
             self.mesh.send(OWNER, ("conn_up", reports.connection_row(
                 self.broker.started(), RateSampler(), reader, self.serial(reader))))
@@ -809,6 +843,7 @@ class WorkerRuntime:
             for ch in list(reader.channels.values()):
                 self._queues_crashed(ch, down)
         forget_worker(peer)
+        self._elsewhere.pop(peer, None)  # its connections died with it
         if self.log is None:
             return
         for key in [k for k in self.reported_conns if k[0] == peer]:
@@ -844,10 +879,13 @@ class WorkerRuntime:
         ch.cast(("reject", next(iter(down)), []))  # a batch: its nacks go out after it
 
     def _peer_back(self, peer: int) -> None:
-        """A new link to restarted worker `peer`: its queues take records again."""
+        """A new link to restarted worker `peer`: its queues take records again; it is told
+        our open connections (for the connection limits)."""
         for proxy in self.proxies.values():
             if proxy.worker == peer:
                 proxy.down = False
+        for vhost, username in self._told_open.values():
+            self.mesh.send(peer, ("conn_count", vhost, username, 1))
 
 
 _LATER = object()  # _run's answer comes later (the queue's worker is asked first)

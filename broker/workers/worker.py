@@ -84,6 +84,7 @@ async def serve(spec: WorkerSpec) -> None:
 
     broker.on_connection_gone = gone
     broker.on_connection_opened = runtime.connection_opened
+    broker.count_elsewhere = runtime.count_elsewhere
     mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
     def new_link(peer: int, sock: socket.socket) -> None:
         """A restarted worker's new link: records flow to and from it again."""

@@ -266,3 +266,29 @@ def test_one_memory_figure_one_alarm_and_a_view_per_worker(workers_broker):
         while not seen and time.monotonic() < deadline:
             conn.process_data_events(0.1)
         assert seen == ["low on memory"]
+
+
+def test_connection_limits_count_every_workers_connections(workers_broker):
+    """A vhost's max-connections (and the user's) counts the connections every worker
+    serves, as RabbitMQ counts every node's: with a limit of 2, two connections (one per
+    worker) are in and a third is refused with 530, whichever worker it reaches; once one
+    closes, a new one is admitted again."""
+    broker = workers_broker(2)
+    r = broker.api.put(f"http://127.0.0.1:{broker.api_port}/api/vhost-limits/%2F/"
+                       "max-connections", json={"value": 2}, timeout=10)
+    assert r.status_code == 204
+    first = pika.BlockingConnection(pika.URLParameters(broker.url))
+    second = pika.BlockingConnection(pika.URLParameters(broker.url))
+    wait_for(lambda: [v["connections"] for v in
+                      broker.api_get("/api/nodes")[0]["workers"]] == [1, 1], timeout=20)
+    for _ in range(2):  # the node hands each to a worker: both workers refuse
+        with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+            pika.BlockingConnection(pika.URLParameters(broker.url))
+        assert ("(530) \"NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
+                "connection limit (2) is reached\"") in str(refused.value)
+    second.close()
+    wait_for(lambda: sum(v["connections"] for v in
+                         broker.api_get("/api/nodes")[0]["workers"]) == 1, timeout=20)
+    third = pika.BlockingConnection(pika.URLParameters(broker.url))
+    third.close()
+    first.close()
