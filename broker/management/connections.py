@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 routes = web.RouteTableDef()
 
 
-def _mine(user: ApiUser, conn: Reader) -> bool:
-    return user.is_monitor or conn.username == user.name
-
-
 def _user(conn: Any) -> str:
     return conn.json["user"] if isinstance(conn, ReportedConnection) else conn.username
+
+
+def _mine(user: ApiUser, conn: Reader | ReportedConnection) -> bool:
+    return user.is_monitor or _user(conn) == user.name
 
 
 def _name(conn: Any) -> str:
@@ -48,8 +48,7 @@ def connections_of(request: web.Request, vhost: str | None = None,
                       and (vhost is None or c.vhost.name == vhost)]
     if b.remote_connections is not None:
         out.extend(c for c in b.remote_connections()
-                   if (user.is_monitor or c.json["user"] == user.name)
-                   and (vhost is None or c.json["vhost"] == vhost))
+                   if _mine(user, c) and (vhost is None or c.json["vhost"] == vhost))
     if stream:
         out.extend(streams.stream_connections(request, vhost))
     return out

@@ -14,7 +14,7 @@ it takes to forward it, or answer a request itself.
 Record kinds (the first item; the runtime dispatches them):
 - to a queue's owner: ("q", vhost, queue, kind, channel ref | None, payload), where kind is
   the queue mailbox's PUBLISH / PUBLISHES / ACK / REQUEUE / DISCARD / RUN, or CHANNEL_DOWN,
-  REMOVE_CONSUMER, TOUCH;
+  REMOVE_CONSUMER, TOUCH, FLOW (payload: the channel takes deliveries again, or not);
 - to a channel's worker: ("ch", channel ref, op, vhost, queue, payload), op one of DELIVER,
   CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE; DELIVER's payload is a list of
   (consumer tag, message, redelivered, ack tag): a queue's deliveries to the channel in one
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 CHANNEL_DOWN = "channel_down"
 REMOVE_CONSUMER = "remove_consumer"
 TOUCH = "touch"
+FLOW = "flow"  # the channel's socket stopped (False) or started (True) taking deliveries
 # channel-side operations
 DELIVER, CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE = (
     "deliver", "confirm", "reject", "credit", "cancelled", "queue_gone")
@@ -304,6 +305,9 @@ class RemoteChannel:
         self.number = ref.number
         self.conn = RemoteConn(ref)
         self.open = True  # False once the channel's worker said it closed
+        # its socket is not taking what was written (its worker said so, FLOW): deliveries
+        # wait in the queue, as a local channel's paused writer makes them
+        self.paused = False
         # queue -> ack tags delivered to this channel and not yet settled: what the queue
         # takes back when the channel's worker dies (RabbitMQ's queue requeues a dead
         # channel's unacked messages)
@@ -327,10 +331,9 @@ class RemoteChannel:
         self._send(op, msg[1], msg[2] if len(msg) > 2 else None)
 
     def can_deliver(self, no_ack: bool) -> bool:
-        # per-consumer prefetch is counted by the queue; the channel's own limits (a paused
-        # socket, global qos) are the channel's worker's (docs/multicore.md: a paused link
-        # stops the owner's writes)
-        return self.open
+        # per-consumer prefetch is counted by the queue; a paused socket is told (FLOW);
+        # global qos is the channel's worker's and not enforced here (docs/multicore.md)
+        return self.open and not self.paused
 
     def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:

@@ -1,18 +1,17 @@
 """What makes the worker processes one broker (issue 47, docs/multicore.md): the runtime of
 one worker process.
 
-Owns, in every worker: the mesh of links to the other workers; the placement of queues
-(which worker owns each queue process) and the `RemoteQueue` proxies for queues of other
-workers; the `RemoteChannel` proxies for channels of other workers that publish to or
-consume from our queues; the records between them (broker/workers/remote.py); the requests
-a queue's owner answers (consume, get, counts, purge, check_delete); numbering our
-connections so that other workers can name them (`ConnRef`).
+Owns, in every worker: the mesh of links to the other workers; the placement table
+(broker/workers/placement.py) and the `RemoteQueue` proxies for queues of other workers;
+the `RemoteChannel` proxies for channels of other workers that publish to or consume from
+our queues; the records between them (broker/workers/remote.py); the requests a queue's
+owner answers (broker/workers/queue_requests.py); numbering our connections so that other
+workers can name them (`ConnRef`; broker/workers/connection_tracking.py tells them).
 In the metadata owner (worker 0): executing definition changes (`submit` from its own
 channels, "op" requests from the others) on its authoritative vhost tables, stamping each
 resulting operation record with the next number of the `ChangeLog`, sending it to every
 other worker and answering the requester once every live worker has applied it; placing
-new queues (fewest queues, ties to the declaring connection's worker; exclusive queues on
-their connection's worker); answering a starting worker's "snapshot" request.
+new queues; answering a starting worker's "snapshot" request.
 In the other workers: replaying the owner's records in order (`ChangeApplier`) and
 acknowledging them; forwarding the changes that start here (a definition change a channel
 asks for, a queue deleting itself, an exclusive owner closing).
@@ -25,10 +24,7 @@ its mailbox and façade.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -36,22 +32,21 @@ from typing import TYPE_CHECKING, Any
 from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
-from broker.management.rates import RateSampler
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
 from broker.stats import MessageStats
-from broker.workers import queue_requests, remote, reports
+from broker.workers import federation_watch, queue_requests, remote, reports
 from broker.workers.change_log import ChangeApplier, ChangeLog
+from broker.workers.connection_tracking import ConnectionTracking
 from broker.workers.mesh import Answer, Mesh
+from broker.workers.placement import Placement
 from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
 from broker.workers.remote import RemoteChannel, RemoteQueue
-from broker.workers.reports import ReportedConn
 from broker.workers.vhost import WorkerVHost, apply
 
 if TYPE_CHECKING:
     from broker.reader import Reader
     from broker.server import Broker
-    from broker.started import ReportedConnection
 
 log = logging.getLogger("broker.workers")
 
@@ -87,8 +82,8 @@ class WorkerRuntime:
         self.broker: Broker | None = None  # set before the broker starts
         self.replaying = False  # applying the owner's records now
         # (vhost, queue) -> the worker that owns its process
-        self.placed: dict[tuple[str, str], int] = {}
-        self._fresh: dict[tuple[str, str], int] = {}  # the owner: placed since the last change
+        self.places = Placement()
+        self.placed = self.places.placed  # (vhost, queue) -> worker: the same dict
         # (vhost, queue) -> the proxy channels of this worker hold (confirms, deliveries
         # and credit come back naming the queue)
         self.proxies: dict[tuple[str, str], RemoteQueue] = {}
@@ -106,15 +101,12 @@ class WorkerRuntime:
         self._snapshot_waiting: list[tuple[int, Answer]] = []  # asked before we were up
         self._closing: set[int] = set()  # our closed connections whose exclusive queues
         # the owner is deleting (their serials resolve until its record comes back)
-        self._placement_file: str | None = None  # the owner's record of durable placements
         self._report_timer: Any = None  # the next report to the owner
         self._early_records: list[tuple[int, tuple]] = []  # queue records before we were up
-        # the owner: the other workers' connections, as last reported ((worker, serial) ->)
-        self.reported_conns: dict[tuple[int, int], ReportedConn] = {}
-        self.worker_views: dict[int, dict[str, Any]] = {}  # ... and their own figures
-        # every worker: the others' open connections by (vhost, user), as they told them
-        self._elsewhere: dict[int, Counter[tuple[str, str]]] = defaultdict(Counter)
-        self._told_open: dict[Reader, tuple[str, str]] = {}  # ours, as we told them
+        # every worker's connections as the others know them (limits, the management API)
+        self.tracking = ConnectionTracking(index, count, mesh, self.serial, self._reader_of)
+        # our channels whose paused socket the queues of these workers were told of
+        self._paused: dict[ChannelRef, set[int]] = {}
         self._register()
 
     @property
@@ -130,12 +122,9 @@ class WorkerRuntime:
         m.on("chg_ok", self._on_change_applied)
         m.on("fwd", self._on_forwarded)
         m.on("report", self._on_report)
-        m.on("close_conn", self._on_close_conn)
-        m.on("conn_gone", self._on_conn_gone)
-        m.on("conn_up", self._on_conn_up)
-        m.on("conn_count", self._on_conn_count)
-        m.on("fedwatch", self._on_federation_watch)
-        m.on("wants", self._on_wants)
+        m.on("fedwatch", lambda peer, record: federation_watch.watch(
+            m, self._local_queue, peer, record))
+        m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
         for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
@@ -156,6 +145,10 @@ class WorkerRuntime:
         assert self.broker is not None
         return self.broker.vhosts.get(name)
 
+    def _local_queue(self, vhost: str, name: str) -> Any:
+        v = self._vhost(vhost)
+        return v.queues.get(name) if v is not None else None
+
     # -- our connections, as other workers name them ----------------------------------------
     def serial(self, reader: Any) -> int:
         s = self._serials.get(reader)
@@ -165,77 +158,18 @@ class WorkerRuntime:
             self._next_serial += 1
         return s
 
-    def _tell_count(self, vhost: str, username: str, delta: int) -> None:
-        for peer in range(self.count):
-            if peer != self.index:
-                self.mesh.send(peer, ("conn_count", vhost, username, delta))
-
-    def _on_conn_count(self, peer: int, record: tuple) -> None:
-        _, vhost, username, delta = record
-        self._elsewhere[peer][(vhost, username)] += delta
-
-    def count_elsewhere(self, vhost: str, username: str) -> tuple[int, int, int]:
-        """(all, in `vhost`, of `username`) open connections of the other workers, as they
-        told them (Broker.connections_elsewhere). A connection two workers admit in the
-        same instant can pass a limit by one, as in a RabbitMQ cluster, whose nodes track
-        their connections apart."""
-        total = in_vhost = of_user = 0
-        for counts in self._elsewhere.values():
-            for (v, u), n in counts.items():
-                total += n
-                in_vhost += n if v == vhost else 0
-                of_user += n if u == username else 0
-        return total, in_vhost, of_user
-
     def connection_gone(self, reader: Reader) -> None:
-        told = self._told_open.pop(reader, None)
-        if told is not None:
-            self._tell_count(*told, -1)
         s = self._serials.pop(reader, None)
-        if s is None:
-            return
-        if s not in self._closing:
+        self.tracking.gone(reader, s)
+        for ref in [r for r in self._paused if r.serial == s]:
+            del self._paused[ref]  # a paused channel that closed: its worker was told
+        if s is not None and s not in self._closing:
             self._readers.pop(s, None)
-        if not self.is_owner:  # the management API stops listing it now, not next report
-            self.mesh.send(OWNER, ("conn_gone", s))
 
-    def connection_opened(self, reader: Reader) -> None:
-        """One of our connections is open: every other worker counts it for the connection
-        limits; worker 0's management API lists it now (the periodic report keeps it up to
-        date)."""
-        assert reader.vhost is not None
-        self._told_open[reader] = (reader.vhost.name, reader.username)
-        self._tell_count(reader.vhost.name, reader.username, 1)
-        if not self.is_owner and self.broker is not None:
-            self.mesh.send(OWNER, ("conn_up", reports.connection_row(
-                self.broker.started(), RateSampler(), reader, self.serial(reader))))
-
-    def _on_conn_up(self, peer: int, record: tuple) -> None:
-        row = record[1]
-        conn = self.reported_conns.get((peer, row[0])) or ReportedConn(peer, row[0],
-                                                                      self.mesh.send)
-        conn.update(row)
-        self.reported_conns[(peer, row[0])] = conn
-
-    def _on_close_conn(self, peer: int, record: tuple) -> None:
-        """The management API (worker 0) closes one of our connections."""
-        _, serial, code, text = record
+    def _reader_of(self, serial: int) -> Reader | None:
+        """Our open connection numbered `serial`, if it still is."""
         reader = self._readers.get(serial)
-        if reader is not None and reader in self._serials:
-            reader.close(code, text)
-
-    def _on_conn_gone(self, peer: int, record: tuple) -> None:
-        self.reported_conns.pop((peer, record[1]), None)
-
-    def _remote_connections(self) -> list[ReportedConnection]:
-        return list(self.reported_conns.values())
-
-    def _worker_views(self) -> list[dict[str, Any]]:
-        """Every live worker's view (reports.worker_view), ours now, the others' as last
-        reported, by index."""
-        assert self.broker is not None
-        return [reports.worker_view(self.broker, self.index),
-                *(self.worker_views[i] for i in sorted(self.worker_views))]
+        return reader if reader is not None and reader in self._serials else None
 
     def owner_ref(self, owner: Any) -> ConnRef | None:
         if owner is None or isinstance(owner, ConnRef):
@@ -288,19 +222,9 @@ class WorkerRuntime:
         if not self.is_owner:  # a record for it is on its way: the owner decided
             return OWNER
         ref = self.owner_ref(exclusive_owner)
-        origin = self._origin if self._origin is not None else OWNER
-        if ref is not None:
-            worker = ref.worker
-        else:
-            live = self.log.live | {OWNER} if self.log is not None else set(range(self.count))
-            counts = dict.fromkeys(live, 0)
-            for w in self.placed.values():
-                if w in counts:
-                    counts[w] += 1
-            worker = min(counts, key=lambda w: (counts[w], w != origin, w))
-        self.placed[key] = worker
-        self._fresh[key] = worker
-        return worker
+        live = self.log.live | {OWNER} if self.log is not None else set(range(self.count))
+        return self.places.choose(key, ref.worker if ref is not None else None,
+                                  self._origin if self._origin is not None else OWNER, live)
 
     _origin: int | None = None  # the worker whose request the owner executes now
 
@@ -309,32 +233,6 @@ class WorkerRuntime:
         proxy.vhost = self._vhost(vhost)  # type: ignore[attr-defined]
         self.proxies[(vhost, name)] = proxy
         return proxy
-
-    def _on_federation_watch(self, peer: int, record: tuple) -> None:
-        """Worker 0's federation link watches (or stops watching) a queue of ours: tell it
-        whether the queue wants messages now and at each change."""
-        _, vhost, name, on = record
-        v = self._vhost(vhost)
-        queue = v.queues.get(name) if v is not None else None
-        if queue is None or isinstance(queue, RemoteQueue):
-            return
-        if not on:
-            queue.federation_watch = None
-            return
-        told = [queue.wants_messages()]
-
-        def watch(q: Any) -> None:
-            wanted = q.wants_messages()
-            if wanted != told[0]:
-                told[0] = wanted
-                self.mesh.send(peer, ("wants", vhost, name, wanted))
-        queue.federation_watch = watch
-        self.mesh.send(peer, ("wants", vhost, name, told[0]))
-
-    def _on_wants(self, peer: int, record: tuple) -> None:
-        proxy = self.proxies.get((record[1], record[2]))
-        if proxy is not None and proxy.worker == peer:
-            proxy.wants_changed(record[3])
 
     def queue_deleted(self, queue: RemoteQueue) -> None:
         for reader in list(self._serials):
@@ -352,7 +250,7 @@ class WorkerRuntime:
         placements chosen while it was made (a policy's or an exchange's shards, declared
         inside the call: the replicas take the owner's choice instead of choosing)."""
         assert self.log is not None
-        fresh, self._fresh = self._fresh, {}
+        fresh = self.places.take_fresh()
         if op[0] == "qdel":
             self.placed.pop((op[1], op[2]), None)
             self._save_placement()
@@ -578,34 +476,17 @@ class WorkerRuntime:
 
     # -- placement of durable queues (the owner) -------------------------------------------
     def load_placement(self, data_dir: str) -> None:
-        """The owner, before recovery: where each durable queue's files are (a queue not
-        listed was declared by a single-process broker: worker 0, whose directory is the
-        single-process layout)."""
-        self._placement_file = os.path.join(data_dir, "queue_workers.json")
-        try:
-            with open(self._placement_file, encoding="utf-8") as f:
-                rows = json.load(f)
-        except FileNotFoundError:
-            return
-        for vhost, name, worker in rows:
-            self.placed[(vhost, name)] = worker if worker < self.count else OWNER
+        """The owner, before recovery: where each durable queue's files are."""
+        self.places.load(data_dir, self.count)
 
     def _save_placement(self) -> None:
-        """Write where every durable queue lives (atomically: a temporary file renamed)."""
-        if self._placement_file is None or self.broker is None:
-            return
-        rows = []
-        for (vhost, name), worker in self.placed.items():
+        """Write where every durable, not exclusive queue lives (queue_workers.json)."""
+        def durable(vhost: str, name: str) -> bool:
             v = self._vhost(vhost)
             q = v.queues.get(name) if v is not None else None
-            if q is not None and q.durable and q.exclusive_owner is None:
-                rows.append([vhost, name, worker])
-        tmp = self._placement_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(rows, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._placement_file)
+            return q is not None and q.durable and q.exclusive_owner is None
+        if self.broker is not None:
+            self.places.save(durable)
 
     # -- snapshot ------------------------------------------------------------------------------
     def _on_snapshot(self, peer: int, payload: Any, answer: Answer) -> None:
@@ -625,8 +506,8 @@ class WorkerRuntime:
         if self.is_owner and self.broker is not None:
             self.broker.on_api_change = self.api_changed
             self.broker.remote_queue_call = self.remote_queue_call
-            self.broker.remote_connections = self._remote_connections
-            self.broker.worker_views = self._worker_views
+            self.broker.remote_connections = self.tracking.remote_connections
+            self.broker.worker_views = self.tracking.worker_views
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)
@@ -646,6 +527,14 @@ class WorkerRuntime:
             self._early_records.append((peer, record))
             return
         _, vhost, name, kind, ref, payload = record
+        if kind == remote.FLOW:  # about the channel, whichever queue of ours it consumes
+            rc = self.remote_channels.get(ref)
+            if rc is not None:
+                rc.paused = not payload
+                if payload:  # the consumer's socket drained: our queues try again
+                    for q in rc.queues:
+                        q.cast((RUN,))
+            return
         v = self._vhost(vhost)
         queue = v.queues.get(name) if v is not None else None
         channel = self.remote_channel(ref)
@@ -697,6 +586,8 @@ class WorkerRuntime:
             deliver = ch.deliver
             for ctag, message, redelivered, ack_tag in payload:
                 deliver(proxy, ctag, message, redelivered, ack_tag)
+            if ch.writer.paused:
+                self._pause_deliveries(ch, peer, ref, vhost, qname)
         elif op == remote.CONFIRM:
             ch.cast(("confirm", proxy, payload))
         elif op == remote.REJECT:
@@ -707,6 +598,24 @@ class WorkerRuntime:
             ch.consumer_cancelled(proxy, payload)
         elif op == remote.QUEUE_GONE:
             ch.cast(("queue_gone", proxy))
+
+    def _pause_deliveries(self, ch: Any, peer: int, ref: ChannelRef, vhost: str,
+                          qname: str) -> None:
+        """Our channel `ch`'s socket stopped taking writes while worker `peer`'s queues
+        deliver to it: that worker holds its deliveries to `ch` until the writer resumes
+        (the local path's `can_deliver` does the same with the paused writer). What was
+        already on its way still arrives: the overshoot is one loop turn's deliveries."""
+        told = self._paused.setdefault(ref, set())
+        if peer in told:
+            return
+        if not told:
+            ch.writer.add_resume_callback(lambda: self._resume_deliveries(ref))
+        told.add(peer)
+        self.mesh.send(peer, ("q", vhost, qname, remote.FLOW, ref, False))
+
+    def _resume_deliveries(self, ref: ChannelRef) -> None:
+        for peer in sorted(self._paused.pop(ref, ())):
+            self.mesh.send(peer, ("q", "", "", remote.FLOW, ref, True))
 
     def ask_queue(self, worker: int, kind: str, payload: tuple, on_reply: OnReply) -> None:
         if worker == self.index:
@@ -772,12 +681,7 @@ class WorkerRuntime:
         (onto their proxies) and its channels' message counts per vhost (whose totals
         never fall: a worker folds closed channels into them first)."""
         _, queues, vhost_stats, objects, conns, view = record
-        self.worker_views[peer] = view
-        listed = {(peer, row[0]) for row in conns}
-        for key in [k for k in self.reported_conns if k[0] == peer and k not in listed]:
-            del self.reported_conns[key]
-        for row in conns:
-            self._on_conn_up(peer, ("conn_up", row))
+        self.tracking.report(peer, conns, view)
         for vhost, counts in objects.items():
             v = self._vhost(vhost)
             if v is not None:
@@ -843,12 +747,9 @@ class WorkerRuntime:
             for ch in list(reader.channels.values()):
                 self._queues_crashed(ch, down)
         forget_worker(peer)
-        self._elsewhere.pop(peer, None)  # its connections died with it
+        self.tracking.peer_lost(peer)
         if self.log is None:
             return
-        for key in [k for k in self.reported_conns if k[0] == peer]:
-            del self.reported_conns[key]
-        self.worker_views.pop(peer, None)
         self._complete(self.log.worker_gone(peer))
         assert self.broker is not None
         for v in list(self.broker.vhosts.values()):
@@ -884,8 +785,7 @@ class WorkerRuntime:
         for proxy in self.proxies.values():
             if proxy.worker == peer:
                 proxy.down = False
-        for vhost, username in self._told_open.values():
-            self.mesh.send(peer, ("conn_count", vhost, username, 1))
+        self.tracking.peer_back(peer)
 
 
 _LATER = object()  # _run's answer comes later (the queue's worker is asked first)

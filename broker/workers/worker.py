@@ -47,7 +47,7 @@ async def serve(spec: WorkerSpec) -> None:
     control = await open_link(socket.socket(fileno=spec.control_fd), mesh.link_for(NODE))
     mesh.opened(NODE, control)
     broker = Broker(spec.config)
-    runtime.broker = broker
+    runtime.broker = runtime.tracking.broker = broker
     broker.vhost_class = runtime.vhost_class()
     broker.runs_links = spec.is_metadata_owner  # shovels and federation: worker 0's
     broker.memory_tree = os.getppid()  # one memory figure for the node and every worker
@@ -83,8 +83,8 @@ async def serve(spec: WorkerSpec) -> None:
             receiver.closed(listener)
 
     broker.on_connection_gone = gone
-    broker.on_connection_opened = runtime.connection_opened
-    broker.count_elsewhere = runtime.count_elsewhere
+    broker.on_connection_opened = runtime.tracking.opened
+    broker.count_elsewhere = runtime.tracking.count_elsewhere
     mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
     def new_link(peer: int, sock: socket.socket) -> None:
         """A restarted worker's new link: records flow to and from it again."""

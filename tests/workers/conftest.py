@@ -17,6 +17,7 @@ import pytest
 import requests
 
 READY = "ready to accept connections"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -106,3 +107,19 @@ def workers_broker(tmp_path: Path) -> Iterator[Callable[..., WorkersBroker]]:
         if broker.proc is not None:
             broker.stop()
             assert "Traceback" not in broker.log(), broker.log()
+
+
+def run_suite_against(broker: WorkersBroker, path: str, timeout: int = 60,
+                      **env: str) -> None:
+    """Run the test directory `path` (tests/integration, tests/ops) in its own pytest
+    against `broker` (BROKER_TEST_URI / BROKER_TEST_API and the `env` given); fail with the
+    tail of its output unless every test that ran passed."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("BROKER_", "PYTEST_"))}
+    clean.update(BROKER_TEST_URI=broker.url,
+                 BROKER_TEST_API=f"http://127.0.0.1:{broker.api_port}", **env)
+    out = subprocess.run([sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider",
+                          "-p", "no:randomly", "--timeout", str(timeout)],
+                         cwd=ROOT, env=clean, capture_output=True, text=True, timeout=880)
+    tail = "\n".join(out.stdout.splitlines()[-40:])
+    assert out.returncode == 0, tail
+    assert " passed" in tail and " failed" not in tail, tail

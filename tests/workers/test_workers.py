@@ -9,6 +9,7 @@ exclusive and auto-delete queues, delete-time checks, restarts and one managemen
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pika
@@ -252,7 +253,7 @@ def test_one_memory_figure_one_alarm_and_a_view_per_worker(workers_broker):
     wait_for(lambda: broker.api_get("/api/nodes")[0]["mem_alarm"] is True, timeout=20)
     events: list[list] = [[], []]
     # (a blocked connection is not read, as in RabbitMQ: its close-ok would never come,
-    # so these are left for the broker's stop to close)
+    # so the broker's stop closes these)
     conns = [pika.BlockingConnection(pika.URLParameters(broker.url)) for _ in range(2)]
     for conn, seen in zip(conns, events, strict=True):
         conn.add_on_connection_blocked_callback(
@@ -266,6 +267,13 @@ def test_one_memory_figure_one_alarm_and_a_view_per_worker(workers_broker):
         while not seen and time.monotonic() < deadline:
             conn.process_data_events(0.1)
         assert seen == ["low on memory"]
+    broker.stop()  # closes the blocked connections' sockets after its grace period
+    for conn in conns:
+        try:
+            while conn.is_open:
+                conn.process_data_events(0.1)
+        except pika.exceptions.AMQPError:
+            pass  # the broker's close
 
 
 def test_connection_limits_count_every_workers_connections(workers_broker):
@@ -292,3 +300,39 @@ def test_connection_limits_count_every_workers_connections(workers_broker):
     third = pika.BlockingConnection(pika.URLParameters(broker.url))
     third.close()
     first.close()
+
+
+def test_a_remote_consumer_whose_socket_stops_leaves_the_messages_in_the_queue(
+        workers_broker):
+    """A no-ack consumer on another worker than its queue, whose client stops reading: once
+    its socket's buffers fill, its worker tells the queue's worker (FLOW), which holds the
+    rest in the queue, as a local consumer's paused writer does, instead of pushing
+    everything into the consumer worker's memory."""
+    from pamqp import commands as C
+
+    from tests.integration.rawamqp import RawClient
+
+    broker = workers_broker(2)
+    q = "held-back"
+    owner = pika.BlockingConnection(pika.URLParameters(broker.url))  # the queue's worker
+    ch = owner.channel()
+    ch.queue_declare(q)  # ties go to the declaring connection's worker
+    reader = RawClient("127.0.0.1", broker.port)  # the node hands it to the other worker
+    try:
+        reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.handshake()
+        reader.open_channel(1)
+        reader.send(C.Basic.Consume(queue=q, consumer_tag="slow", no_ack=True), 1)
+        reader.expect(C.Basic.ConsumeOk, 1)
+        body = b"x" * 100_000
+        for _ in range(400):  # 40 MB: far beyond what the sockets buffer; what the queue
+            ch.basic_publish("", q, body)  # sent before the pause was told is on its way
+        time.sleep(0.5)
+        for _ in range(200):  # these come after: they stay in the queue
+            ch.basic_publish("", q, body)
+        time.sleep(1.0)
+        held = ch.queue_declare(q, passive=True).method.message_count
+        assert held >= 150, held  # without FLOW every message left for the other worker
+    finally:
+        reader.close_socket()
+        owner.close()

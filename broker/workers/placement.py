@@ -1,0 +1,78 @@
+"""Where each queue's process lives in a multi-worker broker (issue 47, docs/multicore.md
+"Queue placement").
+
+Owns: `Placement`: the table (vhost, queue) -> worker index every worker holds alike; the
+owner's choice for a new queue (an exclusive queue on its connection's worker, else the
+worker with the fewest queues, ties to the declaring connection's worker); the placements
+chosen since the last change record (`take_fresh`: a change carries them, so the other
+workers take the owner's choice); `queue_workers.json`, the owner's durable record of where
+each durable queue's files are. Talks to: broker/workers/runtime.py. Must never: decide
+anything in a worker other than the owner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+
+OWNER = 0  # the metadata owner: the worker a queue not listed in the file lives in
+
+
+class Placement:
+    """The table and the owner's choices (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.placed: dict[tuple[str, str], int] = {}  # (vhost, queue) -> worker
+        self._fresh: dict[tuple[str, str], int] = {}  # the owner: chosen since take_fresh
+        self._file: str | None = None  # the owner's queue_workers.json
+
+    def choose(self, key: tuple[str, str], connection_worker: int | None, origin: int,
+               live: Iterable[int]) -> int:
+        """The owner places new queue `key`: on `connection_worker` (an exclusive queue's
+        connection's), else on the worker of `live` with the fewest queues, ties to
+        `origin` (the declaring connection's worker), then the lowest index."""
+        if connection_worker is not None:
+            worker = connection_worker
+        else:
+            counts = dict.fromkeys(live, 0)
+            for w in self.placed.values():
+                if w in counts:
+                    counts[w] += 1
+            worker = min(counts, key=lambda w: (counts[w], w != origin, w))
+        self.placed[key] = worker
+        self._fresh[key] = worker
+        return worker
+
+    def take_fresh(self) -> dict[tuple[str, str], int]:
+        """The placements chosen since the last call."""
+        fresh, self._fresh = self._fresh, {}
+        return fresh
+
+    def load(self, data_dir: str, count: int) -> None:
+        """The owner, before recovery: where each durable queue's files are (a queue not
+        listed was declared by a single-process broker: worker 0, whose directory is the
+        single-process layout; one of a worker this start does not run goes to worker 0,
+        which spec.check_placements refused beforehand unless it is empty)."""
+        self._file = os.path.join(data_dir, "queue_workers.json")
+        try:
+            with open(self._file, encoding="utf-8") as f:
+                rows = json.load(f)
+        except FileNotFoundError:
+            return
+        for vhost, name, worker in rows:
+            self.placed[(vhost, name)] = worker if worker < count else OWNER
+
+    def save(self, durable: Callable[[str, str], bool]) -> None:
+        """Write where every queue `durable(vhost, name)` says to keep lives (atomically:
+        a temporary file renamed). Nothing before `load`."""
+        if self._file is None:
+            return
+        rows = [[vhost, name, worker] for (vhost, name), worker in self.placed.items()
+                if durable(vhost, name)]
+        tmp = self._file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._file)
