@@ -336,3 +336,36 @@ def test_a_remote_consumer_whose_socket_stops_leaves_the_messages_in_the_queue(
     finally:
         reader.close_socket()
         owner.close()
+
+
+def test_confirm_on_ack_confirms_after_the_consumer_acks_across_workers(workers_broker):
+    """The paper's confirm-after-ack mode (seed 000, confirm_on = ack) with the publisher on
+    another worker than the queue: the confirm comes only once the consumer acked, not when
+    the queue took the message or delivered it."""
+    import threading
+
+    broker = workers_broker(2, confirm_on="ack")
+    consumer = pika.BlockingConnection(pika.URLParameters(broker.url))
+    cch = consumer.channel()
+    cch.queue_declare("after-ack")  # on the consumer's worker (ties go to the declarer)
+    publisher = pika.BlockingConnection(pika.URLParameters(broker.url))  # the other one
+    pch = publisher.channel()
+    pch.confirm_delivery()
+    confirmed = threading.Event()
+
+    def publish() -> None:
+        pch.basic_publish("", "after-ack", b"hello")  # returns once confirmed
+        confirmed.set()
+    thread = threading.Thread(target=publish)
+    thread.start()
+    try:
+        assert not confirmed.wait(1.0)  # the queue has it: no confirm yet
+        method, _props, body = cch.basic_get("after-ack", auto_ack=False)
+        assert body == b"hello"
+        assert not confirmed.wait(0.5)  # delivered, not acked: still none
+        cch.basic_ack(method.delivery_tag)
+        assert confirmed.wait(10)
+    finally:
+        thread.join(10)
+        publisher.close()
+        consumer.close()
