@@ -43,22 +43,45 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def tree_rss(root: int) -> int:
-    """Resident set size in bytes of process `root` and its children: a multi-worker
-    broker's node process and its worker processes, counted as one broker as RabbitMQ
-    counts its one VM (/proc/ROOT/task/ROOT/children, then each one's statm; a process
-    that exits meanwhile counts 0). Raises OSError if `root` is unreadable."""
-    page = os.sysconf("SC_PAGE_SIZE")
+def tree_pids(root: int) -> list[int]:
+    """Process `root` and its children: a multi-worker broker's node process and its
+    worker processes (/proc/ROOT/task/ROOT/children). Raises OSError if `root` is
+    unreadable."""
     with open(f"/proc/{root}/task/{root}/children", "rb") as f:
-        pids = [root, *(int(p) for p in f.read().split())]
+        return [root, *(int(p) for p in f.read().split())]
+
+
+def _proc_fields(pid: int, name: str) -> list[bytes] | None:
+    """The fields of /proc/PID/NAME, None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def tree_rss(root: int) -> int:
+    """Resident set size in bytes of process `root` and its children, counted as one broker
+    as RabbitMQ counts its one VM (each one's statm; a process that exits meanwhile counts
+    0). Raises OSError if `root` is unreadable."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return sum(int(fields[1]) * page for pid in tree_pids(root)
+               if (fields := _proc_fields(pid, "statm")) is not None)
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of process `root` and its children so far (each one's
+    /proc/PID/stat utime and stime; the process name, in parentheses, may hold spaces)."""
+    tick = os.sysconf("SC_CLK_TCK")
     total = 0
-    for pid in pids:
+    for pid in tree_pids(root):
         try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * page
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                after_name = f.read().rsplit(b")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-    return total
+        total += int(after_name[11]) + int(after_name[12])  # fields 14 and 15
+    return total / tick
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,10 +77,14 @@ class Broker:
         self.remote_queue_call: Callable[[str, str, tuple], Awaitable[Any]] | None = None
         # ... and the connections the other workers serve, as they last reported them
         self.remote_connections: Callable[[], list[ReportedConnection]] | None = None
+        # ... the deliveries their channels hold unacked from a queue: (vhost, queue) ->
+        # rows of GET /api/queues/{vhost}/{name}/unacked
+        self.remote_unacked: Callable[[str, str], Awaitable[list[dict[str, Any]]]] | None = None
         # ... and its workers' own figures (pid, memory, connections, queues), by index
         self.worker_views: Callable[[], list[dict[str, Any]]] | None = None
-        # a worker process: the node process, whose tree's memory is the broker's
-        self.memory_tree: int | None = None
+        # a worker process: the node process, whose tree (it and every worker) is the
+        # broker whose memory the monitor judges and whose CPU Prometheus counts
+        self.process_tree: int | None = None
         # ... and how many connections the other workers serve (all, in a vhost, of a user)
         self.count_elsewhere: Callable[[str, str], tuple[int, int, int]] | None = None
         # shovels and federation links run here (a multi-worker broker: in worker 0 only,
@@ -352,7 +356,7 @@ class Broker:
         self._load_global_parameters()
         self.users = Users(self.definitions, self.vhosts.__contains__)
         self.resources = ResourceMonitor(self.config, self.alarms, MemorySource(
-            self.config.total_memory_available_override_value, tree=self.memory_tree))
+            self.config.total_memory_available_override_value, tree=self.process_tree))
         self.resources.start(self.loop)  # alarms before the first client can publish
         for vhost_def in self.definitions.list_vhosts():
             self.add_vhost(vhost_def.name)

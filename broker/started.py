@@ -11,7 +11,7 @@ the server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from broker.serving import ServingBroker
@@ -87,6 +87,15 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
     @property
     def remote_connections(self) -> Callable[[], list[ReportedConnection]] | None:
         """A multi-worker broker's worker 0: the connections the other workers serve."""
+
+    @property
+    def remote_unacked(self) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]] | None:
+        """... and the deliveries the other workers' channels hold unacked from a queue."""
+
+    @property
+    def process_tree(self) -> int | None:
+        """A worker process: the node process, whose tree is the broker (Prometheus's
+        process figures sum it)."""
 
     @property
     def worker_views(self) -> Callable[[], list[dict[str, Any]]] | None:

@@ -23,6 +23,7 @@ from prometheus_client.core import (
 
 from broker import __version__, replication_hook
 from broker.management import overview, shapes
+from broker.memory_monitor import tree_cpu_seconds
 from broker.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -292,11 +293,15 @@ class BrokerCollector:
                                 value=node["fd_used"])
         yield GaugeMetricFamily("rabbitmq_process_max_fds",
                                 "Open file descriptors limit", value=node["fd_total"])
+        tree = b.process_tree  # several worker processes: the node's whole tree
+        sockets = (len(b.connections) if b.remote_connections is None
+                   else len(b.connections) + len(b.remote_connections()))
         yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets",
-                                value=len(b.connections))
+                                value=sockets)
         yield CounterMetricFamily("rabbitmq_process_cpu_seconds",
                                   "CPU time (user + system) of the broker process in seconds",
-                                  value=sum(os.times()[:2]))
+                                  value=tree_cpu_seconds(tree) if tree is not None
+                                  else sum(os.times()[:2]))
 
 
 def render(broker: StartedBroker, per_object: bool) -> bytes:

@@ -75,13 +75,14 @@ def totals(b: StartedBroker, vhosts: list[str],
             for k, n in shapes.queue_lengths(q).items():
                 lengths[k] += n
         stats.add(shapes.vhost_stats(b, v))
-        for conns, chans in getattr(v, "remote_objects", {}).values():  # other workers'
-            objects["connections"] += conns
-            objects["channels"] += chans
     for conn in b.connections:
         if conn.vhost is not None and conn.vhost.name in vhosts:
             objects["connections"] += 1
             objects["channels"] += len(conn.channels)
+    for rc in b.remote_connections() if b.remote_connections is not None else ():
+        if rc.json["vhost"] in vhosts:  # another worker's, told at open and close
+            objects["connections"] += 1
+            objects["channels"] += len(rc.channels)
     return lengths, objects, stats
 
 

@@ -7,6 +7,7 @@ queue (POST .../move). Sources: rabbitmq.com/management.html, RabbitMQ 3.10 /api
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -265,20 +266,32 @@ async def unacked(request: web.Request) -> web.Response:
     """Beyond RabbitMQ: the queue's deliveries waiting for an ack, with the consumer tag,
     channel and age in ms (oldest first)."""
     q = find_queue(request)
-    now = time.monotonic()
+    b = broker(request)
+    out = unacked_rows(b.connections, lambda queue: queue is q)
+    if b.remote_unacked is not None:  # held by channels of the other worker processes
+        out += await b.remote_unacked(param(request, "vhost"), q.name)
+    out.sort(key=lambda i: -i["age_ms"])
+    return reply(out)
+
+
+def unacked_rows(connections: Iterable[Any], of_queue: Callable[[Any], bool]
+                 ) -> list[dict[str, Any]]:
+    """The deliveries waiting for an ack on `connections`' channels from the queue that
+    `of_queue(queue)` names, as GET /api/queues/{vhost}/{name}/unacked lists them (a worker
+    process answers with its own: broker/workers/runtime.py)."""
+    now = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     out: list[dict[str, Any]] = []
-    for conn in broker(request).connections:
+    for conn in connections:
         for ch in conn.channels.values():
             for tag, (queue, _ack, ctag) in ch.unacked.items():
-                if queue is q:
+                if of_queue(queue):
                     out.append({"delivery_tag": tag, "consumer_tag": ctag,
                                 "channel_details": {"name": shapes.channel_name(ch),
                                                     "number": ch.number,
                                                     "connection_name":
                                                         shapes.connection_name(conn)},
                                 "age_ms": int((now - ch.delivered_at(tag)) * 1000)})
-    out.sort(key=lambda i: -i["age_ms"])
-    return reply(out)
+    return out
 
 
 @routes.post("/api/queues/{vhost}/{name}/move")

@@ -2,9 +2,9 @@
 worker 0, whose management API and Prometheus endpoint show one broker (issue 47,
 docs/multicore.md "One broker to operators").
 
-Owns: `build(broker)`, the report's five parts: its queues' figures (remote.queue_figures),
+Owns: `build(broker)`, the report's four parts: its queues' figures (remote.queue_figures),
 its channels' message counts per vhost (the broker's `vhost_message_stats`, whose totals
-never fall), its connection and channel counts per vhost, and each AMQP connection with its
+never fall), each AMQP connection with its
 channels as the management API shows them (without rates, which worker 0 computes from the
 counters), and the worker's own view (`worker_view`); and `ReportedConn` / `ReportedChan`, what worker 0 keeps of those (the
 `ReportedConnection` contract of broker/started.py). Talks to: broker/workers/runtime.py.
@@ -45,18 +45,15 @@ def worker_view(broker: Broker, index: int) -> dict[str, Any]:
 
 def build(broker: Broker, serial: Callable[[Any], int], index: int
           ) -> tuple[list[tuple[str, str, dict[str, Any]]], dict[str, dict[str, int]],
-                     dict[str, tuple[int, int]], list[ConnRow], dict[str, Any]]:
-    """(queues [(vhost, name, figures)], vhost -> message counts, vhost -> (connections,
-    channels), connections, `worker_view`) of worker `index` now; `serial(reader)` numbers
-    a connection as the other workers name it (the runtime's)."""
-    objects: dict[str, tuple[int, int]] = {}
+                     list[ConnRow], dict[str, Any]]:
+    """(queues [(vhost, name, figures)], vhost -> message counts, connections,
+    `worker_view`) of worker `index` now; `serial(reader)` numbers a connection as the
+    other workers name it (the runtime's)."""
     conns: list[ConnRow] = []
     no_rates = RateSampler()
     started = broker.started()
     for conn in broker.connections:
         if conn.vhost is not None:
-            n, c = objects.get(conn.vhost.name, (0, 0))
-            objects[conn.vhost.name] = (n + 1, c + len(conn.channels))
             conns.append(connection_row(started, no_rates, conn, serial(conn)))
     queues = []
     vhost_stats = {}
@@ -66,7 +63,7 @@ def build(broker: Broker, serial: Callable[[Any], int], index: int
                 queues.append((vname, q.name, queue_figures(q, None)))
         total = broker.vhost_message_stats(v)
         vhost_stats[vname] = total.as_dict()
-    return queues, vhost_stats, objects, conns, worker_view(broker, index)
+    return queues, vhost_stats, conns, worker_view(broker, index)
 
 
 def connection_row(broker: StartedBroker, no_rates: RateSampler, conn: Reader,

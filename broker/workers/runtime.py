@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
+from broker.management.queues import unacked_rows
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
 from broker.stats import MessageStats
@@ -127,6 +128,7 @@ class WorkerRuntime:
         m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
+        m.on_request("unacked", self._on_unacked)
         for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
                      "move", "figures"):
             m.on_request(kind, self._queue_request(kind))
@@ -508,6 +510,7 @@ class WorkerRuntime:
             self.broker.remote_queue_call = self.remote_queue_call
             self.broker.remote_connections = self.tracking.remote_connections
             self.broker.worker_views = self.tracking.worker_views
+            self.broker.remote_unacked = self.remote_unacked
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)
@@ -676,16 +679,41 @@ class WorkerRuntime:
                 queue.worker, "figures", (vhost, payload[0]), on_reply)))
         return value
 
+    def _on_unacked(self, peer: int, payload: Any, answer: Answer) -> None:
+        """What our channels hold unacked from queue (vhost, name), for worker 0's API."""
+        assert self.broker is not None
+        vhost, name = payload
+
+        def of_queue(queue: Any) -> bool:
+            v = getattr(queue, "vhost", None)
+            return queue.name == name and v is not None and v.name == vhost
+        answer.reply(unacked_rows(self.broker.connections, of_queue))
+
+    async def remote_unacked(self, vhost: str, name: str) -> list[dict[str, Any]]:
+        """Worker 0: every other live worker's unacked rows for queue (vhost, name)."""
+        assert self.broker is not None and self.broker.loop is not None
+        loop = self.broker.loop
+
+        def ask(peer: int) -> asyncio.Future[list[dict[str, Any]]]:
+            done: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+
+            def on_reply(ok: bool, value: Any) -> None:
+                if not done.done():  # a worker that died meanwhile holds none any more
+                    done.set_result(value if ok else [])
+            self.mesh.request(peer, "unacked", (vhost, name), on_reply)
+            return done
+        asked = [ask(peer) for peer in range(self.count) if peer != self.index]
+        rows: list[dict[str, Any]] = []
+        for done in asked:
+            rows += await done
+        return rows
+
     def _on_report(self, peer: int, record: tuple) -> None:
         """A worker's figures for the management API (the owner serves it): its queues'
         (onto their proxies) and its channels' message counts per vhost (whose totals
         never fall: a worker folds closed channels into them first)."""
-        _, queues, vhost_stats, objects, conns, view = record
+        _, queues, vhost_stats, conns, view = record
         self.tracking.report(peer, conns, view)
-        for vhost, counts in objects.items():
-            v = self._vhost(vhost)
-            if v is not None:
-                v.remote_objects[peer] = counts
         for vhost, name, figures in queues:
             proxy = self.proxies.get((vhost, name))
             if proxy is not None and proxy.worker == peer:

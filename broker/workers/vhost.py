@@ -77,8 +77,6 @@ class WorkerVHost(VHost):
         # the owner: other workers' channels' message counts here, as last reported
         # (worker -> MessageStats; broker/management/shapes.py vhost_stats adds them)
         self.remote_stats: dict[int, Any] = {}
-        # ... and their (connections, channels) open here, as last reported
-        self.remote_objects: dict[int, tuple[int, int]] = {}
         # nesting of the wrapped calls: only the outermost is told; what the constructor
         # declares (the default exchanges) every worker's add_vhost declares alike
         self._depth = 1

@@ -50,7 +50,7 @@ async def serve(spec: WorkerSpec) -> None:
     runtime.broker = runtime.tracking.broker = broker
     broker.vhost_class = runtime.vhost_class()
     broker.runs_links = spec.is_metadata_owner  # shovels and federation: worker 0's
-    broker.memory_tree = os.getppid()  # one memory figure for the node and every worker
+    broker.process_tree = os.getppid()  # the node: its tree's memory and CPU are ours
     install(runtime, HANDLERS)
     if spec.is_metadata_owner:
         runtime.load_placement(spec.config.data_dir)

@@ -168,3 +168,23 @@ def test_a_worker_counts_the_whole_process_tree():
     finally:
         child.kill()
         child.communicate()
+
+
+def test_the_trees_cpu_counts_a_busy_child():
+    """tree_cpu_seconds: the CPU of a process and its children (a multi-worker broker's
+    rabbitmq_process_cpu_seconds): a child that spins 0.4 s of CPU shows in its parent's
+    tree figure while it runs."""
+    from broker.memory_monitor import tree_cpu_seconds
+
+    own = sum(os.times()[:2])
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.4: pass\n"
+                              "print('spun', flush=True)\ntime.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "spun"
+        assert tree_cpu_seconds(os.getpid()) >= own + 0.35
+    finally:
+        child.kill()
+        child.communicate()

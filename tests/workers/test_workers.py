@@ -369,3 +369,28 @@ def test_confirm_on_ack_confirms_after_the_consumer_acks_across_workers(workers_
         thread.join(10)
         publisher.close()
         consumer.close()
+
+
+def test_the_unacked_list_covers_every_workers_channels(workers_broker):
+    """GET /api/queues/{vhost}/{name}/unacked (beyond RabbitMQ) lists the deliveries held
+    by channels of every worker: two consumers on two connections (the node hands them to
+    different workers) each hold one unacked message; both are listed."""
+    broker = workers_broker(2)
+    conns = [pika.BlockingConnection(pika.URLParameters(broker.url)) for _ in range(2)]
+    try:
+        chans = [c.channel() for c in conns]
+        chans[0].queue_declare("held-unacked")
+        for ch in chans:
+            ch.basic_qos(prefetch_count=1)
+            ch.basic_consume("held-unacked", lambda *a: None)
+        for _ in range(2):
+            chans[0].basic_publish("", "held-unacked", b"m")
+        for c in conns:
+            c.process_data_events(0.3)
+        rows = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(
+            broker.api_get("/api/queues/%2F/held-unacked/unacked")), timeout=10)
+        assert sorted(r["delivery_tag"] for r in rows) == [1, 1]
+        assert len({r["channel_details"]["connection_name"] for r in rows}) == 2
+    finally:
+        for c in conns:
+            c.close()
