@@ -2,9 +2,9 @@
 # usage: run.sh LABEL  (broker from the current tree of /work/main or $TREE)
 TREE=${TREE:-$(git rev-parse --show-toplevel)}
 cd $TREE
-pkill -f "broker --workers 2 --port 5695" ; sleep 1
+pkill -f "broker --workers ${WORKERS:-2} --port 5695" ; sleep 1
 rm -rf /tmp/perf/data
-python3 -m broker --workers 2 --port 5695 --data-dir /tmp/perf/data --set management.tcp.port=0 --set prometheus.tcp.port=0 > /tmp/perf/broker.log 2>&1 &
+python3 -m broker --workers ${WORKERS:-2} --port 5695 --data-dir /tmp/perf/data --set management.tcp.port=0 --set prometheus.tcp.port=0 > /tmp/perf/broker.log 2>&1 &
 NODE=$!
 for i in $(seq 50); do grep -q "ready to accept" /tmp/perf/broker.log && break; sleep 0.2; done
 cpu() { local t=0; for p in $NODE $(cat /proc/$NODE/task/$NODE/children); do s=$(awk '{print $14+$15}' /proc/$p/stat); t=$((t+s)); done; echo $t; }
