@@ -6,7 +6,8 @@ Owns, in every worker: the mesh of links to the other workers; the placement tab
 the `RemoteChannel` proxies for channels of other workers that publish to or consume from
 our queues; the records between them (broker/workers/remote.py); the requests a queue's
 owner answers (broker/workers/queue_requests.py); numbering our connections so that other
-workers can name them (`ConnRef`; broker/workers/connection_tracking.py tells them).
+workers can name them (`ConnRef`; broker/workers/connection_tracking.py tells them); the
+bridge of worker 0's management API into the others (broker/workers/api_bridge.py).
 In the metadata owner (worker 0): executing definition changes (`submit` from its own
 channels, "op" requests from the others) on its authoritative vhost tables, stamping each
 resulting operation record with the next number of the `ChangeLog`, sending it to every
@@ -32,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
-from broker.management.queues import unacked_rows
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
-from broker.stats import MessageStats
-from broker.workers import federation_watch, queue_requests, remote, reports
+from broker.workers import federation_watch, queue_requests, remote
+from broker.workers.api_bridge import ApiBridge
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.connection_tracking import ConnectionTracking
 from broker.workers.mesh import Answer, Mesh
@@ -102,10 +102,10 @@ class WorkerRuntime:
         self._snapshot_waiting: list[tuple[int, Answer]] = []  # asked before we were up
         self._closing: set[int] = set()  # our closed connections whose exclusive queues
         # the owner is deleting (their serials resolve until its record comes back)
-        self._report_timer: Any = None  # the next report to the owner
         self._early_records: list[tuple[int, tuple]] = []  # queue records before we were up
         # every worker's connections as the others know them (limits, the management API)
         self.tracking = ConnectionTracking(index, count, mesh, self.serial, self._reader_of)
+        self.api = ApiBridge(self)  # worker 0's management API into the other workers
         # our channels whose paused socket the queues of these workers were told of
         self._paused: dict[ChannelRef, set[int]] = {}
         self._register()
@@ -122,13 +122,11 @@ class WorkerRuntime:
         m.on("chg", self._on_change)
         m.on("chg_ok", self._on_change_applied)
         m.on("fwd", self._on_forwarded)
-        m.on("report", self._on_report)
         m.on("fedwatch", lambda peer, record: federation_watch.watch(
             m, self._local_queue, peer, record))
         m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
-        m.on_request("unacked", self._on_unacked)
         for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
                      "move", "figures"):
             m.on_request(kind, self._queue_request(kind))
@@ -354,22 +352,22 @@ class WorkerRuntime:
     def _run(self, origin: int, op: str, args: tuple, answer: Any) -> Any:
         if op == "xdecl":
             vhost, name, type_, durable, auto_delete, internal, arguments, m = args
-            self._vhost_or_404(vhost, m).declare_exchange(
+            self.vhost_or_404(vhost, m).declare_exchange(
                 name, type_, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments, method=m, check_reserved=True)
             return None
         if op == "xdel":
             vhost, name, if_unused, m = args
-            self._vhost_or_404(vhost, m).delete_exchange(name, if_unused, m)
+            self.vhost_or_404(vhost, m).delete_exchange(name, if_unused, m)
             return None
         if op in ("bind", "unbind"):
             vhost, kind, destination, source, routing_key, arguments, owner, m = args
-            getattr(self._vhost_or_404(vhost, m), op)(
+            getattr(self.vhost_or_404(vhost, m), op)(
                 kind, destination, source, routing_key, arguments, self.resolve(owner), m)
             return None
         if op == "qdecl":
             vhost, name, durable, exclusive, auto_delete, arguments, owner, user, m = args
-            v = self._vhost_or_404(vhost, m)
+            v = self.vhost_or_404(vhost, m)
             assert self.broker is not None and self.broker.users is not None
             access = ChannelAccess(self.broker.users.control, user, vhost)
 
@@ -387,7 +385,7 @@ class WorkerRuntime:
             return self._delete_queue(args, answer)
         raise errors.amqp_error(errors.InternalError, f"unknown definition change {op!r}")
 
-    def _vhost_or_404(self, name: str, method: Any) -> Any:
+    def vhost_or_404(self, name: str, method: Any) -> Any:
         v = self._vhost(name)
         if v is None:  # deleted while the request travelled
             raise errors.amqp_error(errors.NotFound, f"no vhost '{name}'", method)
@@ -397,7 +395,7 @@ class WorkerRuntime:
         """queue.delete: the checks the queue's owner makes (if-unused, if-empty) first,
         then the change; answers the ready count it had."""
         vhost, name, if_unused, if_empty, owner, m = args
-        v = self._vhost_or_404(vhost, m)
+        v = self.vhost_or_404(vhost, m)
         if name not in v.queues:
             return 0
         queue = v.get_queue(name, self.resolve(owner), m)  # 405 if locked
@@ -507,15 +505,15 @@ class WorkerRuntime:
         self.started = True
         if self.is_owner and self.broker is not None:
             self.broker.on_api_change = self.api_changed
-            self.broker.remote_queue_call = self.remote_queue_call
+            self.broker.remote_queue_call = self.api.remote_queue_call
             self.broker.remote_connections = self.tracking.remote_connections
             self.broker.worker_views = self.tracking.worker_views
-            self.broker.remote_unacked = self.remote_unacked
+            self.broker.remote_unacked = self.api.remote_unacked
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)
         if not self.is_owner:
-            self._report_loop()
+            self.api.report_loop()
         waiting, self._snapshot_waiting = self._snapshot_waiting, []
         for peer, answer in waiting:
             self._on_snapshot(peer, None, answer)
@@ -643,100 +641,6 @@ class WorkerRuntime:
 
     def _answer_queue(self, kind: str, queue: Any, payload: tuple) -> Any:
         return queue_requests.answer(kind, queue, payload, self.remote_channel)
-
-    async def remote_queue_call(self, vhost: str, kind: str, payload: tuple) -> Any:
-        """The management API (worker 0) on a queue of another worker: purge, get_n,
-        move, browse (asked of the queue's worker), delete (a definition change, its checks
-        made by the queue's worker). After a purge, get or move the queue's figures are
-        asked for too, so the API shows what it changed at once (not at the next report).
-        AMQP errors are raised here."""
-        assert self.broker is not None and self.broker.loop is not None
-        loop = self.broker.loop
-
-        def ask(send: Callable[[OnReply], None]) -> asyncio.Future[Any]:
-            done: asyncio.Future[Any] = loop.create_future()
-
-            def on_reply(ok: bool, value: Any) -> None:
-                if not done.done():
-                    if ok:
-                        done.set_result(value)
-                    else:
-                        done.set_exception(value)
-            send(on_reply)
-            return done
-        if kind == "delete":
-            name, if_unused, if_empty = payload
-            return await ask(lambda on_reply: self.submit(
-                "qdel", (vhost, name, if_unused, if_empty, None, None), on_reply))
-        queue = self._vhost_or_404(vhost, None).queues.get(payload[0])
-        if not isinstance(queue, RemoteQueue):
-            raise errors.amqp_error(errors.NotFound,
-                                    f"no queue '{payload[0]}' in vhost '{vhost}'")
-        value = await ask(lambda on_reply: self.ask_queue(queue.worker, kind,
-                                                          (vhost, *payload), on_reply))
-        if kind in ("purge", "get_n", "move"):
-            queue.report(await ask(lambda on_reply: self.ask_queue(
-                queue.worker, "figures", (vhost, payload[0]), on_reply)))
-        return value
-
-    def _on_unacked(self, peer: int, payload: Any, answer: Answer) -> None:
-        """What our channels hold unacked from queue (vhost, name), for worker 0's API."""
-        assert self.broker is not None
-        vhost, name = payload
-
-        def of_queue(queue: Any) -> bool:
-            v = getattr(queue, "vhost", None)
-            return queue.name == name and v is not None and v.name == vhost
-        answer.reply(unacked_rows(self.broker.connections, of_queue))
-
-    async def remote_unacked(self, vhost: str, name: str) -> list[dict[str, Any]]:
-        """Worker 0: every other live worker's unacked rows for queue (vhost, name)."""
-        assert self.broker is not None and self.broker.loop is not None
-        loop = self.broker.loop
-
-        def ask(peer: int) -> asyncio.Future[list[dict[str, Any]]]:
-            done: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
-
-            def on_reply(ok: bool, value: Any) -> None:
-                if not done.done():  # a worker that died meanwhile holds none any more
-                    done.set_result(value if ok else [])
-            self.mesh.request(peer, "unacked", (vhost, name), on_reply)
-            return done
-        asked = [ask(peer) for peer in range(self.count) if peer != self.index]
-        rows: list[dict[str, Any]] = []
-        for done in asked:
-            rows += await done
-        return rows
-
-    def _on_report(self, peer: int, record: tuple) -> None:
-        """A worker's figures for the management API (the owner serves it): its queues'
-        (onto their proxies) and its channels' message counts per vhost (whose totals
-        never fall: a worker folds closed channels into them first)."""
-        _, queues, vhost_stats, conns, view = record
-        self.tracking.report(peer, conns, view)
-        for vhost, name, figures in queues:
-            proxy = self.proxies.get((vhost, name))
-            if proxy is not None and proxy.worker == peer:
-                proxy.report(figures)
-        for vhost, fields in vhost_stats.items():
-            v = self._vhost(vhost)
-            if v is not None:
-                v.remote_stats[peer] = MessageStats.from_dict(fields)
-
-    def _send_report(self) -> None:
-        """Every collect_statistics_interval: our figures to the owner (not the owner)."""
-        assert self.broker is not None
-        self.mesh.send(OWNER, ("report", *reports.build(self.broker, self.serial, self.index)))
-
-    def _report_loop(self) -> None:
-        assert self.broker is not None and self.broker.loop is not None
-        if self.broker.definitions is None:  # stopping: its tables are being closed
-            return
-        try:
-            self._send_report()
-        finally:
-            interval = max(self.broker.config.collect_statistics_interval, 100) / 1000
-            self._report_timer = self.broker.loop.call_later(interval, self._report_loop)
 
     def _reply_gone(self, token: str) -> None:
         """One of our direct reply-to requesters went: every other worker is told."""
