@@ -313,15 +313,19 @@ class RemoteChannel:
         # channel's unacked messages)
         self.outstanding: dict[Any, set[Any]] = {}
         self.queues: set[Any] = set()  # the queues it published to or consumed from
+        self._deliver_heads: dict[Any, tuple] = {}  # queue -> its DELIVER records' head
 
     def __repr__(self) -> str:
         return f"RemoteChannel{tuple(self.ref)}"
 
-    def _send(self, op: str, queue: QueueFacade, payload: Any) -> None:
+    def _head(self, op: str, queue: QueueFacade) -> tuple:
+        """("ch", channel ref, op, vhost, queue): a record to the channel's worker, less
+        its payload."""
         vhost = getattr(queue, "vhost", None)
-        self.port.send(self.ref.worker, ("ch", self.ref, op,
-                                         vhost.name if vhost is not None else "",
-                                         queue.name, payload))
+        return ("ch", self.ref, op, vhost.name if vhost is not None else "", queue.name)
+
+    def _send(self, op: str, queue: QueueFacade, payload: Any) -> None:
+        self.port.send(self.ref.worker, (*self._head(op, queue), payload))
 
     def cast(self, msg: tuple) -> None:
         kind = msg[0]
@@ -339,10 +343,10 @@ class RemoteChannel:
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
         if ack_tag is not None:
             self.outstanding.setdefault(queue, set()).add(ack_tag)
-        vhost = getattr(queue, "vhost", None)
-        self.port.send_grouped(self.ref.worker, ("ch", self.ref, DELIVER,
-                                                 vhost.name if vhost is not None else "",
-                                                 queue.name),
+        head = self._deliver_heads.get(queue)  # per delivery: built once per queue
+        if head is None:
+            head = self._deliver_heads[queue] = self._head(DELIVER, queue)
+        self.port.send_grouped(self.ref.worker, head,
                                (consumer_tag, message, redelivered, ack_tag))
 
     def settled(self, queue: Any, ack_tags: Any) -> None:
