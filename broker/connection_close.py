@@ -4,10 +4,11 @@ that closes, in every way a connection can close, without losing what the client
 Owns: `ConnectionClosing`, mixed into `Reader` (broker/reader.py), and the reader's states.
 A server-side close (a hard error, a forced 320, shutdown) sends connection.close and waits
 up to `CLOSE_OK_TIMEOUT` s for close-ok; a client's connection.close lets every channel finish
-what it had received, then close-ok goes out (DRAINING); after close-ok the socket lingers,
-read and discarded, until the client closes it (at most the heartbeat interval or
-`CLOSING_TIMEOUT` s); once the socket is gone and the last channel has finished, the
-connection's exclusive queues are deleted and the broker forgets it. An unexpected exception
+what it had received, then its exclusive queues are deleted and close-ok goes out once every
+worker process sees them gone (DRAINING); after close-ok the socket lingers, read and
+discarded, until the client closes it (at most the heartbeat interval or `CLOSING_TIMEOUT` s);
+once the socket is gone and the last channel has finished, the connection's exclusive queues
+are deleted (if they were not yet) and the broker forgets it. An unexpected exception
 becomes 541 here. The state it reads is the reader's, declared below for type checkers.
 Talks to: the reader's channels (`shutdown`), its vhost (`connection_closed`), the broker
 (`connection_gone`). Must never: read frames or decide what a method means.
@@ -16,6 +17,7 @@ Talks to: the reader's channels (`shutdown`), its vhost (`connection_closed`), t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -36,6 +38,10 @@ log = logging.getLogger("broker.connection")
 
 C = commands.Connection
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for connection.close-ok before dropping the socket
+
+def _nothing() -> None:
+    pass
+
 
 # CLOSING: we sent connection.close and wait for close-ok. DRAINING: the client sent
 # connection.close; its channels finish what they had received, then close-ok is sent.
@@ -91,10 +97,9 @@ class ConnectionClosing:
         broker."""
         if self.channels:
             return
-        if self.state == DRAINING:
-            self._send0(C.CloseOk())
-            self._linger()
-            self._release_vhost()
+        if self.state == DRAINING and not self._vhost_released:
+            # close-ok once the exclusive queues are gone for every other connection
+            self._release_vhost(self._close_ok)
         if self._socket_gone and not self._finished:
             self._finished = True
             self._release_vhost()
@@ -103,11 +108,19 @@ class ConnectionClosing:
                 self.vhost.closed_octets[1] += self.writer.bytes_sent if self.writer else 0
             self.broker.connection_gone(self)
 
-    def _release_vhost(self) -> None:
-        """Delete our exclusive queues and leave the vhost (once)."""
+    def _release_vhost(self, then: Callable[[], None] | None = None) -> None:
+        """Delete our exclusive queues and leave the vhost (once); `then()` once every
+        process of the broker sees them gone (VHost.release_connection)."""
         if self.vhost is not None and not self._vhost_released:
             self._vhost_released = True
-            self.vhost.connection_closed(self)
+            self.vhost.release_connection(self, then or _nothing)
+        elif then is not None:
+            then()
+
+    def _close_ok(self) -> None:
+        if self.state == DRAINING and not self._socket_gone:
+            self._send0(C.CloseOk())
+            self._linger()
 
     def _linger(self) -> None:
         """close-ok is out: as RabbitMQ (rabbit_reader close_connection), the client closes

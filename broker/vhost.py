@@ -437,6 +437,14 @@ class VHost:
             if queue.exclusive_owner is owner:
                 self.delete_queue_now(queue)
 
+    def release_connection(self, owner: ExclusiveOwner, then: Callable[[], None]) -> None:
+        """connection_closed, then `then()` once every process of the broker sees those
+        queues gone; in one process that is at once. A client that has its close-ok may
+        find the queues gone from any other connection (RabbitMQ deletes them in
+        rabbit_amqqueue:delete_exclusive before the reader's close-ok)."""
+        self.connection_closed(owner)
+        then()
+
     # -- routing (broker/vhost_routing.py) -------------------------------------------------
     def route_message(self, exchange_name: str, routing_key: str,
                       message: Any) -> Sequence[QueueProcess]:

@@ -127,6 +127,7 @@ class WorkerRuntime:
         m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
+        m.on_request("settled", self._on_settled_request)
         for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
                      "move", "figures"):
             m.on_request(kind, self._queue_request(kind))
@@ -428,6 +429,19 @@ class WorkerRuntime:
         if op[0] == "closed" and op[2] is not None:
             self._closing.add(op[2].serial)
         self.mesh.send(OWNER, ("fwd", op))
+
+    def settled(self, then: Callable[[], None]) -> None:
+        """Run `then()` once every change this worker made or forwarded so far is applied
+        by every live worker: the owner waits for its log; another worker asks the owner
+        behind its forwarded changes (one link keeps their order). A lost owner answers
+        too (Mesh.request fails the request), so a closing client is never left waiting."""
+        if self.is_owner:
+            self._when_applied(then)
+        else:
+            self.mesh.request(OWNER, "settled", None, lambda _ok, _value: then())
+
+    def _on_settled_request(self, peer: int, payload: Any, answer: Answer) -> None:
+        self._when_applied(lambda: answer.reply(None))
 
     def _on_forwarded(self, peer: int, record: tuple) -> None:
         op = record[1]

@@ -61,6 +61,8 @@ class VHostRuntime(Protocol):
 
     def forward(self, op: tuple) -> None: ...  # replica: ask the owner to make this change
 
+    def settled(self, then: Callable[[], None]) -> None: ...  # every change so far applied
+
 
 class WorkerVHost(VHost):
     """See the module docstring. `runtime` is set on the subclass `bind` makes."""
@@ -172,6 +174,16 @@ class WorkerVHost(VHost):
             return
         self._tell(lambda: super(WorkerVHost, self).connection_closed(owner),
                    lambda _: ("closed", self.name, ref))
+
+    def release_connection(self, owner: Any, then: Callable[[], None]) -> None:
+        """connection_closed; `then()` once every worker has applied the deletion of
+        `owner`'s exclusive queues (Runtime.settled), at once when it had none."""
+        had = self.live and any(q.exclusive_owner is owner for q in self.queues.values())
+        self.connection_closed(owner)
+        if had:
+            self.runtime.settled(then)
+        else:
+            then()
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0,
                    apply_to: str = "all") -> Any:

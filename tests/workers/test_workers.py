@@ -141,6 +141,25 @@ def test_an_exclusive_queue_is_locked_to_other_workers_and_goes_with_its_connect
     other.close()
 
 
+def test_once_its_owner_has_close_ok_an_exclusive_queue_is_gone_on_every_worker(
+        workers_broker):
+    """connection.close-ok waits until every worker has deleted the owner's exclusive
+    queues: a passive declare from another worker's connection right after it answers 404
+    (the integration suite's aio-pika test raced here against two workers)."""
+    broker = workers_broker(2)
+    for round_ in range(30):
+        first, second = connect(broker, 2)  # workers 0 and 1
+        owner, other = (first, second) if round_ % 2 else (second, first)
+        name = f"mine-{round_}"
+        owner.channel().queue_declare(name, exclusive=True)
+        ch = other.channel()
+        owner.close()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            ch.queue_declare(name, passive=True)
+        assert err.value.reply_code == 404, (round_, err.value)
+        other.close()
+
+
 def test_an_auto_delete_queue_goes_when_its_consumer_on_another_worker_cancels(
         workers_broker):
     broker = workers_broker(2)
