@@ -232,8 +232,6 @@ def _check_workers(values: Mapping[str, Any]) -> None:
         return
     if values.get("clustering_enabled"):
         raise ValueError("workers > 1 with clustering.enabled is not supported yet")
-    if values.get("stream_listeners_tcp_default") or values.get("stream_listeners_ssl_default"):
-        raise ValueError("workers > 1 with the stream protocol's listener is not supported yet")
     if values.get("confirm_on") == "ack-lite":  # its channel-held refs do not cross workers
         raise ValueError("workers > 1 with confirm_on = ack-lite is not supported yet")
 

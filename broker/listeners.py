@@ -18,6 +18,7 @@ AMQPS = "AMQPS (TLS)"
 MANAGEMENT = "management API and UI"
 PROMETHEUS = "Prometheus"
 STREAM = "stream protocol"
+STREAM_TLS = "stream protocol (TLS)"
 
 # listener -> (the setting that changes its port, the one that changes its address); the
 # names are those of docs/configuration.md (`--port` is `listeners.tcp.default` in a
@@ -30,6 +31,8 @@ _SETTINGS = {
     PROMETHEUS: ("--set prometheus.tcp.port=N (0 turns it off)",
                  "--set prometheus.tcp.ip=ADDRESS"),
     STREAM: ("--set stream.listeners.tcp.default=N", "--set stream.listeners.tcp.default=ADDRESS:N"),
+    STREAM_TLS: ("--set stream.listeners.ssl.default=N",
+                 "--set stream.listeners.ssl.default=ADDRESS:N"),
 }
 # errors the port setting fixes (another process holds it; below 1024 without privilege);
 # anything else (an address this machine does not have) is the address setting's

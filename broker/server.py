@@ -381,7 +381,7 @@ class Broker:
             if not self._servers and listen:
                 raise ValueError("no listener: listeners.tcp = none and no listeners.ssl.default")
             if cfg.stream_listeners_tcp_default or cfg.stream_listeners_ssl_default:
-                where += await self._listen_stream(cfg)
+                where += await self._listen_stream(cfg, bind=listen)
             # the supervisors exist before the file is read: its shovel and federation
             # parameters go through them (RabbitMQ imports definitions once its plugins run)
             self.shovels = Shovels(serving)
@@ -427,6 +427,21 @@ class Broker:
             return None
         return reader
 
+    async def adopt_stream(self, sock: socket.socket, listener: str) -> None:
+        """Serve a stream protocol connection the node process accepted (`listener`:
+        listeners.STREAM or STREAM_TLS, whose TLS handshake runs here); only the worker
+        whose configuration names the stream listeners (worker 0) gets them."""
+        assert self.loop is not None and self.stream is not None
+        kwargs: dict[str, Any] = {}
+        if listener == listeners.STREAM_TLS:
+            kwargs = {"ssl": tls.server_context(self.config),
+                      "ssl_handshake_timeout": self.config.handshake_timeout}
+        try:
+            await self.loop.connect_accepted_socket(self.stream.protocol, sock, **kwargs)
+        except (OSError, TimeoutError) as exc:
+            log.info("connection handed over from the %s listener failed: %s", listener, exc)
+            sock.close()
+
     async def _listen(self, serving: ServingBroker[Reader], listener: str, host: str,
                       port: int, **kwargs: Any) -> asyncio.Server:
         """Bind an AMQP(S) listener whose readers hold `serving`; ListenerError (which
@@ -440,10 +455,12 @@ class Broker:
         self._servers.append(server)
         return server
 
-    async def _listen_stream(self, cfg: BrokerConfig) -> list[str]:
+    async def _listen_stream(self, cfg: BrokerConfig, bind: bool = True) -> list[str]:
         """Bind the stream protocol's listeners (stream.listeners.tcp.default and, with the
         ssl_options.* of AMQPS, stream.listeners.ssl.default); returns where they listen.
-        ListenerError when an address cannot be bound."""
+        ListenerError when an address cannot be bound. With `bind` False (worker 0 of a
+        multi-worker broker) the settings name where the node process listens, and its
+        connections come through `adopt`."""
         from broker.stream_protocol.reader import StreamListener
 
         assert self.loop is not None
@@ -458,6 +475,12 @@ class Broker:
             if not spec:
                 continue
             host, port = tls.parse_listener(spec, cfg.host)
+            if not bind:
+                if use_tls:
+                    self.stream_ssl_port = self.stream.tls_port = port
+                else:
+                    self.stream.port = self.stream_port = port
+                continue
             try:
                 if use_tls:
                     server = await self.loop.create_server(

@@ -74,6 +74,12 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
     def stream(self) -> StreamListener | None: ...  # the stream protocol's listener, when on
 
     @property
+    def stream_port(self) -> int | None: ...  # the stream protocol's port, when it listens
+
+    @property
+    def stream_ssl_port(self) -> int | None: ...  # its TLS port, when that listens
+
+    @property
     def global_parameters(self) -> dict[str, Any]: ...  # name -> JSON value
 
     @property

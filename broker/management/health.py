@@ -24,7 +24,7 @@ management user may call them (rabbit_mgmt_util:is_authorized).
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -32,10 +32,7 @@ from broker import tls
 from broker.management import shapes
 from broker.management.context import broker
 from broker.management.http import bad_request, not_found, param, reply
-from broker.management.overview import alarms
-
-if TYPE_CHECKING:
-    from broker.started import StartedBroker
+from broker.management.overview import alarms, listeners
 
 routes = web.RouteTableDef()
 
@@ -56,27 +53,6 @@ ALIASES = {
 
 def failed(reason: str, **extra: Any) -> web.Response:
     return reply({"status": "failed", "reason": reason, **extra}, status=503)
-
-
-def listeners(b: StartedBroker) -> list[dict]:
-    """This node's active listeners: {protocol, ip_address, port, certfile, cacertfile}."""
-    cfg = b.config
-    out = []
-    if cfg.listeners_tcp.strip().lower() != "none":
-        out.append({"protocol": "amqp", "ip_address": cfg.host, "port": b.port})
-    if b.ssl_port:
-        host, _port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
-        out.append({"protocol": "amqp/ssl", "ip_address": host, "port": b.ssl_port,
-                    "certfile": cfg.ssl_options_certfile,
-                    "cacertfile": cfg.ssl_options_cacertfile})
-    mgmt = getattr(b, "management", None)
-    if mgmt is not None and mgmt.port:
-        out.append({"protocol": "http", "ip_address": cfg.management_tcp_ip,
-                    "port": mgmt.port})
-    if mgmt is not None and mgmt.prometheus_port:
-        out.append({"protocol": "http/prometheus", "ip_address": cfg.prometheus_tcp_ip,
-                    "port": mgmt.prometheus_port})
-    return out
 
 
 @routes.get("/api/health/checks/alarms")

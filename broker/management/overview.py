@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker import __version__, replication_hook
+from broker import __version__, replication_hook, tls
 from broker.management import samples, shapes
 from broker.management.auth import (
     current,
@@ -86,6 +86,33 @@ def totals(b: StartedBroker, vhosts: list[str],
     return lengths, objects, stats
 
 
+def listeners(b: StartedBroker) -> list[dict]:
+    """This node's active listeners: {protocol, ip_address, port, certfile, cacertfile}."""
+    cfg = b.config
+    out = []
+    if cfg.listeners_tcp.strip().lower() != "none":
+        out.append({"protocol": "amqp", "ip_address": cfg.host, "port": b.port})
+    if b.ssl_port:
+        host, _port = tls.parse_listener(cfg.listeners_ssl_default, cfg.host)
+        out.append({"protocol": "amqp/ssl", "ip_address": host, "port": b.ssl_port,
+                    "certfile": cfg.ssl_options_certfile,
+                    "cacertfile": cfg.ssl_options_cacertfile})
+    for port, protocol, spec in ((b.stream_port, "stream", cfg.stream_listeners_tcp_default),
+                                 (b.stream_ssl_port, "stream/ssl",
+                                  cfg.stream_listeners_ssl_default)):
+        if port:  # rabbitmq_stream's listeners, under its protocol names
+            host, _port = tls.parse_listener(spec, cfg.host)
+            out.append({"protocol": protocol, "ip_address": host, "port": port})
+    mgmt = getattr(b, "management", None)
+    if mgmt is not None and mgmt.port:
+        out.append({"protocol": "http", "ip_address": cfg.management_tcp_ip,
+                    "port": mgmt.port})
+    if mgmt is not None and mgmt.prometheus_port:
+        out.append({"protocol": "http/prometheus", "ip_address": cfg.prometheus_tcp_ip,
+                    "port": mgmt.prometheus_port})
+    return out
+
+
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
     b, s = broker(request), sampler(request)
@@ -95,11 +122,7 @@ async def overview(request: web.Request) -> web.Response:
     lengths, objects, stats = totals(b, vhosts, every_vhost=user.is_monitor)
     node = shapes.node_name(b)
     cfg = b.config
-    listeners = [{"node": node, "protocol": "amqp", "ip_address": cfg.host, "port": b.port,
-                  "socket_opts": {}}]
-    if b.ssl_port:
-        listeners.append({"node": node, "protocol": "amqp/ssl", "ip_address": cfg.host,
-                          "port": b.ssl_port, "socket_opts": {}})
+    bound = [{"node": node, **row, "socket_opts": {}} for row in listeners(b)]
     mgmt = getattr(b, "management", None)
     out = {
         "management_version": __version__,
@@ -125,7 +148,7 @@ async def overview(request: web.Request) -> web.Response:
         "object_totals": objects,
         "statistics_db_event_queue": 0,
         "node": node,
-        "listeners": listeners,
+        "listeners": bound,
         "contexts": [{"node": node, "description": "RabbitMQ Management", "path": "/",
                       "port": str(mgmt.port if mgmt else cfg.management_tcp_port)}],
     }

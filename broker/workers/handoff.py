@@ -79,13 +79,15 @@ class Acceptor:
             self._loop.remove_reader(sock.fileno())
             sock.close()
 
-    def serve(self, listener: socket.socket, name: str) -> None:
+    def serve(self, listener: socket.socket, name: str, worker: int | None = None) -> None:
         """Accept on `listener` (bound and listening) and hand its connections out, tagged
         `name` (broker/listeners.py's AMQP, AMQPS, ...) so that the worker knows which
-        protocol and TLS settings to serve them with."""
+        protocol and TLS settings to serve them with; all to `worker` when given (the
+        stream protocol's, to worker 0), uncounted: the worker reports no close for them."""
         listener.setblocking(False)
         self._listeners.append(listener)
-        self._loop.add_reader(listener.fileno(), self._accept, listener, name.encode("ascii"))
+        self._loop.add_reader(listener.fileno(), self._accept, listener,
+                              name.encode("ascii"), worker)
 
     def close(self) -> None:
         """Stop accepting (the listeners are closed) and drop the workers' channels."""
@@ -103,7 +105,7 @@ class Acceptor:
         return min(self.connections, key=lambda i: (self.connections[i], i))
 
     # -- callbacks ---------------------------------------------------------------------------
-    def _accept(self, listener: socket.socket, name: bytes) -> None:
+    def _accept(self, listener: socket.socket, name: bytes, worker: int | None) -> None:
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, _addr = listener.accept()
@@ -113,7 +115,23 @@ class Acceptor:
                 log.warning("accept on %s failed: %s", name.decode(), exc)
                 return
             with conn:
-                self._hand(conn, name)
+                if worker is None:
+                    self._hand(conn, name)
+                else:
+                    self._hand_to(worker, conn, name)
+
+    def _hand_to(self, index: int, conn: socket.socket, name: bytes) -> None:
+        """Hand `conn` to worker `index`, uncounted; if it is gone or not taking
+        connections, the caller closes it (the client sees a reset and retries)."""
+        hand = self._workers.get(index)
+        if hand is None:
+            return
+        try:
+            socket.send_fds(hand, [b"A" + name], [conn.fileno()])
+        except OSError as exc:  # full (BlockingIOError) or its end closed
+            log.warning("hand-off to worker %d failed: %s", index, exc)
+            return
+        self.handed += 1
 
     def _hand(self, conn: socket.socket, name: bytes) -> None:
         """Hand `conn` to the least loaded worker that takes it; if none does, the caller

@@ -32,6 +32,7 @@ from broker import listeners, tls
 from broker.config import BrokerConfig
 from broker.workers.handoff import Acceptor, handoff_pair
 from broker.workers.link import Link, open_link
+from broker.workers.placement import OWNER
 from broker.workers.spec import WorkerSpec, worker_config
 
 log = logging.getLogger("broker.workers")
@@ -60,6 +61,8 @@ class Node:
         self.count = config.workers  # how many workers
         self.port = config.port  # the bound AMQP port, after start
         self.ssl_port: int | None = None  # the bound amqps port, when that listener is on
+        # where the stream protocol's listeners are bound (plain, TLS; "" when off)
+        self.stream_listeners: tuple[str, str] = ("", "")
         self.procs: dict[int, subprocess.Popen[bytes]] = {}  # worker index -> its process
         self._links: dict[int, Link] = {}  # worker index -> its control link
         self._ready: dict[int, asyncio.Future[None]] = {}  # resolved by each worker's "ready"
@@ -91,6 +94,7 @@ class Node:
             if not listening:
                 raise ValueError("no listener: listeners.tcp = none and no "
                                  "listeners.ssl.default")
+            pinned = self._bind_stream(listening, where)
             self._acceptor = Acceptor(loop)
             await self._spawn_all()
             await asyncio.wait_for(asyncio.gather(*self._ready.values()), READY_TIMEOUT)
@@ -100,9 +104,35 @@ class Node:
             await self.stop()
             raise
         for sock, name in listening:  # accept only once every worker serves
-            self._acceptor.serve(sock, name)
+            self._acceptor.serve(sock, name, worker=OWNER if name in pinned else None)
         log.info("ready to accept connections on %s (%d workers)", ", ".join(where),
                  self.count)
+
+    def _bind_stream(self, listening: list[tuple[socket.socket, str]],
+                     where: list[str]) -> set[str]:
+        """Bind the stream protocol's listeners, if configured; their connections all go
+        to worker 0, where every stream lives (a stream protocol connection reads its
+        streams' logs in place: docs/multicore.md). Returns the listener names pinned so."""
+        cfg = self.config
+        pinned = set()
+        for spec, name in ((cfg.stream_listeners_tcp_default, listeners.STREAM),
+                           (cfg.stream_listeners_ssl_default, listeners.STREAM_TLS)):
+            if not spec:
+                continue
+            if name == listeners.STREAM_TLS:
+                tls.server_context(cfg)
+            host, port = tls.parse_listener(spec, cfg.host)
+            sock = _bind(name, host, port)
+            bound = sock.getsockname()[1]
+            listening.append((sock, name))
+            pinned.add(name)
+            if name == listeners.STREAM:
+                self.stream_listeners = (f"{host}:{bound}", self.stream_listeners[1])
+                where.append(f"{host}:{bound} (stream)")
+            else:
+                self.stream_listeners = (self.stream_listeners[0], f"{host}:{bound}")
+                where.append(f"{host}:{bound} (stream, TLS)")
+        return pinned
 
     async def _spawn_all(self) -> None:
         """Make every socket pair, start each worker with its ends, keep the node's ends."""
@@ -131,7 +161,8 @@ class Node:
         handoff_node, handoff_worker = handoff_pair()
         control_node, control_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = {peer: sock.fileno() for peer, sock in peers.items()}
-        spec = WorkerSpec(index, self.count, worker_config(self.config, index, self.port),
+        spec = WorkerSpec(index, self.count,
+                          worker_config(self.config, index, self.port, self.stream_listeners),
                           handoff_worker.fileno(), control_worker.fileno(), fds)
         self.procs[index] = self._start_process(
             spec, [handoff_worker.fileno(), control_worker.fileno(), *fds.values()])

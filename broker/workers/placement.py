@@ -2,7 +2,8 @@
 "Queue placement").
 
 Owns: `Placement`: the table (vhost, queue) -> worker index every worker holds alike; the
-owner's choice for a new queue (an exclusive queue on its connection's worker, else the
+owner's choice for a new queue (a stream in the owner, an exclusive queue on its
+connection's worker, else the
 worker with the fewest queues, ties to the declaring connection's worker); the placements
 chosen since the last change record (`take_fresh`: a change carries them, so the other
 workers take the owner's choice); `queue_workers.json`, the owner's durable record of where
@@ -27,13 +28,14 @@ class Placement:
         self._fresh: dict[tuple[str, str], int] = {}  # the owner: chosen since take_fresh
         self._file: str | None = None  # the owner's queue_workers.json
 
-    def choose(self, key: tuple[str, str], connection_worker: int | None, origin: int,
+    def choose(self, key: tuple[str, str], fixed: int | None, origin: int,
                live: Iterable[int]) -> int:
-        """The owner places new queue `key`: on `connection_worker` (an exclusive queue's
-        connection's), else on the worker of `live` with the fewest queues, ties to
-        `origin` (the declaring connection's worker), then the lowest index."""
-        if connection_worker is not None:
-            worker = connection_worker
+        """The owner places new queue `key`: on `fixed` when given (a stream's worker, an
+        exclusive queue's connection's), else on the worker of `live` with the fewest
+        queues, ties to `origin` (the declaring connection's worker), then the lowest
+        index."""
+        if fixed is not None:
+            worker = fixed
         else:
             counts = dict.fromkeys(live, 0)
             for w in self.placed.values():

@@ -212,10 +212,13 @@ class WorkerRuntime:
     def send_grouped(self, worker: int, head: tuple, item: Any) -> None:
         self.mesh.send_grouped(worker, head, item)
 
-    def placement(self, vhost: str, name: str, exclusive_owner: Any) -> int:
+    def placement(self, vhost: str, name: str, exclusive_owner: Any,
+                  queue_type: str = "classic") -> int:
         """Where queue `name` lives: recorded (a replayed record, a recovered queue), or,
-        in the owner, chosen now: an exclusive queue on its connection's worker, else the
-        worker with the fewest queues (ties to the declaring connection's worker)."""
+        in the owner, chosen now: a stream in the owner, whose worker serves the stream
+        protocol (its connections read the stream's log in place); an exclusive queue on
+        its connection's worker; else the worker with the fewest queues (ties to the
+        declaring connection's worker)."""
         key = (vhost, name)
         worker = self.placed.get(key)
         if worker is not None:
@@ -223,8 +226,9 @@ class WorkerRuntime:
         if not self.is_owner:  # a record for it is on its way: the owner decided
             return OWNER
         ref = self.owner_ref(exclusive_owner)
+        fixed = OWNER if queue_type == "stream" else ref.worker if ref is not None else None
         live = self.log.live | {OWNER} if self.log is not None else set(range(self.count))
-        return self.places.choose(key, ref.worker if ref is not None else None,
+        return self.places.choose(key, fixed,
                                   self._origin if self._origin is not None else OWNER, live)
 
     _origin: int | None = None  # the worker whose request the owner executes now

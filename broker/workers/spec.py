@@ -44,14 +44,19 @@ def worker_data_dir(config: BrokerConfig, index: int) -> str:
     return config.data_dir if index == 0 else os.path.join(config.data_dir, f"worker-{index}")
 
 
-def worker_config(config: BrokerConfig, index: int, port: int) -> BrokerConfig:
+def worker_config(config: BrokerConfig, index: int, port: int,
+                  stream: tuple[str, str] = ("", "")) -> BrokerConfig:
     """The node's configuration as worker `index` runs it: its own data directory, the port
     the node accepts on (for server properties and the management API's listeners), and
-    the management and Prometheus servers, and loading a definitions file, in worker 0
-    only."""
-    changes: dict = {"data_dir": worker_data_dir(config, index), "port": port, "workers": 1}
+    the management and Prometheus servers, loading a definitions file and the stream
+    protocol in worker 0 only; `stream` is where the node listens for the stream protocol
+    (plain, TLS: "host:port", "" when off), which worker 0 serves without binding."""
+    changes: dict = {"data_dir": worker_data_dir(config, index), "port": port, "workers": 1,
+                     "stream_listeners_tcp_default": stream[0],
+                     "stream_listeners_ssl_default": stream[1]}
     if index != 0:  # definitions to load reach the others through worker 0's snapshot
-        changes.update(management_tcp_port=0, prometheus_tcp_port=0, load_definitions="")
+        changes.update(management_tcp_port=0, prometheus_tcp_port=0, load_definitions="",
+                       stream_listeners_tcp_default="", stream_listeners_ssl_default="")
     return dataclasses.replace(config, **changes)
 
 

@@ -53,7 +53,8 @@ class VHostRuntime(Protocol):
 
     def owner_ref(self, owner: Any) -> ConnRef | None: ...  # a connection, as records name it
 
-    def placement(self, vhost: str, name: str, exclusive_owner: Any) -> int: ...
+    def placement(self, vhost: str, name: str, exclusive_owner: Any,
+                  queue_type: str = "classic") -> int: ...
 
     def remote_queue(self, vhost: str, name: str, worker: int, **attrs: Any) -> RemoteQueue: ...
 
@@ -88,7 +89,7 @@ class WorkerVHost(VHost):
     # -- where queues live -------------------------------------------------------------------
     def _new_queue(self, name: str, queue_type: str, durable: bool, auto_delete: bool,
                    exclusive_owner: Any, arguments: dict) -> QueueProcess:
-        worker = self.runtime.placement(self.name, name, exclusive_owner)
+        worker = self.runtime.placement(self.name, name, exclusive_owner, queue_type)
         if worker == self.runtime.index:
             return super()._new_queue(name, queue_type, durable, auto_delete,
                                       exclusive_owner, arguments)

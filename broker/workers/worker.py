@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from broker import listeners
 from broker.channel_handlers import HANDLERS
 from broker.gc_pacing import GcPacer
 from broker.reader import Reader
@@ -68,6 +69,10 @@ async def serve(spec: WorkerSpec) -> None:
     listener_of: dict[Reader, str] = {}  # connection -> the listener it came from
 
     def adopt(sock: socket.socket, listener: str) -> None:
+        if listener in (listeners.STREAM, listeners.STREAM_TLS):  # uncounted by the node
+            loop.create_task(broker.adopt_stream(sock, listener))
+            return
+
         async def run() -> None:
             reader = await broker.adopt(sock, listener)
             if reader is None:
