@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig, load_config
 from broker.gc_pacing import GcPacer
@@ -19,12 +20,17 @@ from broker.listeners import ListenerError
 from broker.server import Broker
 from broker.workers.spec import check_placements
 
+if TYPE_CHECKING:
+    from broker.cluster.leader import ReplicationServer
+    from broker.cluster.leading import Leading
+
 EX_UNAVAILABLE = 69  # sysexits.h: the port (or address) a listener needs is not available
 
 
 async def _serve_cluster_member(config: BrokerConfig) -> int:
     """clustering.enabled: follow the leader until this member leads, then serve
     (broker/cluster/node.py); returns the exit status."""
+    from broker.cluster.leading import LocalLeader
     from broker.cluster.node import ClusterNode  # etcd's client only when clustering
 
     loop = asyncio.get_running_loop()
@@ -34,9 +40,16 @@ async def _serve_cluster_member(config: BrokerConfig) -> int:
     pacer = GcPacer() if config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
+
+    def make_leader(cfg: BrokerConfig, server: ReplicationServer) -> Leading:
+        if cfg.workers > 1:  # the node process leads; the workers serve
+            from broker.workers.clustered import WorkersLeader
+
+            return WorkersLeader(cfg, server)
+        return LocalLeader(cfg, server, Broker, pacer.refreeze if pacer is not None else None)
+
     try:
-        return await ClusterNode(
-            config, Broker, pacer.refreeze if pacer is not None else None).run(stop)
+        return await ClusterNode(config, make_leader).run(stop)
     finally:
         if pacer is not None:
             pacer.stop()
@@ -94,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = uvloop.run
     try:
+        if config.clustering_enabled:  # with workers > 1 too: the node process is the member
+            return run(_serve_cluster_member(config))
         if config.workers > 1:
             run(_serve_workers(config))
             return 0
-        if config.clustering_enabled:
-            return run(_serve_cluster_member(config))
         run(_serve(Broker(config)))
     except ListenerError as exc:  # a port in use: which listener, where, what moves it
         sys.stderr.write(f"python -m broker: {exc}\n")

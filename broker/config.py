@@ -230,8 +230,6 @@ def _check_workers(values: Mapping[str, Any]) -> None:
     """What several worker processes cannot do yet (ValueError; docs/multicore.md)."""
     if values.get("workers", 1) <= 1:
         return
-    if values.get("clustering_enabled"):
-        raise ValueError("workers > 1 with clustering.enabled is not supported yet")
     if values.get("confirm_on") == "ack-lite":  # its channel-held refs do not cross workers
         raise ValueError("workers > 1 with confirm_on = ack-lite is not supported yet")
 

@@ -19,6 +19,11 @@ MANAGEMENT = "management API and UI"
 PROMETHEUS = "Prometheus"
 STREAM = "stream protocol"
 STREAM_TLS = "stream protocol (TLS)"
+# a cluster leader with several workers: clients a follower carried here, after their
+# PROXY line (broker/cluster/proxy.py), handed to a worker like accepted connections
+PROXIED_AMQP = "AMQP (proxied)"
+PROXIED_HTTP = "http (proxied)"
+PROXIED_PROMETHEUS = "prometheus (proxied)"
 
 # listener -> (the setting that changes its port, the one that changes its address); the
 # names are those of docs/configuration.md (`--port` is `listeners.tcp.default` in a

@@ -1,7 +1,8 @@
 """The files a cluster replicates, on either side.
 
 Owns: which paths under the data directory are replicated (`replicated`: the persistent
-message store, queue indexes and what a quorum queue keeps beside them, stream segments; not
+message store, queue indexes and what a quorum queue keeps beside them, stream segments, in
+every worker's directory, and where each durable queue lives; not
 the transient store, not `definitions.db` — definitions travel as the operations that change
 them — and not this member's own `cluster/` state), listing them with their sizes and SHA-1
 (`list_files`, the leader's side of a sync), and applying the stream's operations to a
@@ -23,11 +24,19 @@ from broker.definitions_ops import apply_op
 from broker.durable_io import fsync_dir, write_atomically
 
 LOCAL_DIR = "cluster"  # this member's own state: never replicated
+PLACEMENT_FILE = "queue_workers.json"  # where each durable queue lives (broker/workers/)
 
 
 def replicated(path: str) -> bool:
-    """Is `path` (relative, '/'-separated) a file the leader replicates?"""
+    """Is `path` (relative, '/'-separated) a file the leader replicates? With several
+    workers (docs/multicore.md) worker k's queues live under `worker-<k>/` in the same
+    layout, and `queue_workers.json` says which worker's directory holds each durable
+    queue."""
+    if path == PLACEMENT_FILE:
+        return True
     parts = path.split("/")
+    if parts[0].startswith("worker-") and parts[0][7:].isdigit():
+        parts = parts[1:]
     if parts[0] != "vhosts" or len(parts) < 3:
         return False
     return parts[2] in ("queues", "streams", "msg_store_persistent")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import inspect
 import logging
 import os
 import ssl as ssl_module
@@ -70,7 +71,8 @@ class ReplicationServer:
     def __init__(self, data_dir: str, node_id: str, term: int, secret: bytes,
                  set_isr: Callable[[set[str]], Awaitable[bool]], *, ack_timeout: int = 3000,
                  min_insync_replicas: int = 1,
-                 definitions_snapshot: Callable[[], list[bytes]] | None = None) -> None:
+                 definitions_snapshot: Callable[[], list[bytes] | Awaitable[list[bytes]]]
+                 | None = None) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.term = term
@@ -229,8 +231,11 @@ class ReplicationServer:
                 content = await asyncio.to_thread(self._read, path)
                 link.writer.write(wire.frame(wire.FILE, wire.s16(path), content))
                 await link.writer.drain()
-            if self._definitions_snapshot is not None:
-                link.writer.write(wire.defs_snapshot_frame(self._definitions_snapshot()))
+            if self._definitions_snapshot is not None:  # what changes meanwhile follows
+                ops = self._definitions_snapshot()  # in `held`, applied again on top
+                if inspect.isawaitable(ops):  # several workers: worker 0 is asked
+                    ops = await ops
+                link.writer.write(wire.defs_snapshot_frame(ops))
             with self._lock:
                 link.state = "streaming"
                 held, link.buffered = link.buffered, []

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,13 +44,12 @@ from broker.cluster.etcd_client import EtcdSettings
 from broker.cluster.files import LOCAL_DIR
 from broker.cluster.follower import Refused, ReplicationClient
 from broker.cluster.leader import ReplicationServer
-from broker.cluster.proxy import FollowerProxy, ProxiedReader
-from broker.definitions_ops import snapshot_ops
+from broker.cluster.leading import Leading
+from broker.cluster.proxy import FollowerProxy
 from broker.durable_io import write_atomically
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.server import Broker
 
 log = logging.getLogger("broker.cluster")
 EX_TEMPFAIL = 75  # sysexits.h: leadership lost; start again (as a follower)
@@ -124,15 +122,14 @@ class DiskProbe:
 
 
 class ClusterNode:
-    """Member of the cluster `config` describes (clustering.enabled); `make_broker(config)`
-    builds the broker it runs while leading; `serving()`, when given, runs each time that
-    broker has started (`python -m broker` re-freezes the GC's long-lived objects then)."""
+    """Member of the cluster `config` describes (clustering.enabled); `make_leader(config,
+    server)` builds what it runs while leading (broker/cluster/leading.py: the broker in one
+    process, or its worker processes), its durable writes going to `server`."""
 
-    def __init__(self, config: BrokerConfig, make_broker: type[Broker],
-                 serving: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: BrokerConfig,
+                 make_leader: Callable[[BrokerConfig, ReplicationServer], Leading]) -> None:
         self.config = config
-        self.make_broker = make_broker
-        self._serving = serving
+        self.make_leader = make_leader
         self.data_dir = os.path.abspath(config.data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
         self.id = node_id(self.data_dir)
@@ -153,10 +150,8 @@ class ClusterNode:
         self.term = 0
         self.server: ReplicationServer | None = None
         self.client: ReplicationClient | None = None
-        self.broker: Broker | None = None
+        self.leading: Leading | None = None  # the broker, while this member leads
         self.proxy: FollowerProxy | None = None  # a follower's client listeners
-        self._proxied: asyncio.AbstractServer | None = None  # the leader's Unix socket
-        self._proxied_http: list[asyncio.AbstractServer] = []  # HTTP and Prometheus sockets
 
     async def run(self, stop: asyncio.Event) -> int:
         """Follow or lead until `stop` is set (returns 0) or leadership is lost (returns
@@ -255,15 +250,13 @@ class ClusterNode:
         self.role, self.term = "leading", term
         cfg = self.config
         coordinator = self.coordinator
-        broker: Broker | None = None
+        leading: Leading | None = None
 
         async def set_isr(members: set[str]) -> bool:
             return await coordinator.update_isr(term, members)
 
-        def definitions_snapshot() -> list[bytes]:
-            if broker is None or broker.definitions is None:
-                return []
-            return snapshot_ops(broker.definitions)
+        async def definitions_snapshot() -> list[bytes]:
+            return [] if leading is None else await leading.definitions_snapshot()
 
         server = self.server = ReplicationServer(
             self.data_dir, self.id, term, secret, set_isr,
@@ -277,11 +270,9 @@ class ClusterNode:
         probe.start()
         code = 0
         try:
-            broker = self.broker = self.make_broker(replace(cfg))
-            await broker.start()
-            if self._serving is not None:
-                self._serving()
-            await self._accept_proxied(broker, server)
+            leading = self.leading = self.make_leader(replace(cfg), server)
+            await leading.start()
+            server.proxy_targets.update(await leading.proxy_targets())
             with contextlib.suppress(Exception):
                 await self._publish_state(term)
             replication_hook.forget_member = self._forget
@@ -292,17 +283,11 @@ class ClusterNode:
                 log.error("cluster: %s stops leading (term %d): leadership cannot be "
                           "proven; exiting for a restart as a follower", self.id, term)
             replication_hook.install(None)
-            replication_hook.cluster_state = None
             replication_hook.forget_member = None
-            if self._proxied is not None:
-                self._proxied.close()
-                self._proxied = None
-            for unix_server in self._proxied_http:
-                unix_server.close()
-            self._proxied_http = []
-            if broker is not None:
+            if leading is not None:
+                leading.publish(None)
                 try:
-                    await broker.stop()
+                    await leading.stop()
                 except Exception:  # a full or failing disk: what is on it is recovered
                     log.exception("cluster: the broker did not stop cleanly; its data is "
                                   "recovered at the next start, as after a crash")
@@ -311,7 +296,7 @@ class ClusterNode:
             if not code:
                 with contextlib.suppress(Exception):
                     await coordinator.resign(term)
-            self.server = self.broker = None
+            self.server = self.leading = None
         return code
 
     async def _publish_state(self, term: int) -> None:
@@ -332,7 +317,10 @@ class ClusterNode:
                         "lag": 0 if mid == self.id else link.get("lag"),
                         "last_ack_s": None if mid == self.id else link.get("last_ack_s"),
                         "connected": mid == self.id or bool(link)})
-        replication_hook.cluster_state = {"term": term, "leader": self.id, "members": out}
+        state = {"term": term, "leader": self.id, "members": out}
+        replication_hook.cluster_state = state
+        if self.leading is not None:
+            self.leading.publish(state)
 
     async def _forget(self, member_id: str) -> bool:
         """Remove a dead member from etcd (its records, its name and its ISR key); False
@@ -345,40 +333,6 @@ class ClusterNode:
         with contextlib.suppress(Exception):
             await self._publish_state(self.term)
         return True
-
-    async def _accept_proxied(self, broker: Broker, server: ReplicationServer) -> None:
-        """Clients the followers carry here: AMQP, management HTTP and Prometheus, each
-        through a Unix socket in `cluster/` that reads their PROXY line first, so the
-        broker and the HTTP servers see each client's real address."""
-        from broker.reader import Reader
-
-        path = os.path.join(self.data_dir, LOCAL_DIR, "amqp.sock")
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-        serving = broker.serving()
-        loop = asyncio.get_running_loop()
-        self._proxied = await loop.create_unix_server(
-            lambda: ProxiedReader(lambda: Reader(serving)), path)
-        os.chmod(path, 0o600)
-
-        async def amqp() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            return await asyncio.open_unix_connection(path)
-
-        server.proxy_targets["amqp"] = amqp
-        management = broker.management
-        if management is None:
-            return
-        for service in ("http", "prometheus"):
-            factory = management.protocol_factory(service)
-            if factory is None:
-                continue
-            sock = os.path.join(self.data_dir, LOCAL_DIR, f"{service}.sock")
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(sock)
-            self._proxied_http.append(await loop.create_unix_server(
-                functools.partial(ProxiedReader, factory, wrap=True), sock))
-            os.chmod(sock, 0o600)
-            server.proxy_targets[service] = _unix_opener(sock)
 
     async def _hold(self, term: int, probe: DiskProbe, stop: asyncio.Event) -> int:
         """Renew the lease every TTL/3 while this member can prove it leads; EX_TEMPFAIL
@@ -403,6 +357,9 @@ class ClusterNode:
                 return EX_TEMPFAIL
             if self.server is not None and self.server.deposed:
                 return EX_TEMPFAIL
+            if self.leading is not None and self.leading.failed:
+                log.error("cluster: the broker ended on its own")
+                return EX_TEMPFAIL
             asked = loop.time()
             try:  # an answer after the lease's end proves nothing
                 renewed = await asyncio.wait_for(self.coordinator.keepalive(),
@@ -417,16 +374,6 @@ class ClusterNode:
                 await asyncio.wait_for(self._publish_state(term), ttl / 3)
             await _wait(stop, max(0.0, renewed_at + ttl / 3 - loop.time()))
         return 0
-
-
-def _unix_opener(path: str) -> Callable[[], Awaitable[
-        tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
-    """How the leader opens one of its own services' Unix sockets for a proxied client."""
-
-    async def open_service() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_unix_connection(path)
-
-    return open_service
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

@@ -115,28 +115,29 @@ class Acceptor:
                 log.warning("accept on %s failed: %s", name.decode(), exc)
                 return
             with conn:
-                if worker is None:
-                    self._hand(conn, name)
-                else:
-                    self._hand_to(worker, conn, name)
+                self.hand(conn, name, worker)
 
-    def _hand_to(self, index: int, conn: socket.socket, name: bytes) -> None:
-        """Hand `conn` to worker `index`, uncounted; if it is gone or not taking
-        connections, the caller closes it (the client sees a reset and retries)."""
-        hand = self._workers.get(index)
+    def hand(self, conn: socket.socket, name: bytes, worker: int | None = None) -> bool:
+        """Hand `conn` (the caller closes its copy) to `worker`, uncounted, or to the
+        least loaded worker that takes it; False when none did (the client sees a reset
+        and retries)."""
+        if worker is None:
+            return self._hand(conn, name)
+        hand = self._workers.get(worker)
         if hand is None:
-            return
+            return False
         try:
             socket.send_fds(hand, [b"A" + name], [conn.fileno()])
         except OSError as exc:  # full (BlockingIOError) or its end closed
-            log.warning("hand-off to worker %d failed: %s", index, exc)
-            return
+            log.warning("hand-off to worker %d failed: %s", worker, exc)
+            return False
         self.handed += 1
+        return True
 
-    def _hand(self, conn: socket.socket, name: bytes) -> None:
-        """Hand `conn` to the least loaded worker that takes it; if none does, the caller
-        closes it. A worker whose hand-off socket is full (it has not read a whole buffer
-        of hand-offs: stopped or far behind) is passed over for this connection."""
+    def _hand(self, conn: socket.socket, name: bytes) -> bool:
+        """Hand `conn` to the least loaded worker that takes it. A worker whose hand-off
+        socket is full (it has not read a whole buffer of hand-offs: stopped or far
+        behind) is passed over for this connection."""
         for index in sorted(self.connections, key=lambda i: (self.connections[i], i)):
             try:
                 socket.send_fds(self._workers[index], [b"A" + name], [conn.fileno()])
@@ -148,7 +149,8 @@ class Acceptor:
                 continue
             self.connections[index] += 1
             self.handed += 1
-            return
+            return True
+        return False
 
     def _read_notes(self, index: int) -> None:
         sock = self._workers.get(index)

@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from broker import listeners, tls
@@ -71,6 +72,10 @@ class Node:
         self._stopping = False
         self._restarts: list[float] = []  # loop times of recent worker restarts
         self._tasks: set[asyncio.Task[None]] = set()  # restarts under way
+        # a cluster leader's (broker/workers/clustered.py): each worker's other control
+        # records (index, record), and a worker about to be started (index)
+        self.on_record: Callable[[int, Any], None] | None = None
+        self.on_spawn: Callable[[int], None] | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -158,6 +163,8 @@ class Node:
         caller); its hand-off socket joins the acceptor once it is ready."""
         assert self._acceptor is not None
         loop = asyncio.get_running_loop()
+        if self.on_spawn is not None:
+            self.on_spawn(index)
         handoff_node, handoff_worker = handoff_pair()
         control_node, control_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = {peer: sock.fileno() for peer, sock in peers.items()}
@@ -229,6 +236,8 @@ class Node:
                     fut = self._ready.get(index)
                     if fut is not None and not fut.done():
                         fut.set_result(None)
+                elif self.on_record is not None:
+                    self.on_record(index, item)
         return on_batch
 
     def _on_lost(self, index: int) -> Any:
@@ -256,6 +265,25 @@ class Node:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return on_lost
+
+    def send(self, index: int, record: tuple) -> None:
+        """A record to worker `index` on its control link (dropped if it is gone)."""
+        link = self._links.get(index)
+        if link is not None and not link.closed:
+            link.send(record)
+
+    @property
+    def live(self) -> list[int]:
+        """The workers that are ready and not gone."""
+        return sorted(self._acceptor.connections) if self._acceptor is not None else []
+
+    def hand(self, sock: socket.socket, name: str, worker: int | None = None) -> bool:
+        """Hand a connected socket to a worker as if accepted on listener `name` (to
+        `worker`, uncounted, or to the one with the fewest connections); False when no
+        worker took it (the caller still owns and closes `sock`)."""
+        if self._acceptor is None:
+            return False
+        return self._acceptor.hand(sock, name.encode("ascii"), worker)
 
     async def wait_worker_exit(self) -> None:
         await self._exited.wait()

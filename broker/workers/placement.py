@@ -17,6 +17,8 @@ import json
 import os
 from collections.abc import Callable, Iterable
 
+from broker import replication_hook
+
 OWNER = 0  # the metadata owner: the worker a queue not listed in the file lives in
 
 
@@ -72,9 +74,11 @@ class Placement:
             return
         rows = [[vhost, name, worker] for (vhost, name), worker in self.placed.items()
                 if durable(vhost, name)]
+        data = json.dumps(rows).encode()
         tmp = self._file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(rows, f)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._file)
+        replication_hook.replaced(self._file, data)  # a cluster's followers keep it too

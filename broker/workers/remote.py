@@ -23,6 +23,7 @@ Record kinds (the first item; the runtime dispatches them):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.queue_delivery import RUN
@@ -59,6 +60,11 @@ class WorkerPort(Protocol):
     def channel_ref(self, channel: ChannelFacade | None) -> ChannelRef | None: ...
 
     def queue_deleted(self, queue: RemoteQueue) -> None: ...  # tell our consumers of it
+
+    # a cluster leader's: run a callable once this worker's writes so far are replicated
+    # (broker/workers/replication.py WorkerSink.after); None without a cluster
+    @property
+    def replicated_gate(self) -> Callable[[Callable[[], None]], None] | None: ...
 
 
 class RemoteQueue:
@@ -332,7 +338,11 @@ class RemoteChannel:
         op = {"confirm": CONFIRM, "reject": REJECT, "queue_gone": QUEUE_GONE}.get(kind)
         if op is None:
             raise ValueError(f"a remote channel takes no {kind!r}")
-        self._send(op, msg[1], msg[2] if len(msg) > 2 else None)
+        gate = self.port.replicated_gate
+        if gate is None:
+            self._send(op, msg[1], msg[2] if len(msg) > 2 else None)
+        else:  # a cluster leader: what our queue wrote is on the followers first
+            gate(lambda: self._send(op, msg[1], msg[2] if len(msg) > 2 else None))
 
     def can_deliver(self, no_ack: bool) -> bool:
         # per-consumer prefetch is counted by the queue; a paused socket is told (FLOW);

@@ -106,6 +106,8 @@ class WorkerRuntime:
         # every worker's connections as the others know them (limits, the management API)
         self.tracking = ConnectionTracking(index, count, mesh, self.serial, self._reader_of)
         self.api = ApiBridge(self)  # worker 0's management API into the other workers
+        # a cluster leader's (broker/workers/replication.py WorkerSink.after), else None
+        self.replicated_gate: Callable[[Callable[[], None]], None] | None = None
         # our channels whose paused socket the queues of these workers were told of
         self._paused: dict[ChannelRef, set[int]] = {}
         self._register()

@@ -22,6 +22,8 @@ from typing import Any
 
 from broker import listeners
 from broker.channel_handlers import HANDLERS
+from broker.cluster.proxy import ProxiedReader
+from broker.definitions_ops import snapshot_ops
 from broker.gc_pacing import GcPacer
 from broker.reader import Reader
 from broker.server import Broker
@@ -29,6 +31,7 @@ from broker.workers.handlers import install
 from broker.workers.handoff import HandOffReceiver
 from broker.workers.link import open_link
 from broker.workers.mesh import NODE, Mesh
+from broker.workers.replication import install_worker_sink
 from broker.workers.runtime import OWNER, WorkerRuntime
 from broker.workers.spec import WorkerSpec
 
@@ -64,6 +67,12 @@ async def serve(spec: WorkerSpec) -> None:
             raise RuntimeError(f"worker {spec.index}: no snapshot from the owner: {value}")
         broker.definitions_snapshot, placed, seq = value
         runtime.start_from(placed, seq)
+    if spec.config.clustering_enabled:  # a cluster leader's worker: writes replicate
+        sink = install_worker_sink(loop, mesh, NODE, spec.is_metadata_owner)
+        runtime.replicated_gate = sink.after
+        if spec.is_metadata_owner:  # a joining follower's definitions, as operations
+            mesh.on_request("defs_snapshot", lambda peer, payload, answer: answer.reply(
+                snapshot_ops(broker.definitions) if broker.definitions is not None else []))
     await broker.start(listen=False)
     runtime.mark_started()
     listener_of: dict[Reader, str] = {}  # connection -> the listener it came from
@@ -71,6 +80,9 @@ async def serve(spec: WorkerSpec) -> None:
     def adopt(sock: socket.socket, listener: str) -> None:
         if listener in (listeners.STREAM, listeners.STREAM_TLS):  # uncounted by the node
             loop.create_task(broker.adopt_stream(sock, listener))
+            return
+        if listener in PROXIED:
+            loop.create_task(adopt_proxied(sock, listener))
             return
 
         async def run() -> None:
@@ -80,6 +92,32 @@ async def serve(spec: WorkerSpec) -> None:
             else:
                 listener_of[reader] = listener
         loop.create_task(run())
+
+    async def adopt_proxied(sock: socket.socket, listener: str) -> None:
+        """A client a cluster follower carried to this leader: its PROXY line first, then
+        AMQP (counted by the node, so its close is reported) or the management API's or
+        Prometheus's HTTP (worker 0's, uncounted)."""
+        if listener == listeners.PROXIED_AMQP:
+            serving = broker.serving()
+
+            def make() -> asyncio.Protocol:
+                reader = Reader(serving)
+                listener_of[reader] = listener
+                return reader
+            protocol: Callable[[], asyncio.Protocol] = lambda: _Proxied(  # noqa: E731
+                make, lambda: receiver.closed(listener))
+        else:
+            factory = (broker.management.protocol_factory(PROXIED[listener])
+                       if broker.management is not None else None)
+            if factory is None:
+                sock.close()
+                return
+            protocol = lambda: ProxiedReader(factory, wrap=True)  # noqa: E731
+        try:
+            await loop.connect_accepted_socket(protocol, sock)
+        except OSError as exc:
+            log.info("proxied connection failed: %s", exc)
+            sock.close()
 
     def gone(reader: Reader) -> None:
         runtime.connection_gone(reader)
@@ -110,6 +148,23 @@ async def serve(spec: WorkerSpec) -> None:
     receiver.close()
     await broker.stop()
     mesh.close()
+
+
+PROXIED = {listeners.PROXIED_AMQP: "amqp", listeners.PROXIED_HTTP: "http",
+           listeners.PROXIED_PROMETHEUS: "prometheus"}
+
+
+class _Proxied(ProxiedReader):
+    """A proxied AMQP client: if it goes before its PROXY line made a reader, `unused()`
+    (the node's count of this worker's connections is told)."""
+
+    def __init__(self, make_reader: Callable[[], asyncio.Protocol],
+                 unused: Callable[[], None]) -> None:
+        super().__init__(make_reader)
+        self._unused = unused
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._unused()  # called only while this protocol still holds the transport
 
 
 def _stop_on_node_loss(inner: Callable[[int], None],

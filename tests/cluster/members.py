@@ -4,6 +4,9 @@ etcd."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -96,6 +99,18 @@ class Member:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def kill_tree(self) -> None:
+        """SIGKILL the member's worker processes (with `workers` > 1) and then the member:
+        the machine's crash, where `kill` alone leaves the workers to notice and stop."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True,
+                             text=True)
+        for pid in out.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        self.kill()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -29,7 +29,6 @@ def test_a_bad_count_is_refused(value):
 
 
 @pytest.mark.parametrize("setting, what", [
-    ("clustering.enabled=true", "clustering.enabled"),
     ("confirm_on=ack-lite", "confirm_on = ack-lite"),
 ])
 def test_what_several_workers_cannot_do_yet_is_refused(setting, what):
