@@ -102,6 +102,7 @@ def check_channel_open(broker: ServingBroker[Conn], conn: Conn, frame: Any) -> N
     user_limit = broker.users.user_limits.get(conn.username, {}).get("max-channels")
     if user_limit is not None and user_limit >= 0:
         used = sum(len(c.channels) for c in broker.connections if c.username == conn.username)
+        used += broker.channels_elsewhere(conn.username)
         if limits.over(user_limit, used):
             raise errors.amqp_error(
                 errors.NotAllowed, limits.user_channels_text(conn.username, user_limit))

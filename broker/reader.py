@@ -391,6 +391,7 @@ class Reader(ConnectionClosing, asyncio.Protocol):
         ch = ChannelProcess(self, channel, HANDLERS)
         self.broker.churn.channels_opened += 1
         self.channels[channel] = ch
+        self.broker.channels_changed(self.username)
         self._assemblers[channel] = CommandAssembler(self.config.max_message_size)
         ch.cast((CMD, Command(frame, None, None)))  # open-ok comes from the channel, in order
 
@@ -403,6 +404,7 @@ class Reader(ConnectionClosing, asyncio.Protocol):
             assert self.vhost is not None  # channels open only after connection.open
             self.vhost.closed_stats.add(ch.message_stats)  # kept in the vhost's totals
             self.broker.churn.channels_closed += 1
+            self.broker.channels_changed(self.username)
             self._maybe_resume_reading()
 
     def _channel0(self, frame: Any) -> None:

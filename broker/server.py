@@ -87,6 +87,10 @@ class Broker:
         self.process_tree: int | None = None
         # ... and how many connections the other workers serve (all, in a vhost, of a user)
         self.count_elsewhere: Callable[[str, str], tuple[int, int, int]] | None = None
+        # ... the channels of a user they serve, and whom to tell of ours (both only for
+        # users with a max-channels limit)
+        self.user_channels_elsewhere: Callable[[str], int] | None = None
+        self.on_user_channels: Callable[[str, int], None] | None = None
         # shovels and federation links run here (a multi-worker broker: in worker 0 only,
         # which serves the management API that sets their parameters)
         self.runs_links = True
@@ -564,6 +568,24 @@ class Broker:
         if self.count_elsewhere is None:
             return 0, 0, 0
         return self.count_elsewhere(vhost, username)
+
+    def channels_elsewhere(self, username: str) -> int:
+        """Open channels of `username` in the other worker processes of a multi-worker
+        broker, as they told (users with a max-channels limit; rabbit_channel_tracking
+        counts every node's); 0 in one process."""
+        if self.user_channels_elsewhere is None:
+            return 0
+        return self.user_channels_elsewhere(username)
+
+    def channels_changed(self, username: str) -> None:
+        """A channel of `username` opened or closed here: a worker process tells the others
+        how many it holds, when the user has a max-channels limit."""
+        if self.on_user_channels is None or self.users is None:
+            return
+        if self.users.user_limits.get(username, {}).get("max-channels") is None:
+            return
+        self.on_user_channels(username, sum(
+            len(c.channels) for c in self.connections if c.username == username))
 
     def connection_opened(self, conn: Reader) -> None:
         """`conn` sent connection.open-ok (a worker process's hook is told)."""

@@ -83,4 +83,9 @@ class ServingBroker(Protocol[ConnT]):
     def connections_elsewhere(self, vhost: str, username: str) -> tuple[int, int, int]:
         """Open connections other worker processes serve: (all, in `vhost`, of `username`)."""
 
+    def channels_elsewhere(self, username: str) -> int:
+        """Open channels of `username` other worker processes serve (max-channels)."""
+
+    def channels_changed(self, username: str) -> None: ...  # one of its channels opened/closed
+
     def connection_gone(self, conn: ConnT) -> None: ...

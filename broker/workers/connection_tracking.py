@@ -3,7 +3,8 @@ docs/multicore.md "One broker to operators"; RabbitMQ's rabbit_connection_tracki
 the same per node).
 
 Owns, in every worker: telling the others when one of its connections opens or goes, with
-its (vhost, user), and counting theirs for the connection limits (`count_elsewhere`);
+its (vhost, user), and counting theirs for the connection limits (`count_elsewhere`); the
+same for the open channels of users with a max-channels limit (`channels_elsewhere`);
 closing one of its connections when worker 0's management API asks ("close_conn"). In
 worker 0: the other workers' connections as `ReportedConn`s (told at once when they open
 and go, refreshed by each report) and their own figures (reports.worker_view), which the
@@ -53,6 +54,10 @@ class ConnectionTracking:
         mesh.on("conn_gone", self._on_gone)
         mesh.on("conn_count", self._on_count)
         mesh.on("close_conn", self._on_close)
+        # every worker: the others' open channels of each user with a max-channels limit
+        self._user_channels: dict[int, dict[str, int]] = defaultdict(dict)
+        self._told_channels: dict[str, int] = {}  # ours, as we last told them
+        mesh.on("user_channels", self._on_user_channels)
 
     # -- our connections -----------------------------------------------------------------------
     def opened(self, reader: Reader) -> None:
@@ -77,6 +82,26 @@ class ConnectionTracking:
         for peer in range(self.count):
             if peer != self.index:
                 self.mesh.send(peer, ("conn_count", vhost, username, delta))
+
+    def user_channels(self, username: str, count: int) -> None:
+        """We hold `count` open channels of `username`, a user with a max-channels limit
+        (Broker.channels_changed): the other workers count them at their channel.open."""
+        if self._told_channels.get(username) == count:
+            return
+        self._told_channels[username] = count
+        for peer in range(self.count):
+            if peer != self.index:
+                self.mesh.send(peer, ("user_channels", username, count))
+
+    def channels_elsewhere(self, username: str) -> int:
+        """Open channels of `username` in the other workers, as they last told them (for
+        users with a max-channels limit; a limit set just now counts them once each worker
+        has applied it and told its own)."""
+        return sum(counts.get(username, 0) for counts in self._user_channels.values())
+
+    def _on_user_channels(self, peer: int, record: tuple) -> None:
+        _, username, count = record
+        self._user_channels[peer][username] = count
 
     def _on_close(self, peer: int, record: tuple) -> None:
         """Worker 0's management API closes one of our connections."""
@@ -135,6 +160,7 @@ class ConnectionTracking:
     def peer_lost(self, peer: int) -> None:
         """Its connections died with it."""
         self._elsewhere.pop(peer, None)
+        self._user_channels.pop(peer, None)
         for key in [k for k in self.reported if k[0] == peer]:
             del self.reported[key]
         self.views.pop(peer, None)
@@ -143,3 +169,5 @@ class ConnectionTracking:
         """A restarted worker is told our open connections."""
         for vhost, username in self._told_open.values():
             self.mesh.send(peer, ("conn_count", vhost, username, 1))
+        for username, count in self._told_channels.items():
+            self.mesh.send(peer, ("user_channels", username, count))

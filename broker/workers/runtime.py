@@ -277,6 +277,7 @@ class WorkerRuntime:
         assert self.broker.loop is not None
         self.changed(("defs", "", self.broker.definitions.snapshot(),
                       sorted(self.broker.trace_vhosts)))
+        self._tell_limited_users()
         done: asyncio.Future[None] = self.broker.loop.create_future()
 
         def applied() -> None:
@@ -284,6 +285,15 @@ class WorkerRuntime:
                 done.set_result(None)
         self._when_applied(applied)
         await done
+
+    def _tell_limited_users(self) -> None:
+        """Tell the other workers our open channels of each user with a max-channels
+        limit (one set just now included); unchanged counts are not sent again."""
+        assert self.broker is not None
+        if self.broker.users is not None:
+            for user, limits in self.broker.users.user_limits.items():
+                if "max-channels" in limits:
+                    self.broker.channels_changed(user)
 
     def _sync_definitions(self, data: bytes, traced: list[str]) -> None:
         """A replica: take the owner's whole definitions database (`api_changed`), then
@@ -309,6 +319,7 @@ class WorkerRuntime:
                 del self.placed[key]
         if self.broker.users is not None:
             self.broker.users.load()
+            self._tell_limited_users()
 
     def _complete(self, done: list[int]) -> None:
         assert self.log is not None

@@ -128,6 +128,8 @@ async def serve(spec: WorkerSpec) -> None:
     broker.on_connection_gone = gone
     broker.on_connection_opened = runtime.tracking.opened
     broker.count_elsewhere = runtime.tracking.count_elsewhere
+    broker.user_channels_elsewhere = runtime.tracking.channels_elsewhere
+    broker.on_user_channels = runtime.tracking.user_channels
     mesh.on_peer_lost = _stop_on_node_loss(mesh.on_peer_lost, stop)
     def new_link(peer: int, sock: socket.socket) -> None:
         """A restarted worker's new link: records flow to and from it again."""

@@ -321,6 +321,29 @@ def test_connection_limits_count_every_workers_connections(workers_broker):
     first.close()
 
 
+def test_a_users_max_channels_counts_every_workers_channels(workers_broker):
+    """A user's max-channels counts the channels every worker serves, as RabbitMQ counts
+    every node's, whether they opened before the limit was set or after; a refusal (530)
+    closes its connection, whose channels then stop counting."""
+    broker = workers_broker(2)
+    first, second = connect(broker, 2)  # workers 0 and 1
+    held = [first.channel(), second.channel()]  # before the limit
+    r = broker.api.put(f"http://127.0.0.1:{broker.api_port}/api/user-limits/guest/"
+                       "max-channels", json={"value": 3}, timeout=10)
+    assert r.status_code == 204
+    held.append(first.channel())  # the third: within the limit
+    for conn in (second, first):  # a fourth, on either worker, counting the other's
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+            conn.channel()
+        assert refused.value.reply_code == 530
+        assert "number of channels opened for user 'guest' has reached the maximum " \
+            "allowed user limit of (3)" in refused.value.reply_text
+        if conn is second:  # its channel went with it: one free, taken on worker 1
+            (third,) = connect(broker, 1)
+            held.append(third.channel())
+    third.close()
+
+
 def test_a_remote_consumer_whose_socket_stops_leaves_the_messages_in_the_queue(
         workers_broker):
     """A no-ack consumer on another worker than its queue, whose client stops reading: once
