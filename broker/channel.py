@@ -164,6 +164,9 @@ class ChannelProcess(Process):
         # by broker/trace.py when tracing is turned on or off), else None
         self.trace: Tracer | None = vhost.trace
         self._poke_pending = False  # a resume callback is registered with the writer
+        # capacity came back (poke_queues): a multi-worker broker grants the channel-wide
+        # limit's room to queues of other workers (broker/workers/global_qos.py)
+        self.on_capacity: Callable[[], None] | None = None
         self.opened = False  # channel.open-ok sent
         self.last_queue: str | None = None  # last queue declared here ("" in queue.bind etc.)
         self.shutting_down = False  # the connection is closing: no more deliveries
@@ -510,6 +513,8 @@ class ChannelProcess(Process):
     def poke_queues(self) -> None:
         """Ask every queue we consume from to try delivering again (capacity came back)."""
         self._poke_pending = False
+        if self.on_capacity is not None:
+            self.on_capacity()
         for queue in set(self.consumers.values()):
             queue.cast((RUN,))
 
@@ -566,7 +571,7 @@ class ChannelProcess(Process):
                     "requeue of a message in an 'ack-lite' confirm mode queue", None)
             _cast_lite(CONFIRM if kind == ACK else REJECT, lite)
         limiter = self.limiter
-        was_blocked = limiter.prefetch_count and limiter.unacked >= limiter.prefetch_count
+        was_blocked = limiter.full()
         limiter.unacked -= counted
         if kind == ACK:
             self.message_stats.ack += counted

@@ -15,12 +15,15 @@ class Limiter:
     """Channel-level prefetch state. `unacked` counts deliveries awaiting ack (no-ack
     deliveries are never counted)."""
 
-    __slots__ = ("prefetch_count", "consumer_prefetch", "unacked", "active")
+    __slots__ = ("prefetch_count", "consumer_prefetch", "unacked", "reserved", "active")
 
     def __init__(self) -> None:
         self.prefetch_count = 0  # channel-wide limit (global=true); 0 = none
         self.consumer_prefetch = 0  # limit given to consumers created later (global=false)
         self.unacked = 0  # ack-required deliveries not yet acked/rejected on this channel
+        # deliveries the channel-wide limit has promised to queues of other worker
+        # processes (broker/workers/global_qos.py) and they have not sent yet; 0 in one
+        self.reserved = 0
         self.active = True  # channel.flow: False stops deliveries to this channel
 
     def qos(self, prefetch_count: int, global_: bool) -> None:
@@ -35,7 +38,13 @@ class Limiter:
 
     def can_send(self) -> bool:
         """True when the channel-wide limit allows one more ack-required delivery."""
-        return self.active and (self.prefetch_count == 0 or self.unacked < self.prefetch_count)
+        return self.active and (self.prefetch_count == 0
+                                or self.unacked + self.reserved < self.prefetch_count)
+
+    def full(self) -> bool:
+        """The channel-wide limit is reached (what is unacked and promised fills it)."""
+        return bool(self.prefetch_count) and (
+            self.unacked + self.reserved >= self.prefetch_count)
 
     def on_deliver(self) -> None:
         self.unacked += 1

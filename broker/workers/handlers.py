@@ -57,6 +57,9 @@ class ChannelRuntime(Protocol):
 
     def channel_ref(self, channel: Any) -> Any: ...
 
+    @property
+    def global_qos(self) -> Any: ...  # broker/workers/global_qos.py GlobalQos
+
 
 def _wait(ch: ChannelProcess, method: Any, on_value: Callable[[Any], None]) -> OnReply:
     """Hold `ch` until the answer; then `on_value(value)` or close with the error, as the
@@ -248,7 +251,7 @@ def install(runtime: ChannelRuntime, handlers: Handlers) -> None:
         ch.consumers[consumer.tag] = queue  # the tag is taken while the queue answers
         payload = (ch.vhost.name, queue.name, runtime.channel_ref(ch), consumer.tag,
                    consumer.no_ack, consumer.exclusive, consumer.priority,
-                   consumer.prefetch, consumer.arguments)
+                   consumer.prefetch, consumer.arguments, runtime.global_qos.limited(ch))
 
         def on_value(_: Any) -> None:
             consumed(ch, m, queue, consumer.tag)
@@ -281,6 +284,16 @@ def install(runtime: ChannelRuntime, handlers: Handlers) -> None:
         runtime.ask_queue(worker, "get", (ch.vhost.name, name, runtime.channel_ref(ch),
                                           m.no_ack), _wait(ch, m, on_value))
     table[B.Get] = on_shard(get)
+
+    def qos(ch: ChannelProcess, cmd: Command) -> None:
+        """basic.qos as in one process; the workers whose queues feed the channel are told
+        whether a channel-wide limit applies now (GlobalQos)."""
+        original[B.Qos](ch, cmd)
+        workers = {runtime.queue_worker(q) for q in ch.consumers.values()} - {runtime.index}
+        if workers:
+            runtime.global_qos.limited(ch)  # its capacity hook, from now on
+            runtime.global_qos.qos_changed(ch, workers)
+    table[B.Qos] = qos
 
     original = dict(handlers.methods)
     handlers.methods.update(table)  # type: ignore[attr-defined]  # a dict: patched in place

@@ -37,9 +37,11 @@ def answer(kind: str, queue: Any, payload: tuple,
         queue.call(queue.check_delete, if_unused, if_empty)
         return queue.message_count()
     if kind == "consume":
-        _, _, ref, tag, no_ack, exclusive, priority, prefetch, arguments = payload
+        _, _, ref, tag, no_ack, exclusive, priority, prefetch, arguments, limited = payload
         channel = channel_of(ref)
         assert channel is not None  # a consumer's channel always has a ref
+        if limited and isinstance(channel, RemoteChannel) and channel.global_credit is None:
+            channel.set_global_limited(True)  # a channel-wide limit: credit from its worker
         consumer = Consumer(tag, channel, no_ack, exclusive, priority, prefetch, arguments)
         queue.call(queue.add_consumer, consumer)
         if isinstance(channel, RemoteChannel):

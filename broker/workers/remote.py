@@ -320,6 +320,10 @@ class RemoteChannel:
         self.outstanding: dict[Any, set[Any]] = {}
         self.queues: set[Any] = set()  # the queues it published to or consumed from
         self._deliver_heads: dict[Any, tuple] = {}  # queue -> its DELIVER records' head
+        # the channel's channel-wide limit (basic.qos global): None when it has none, else
+        # the ack-required deliveries its worker still allows (broker/workers/global_qos.py)
+        self.global_credit: int | None = None
+        self._asked = False  # we asked its worker for credit and wait for it
 
     def __repr__(self) -> str:
         return f"RemoteChannel{tuple(self.ref)}"
@@ -346,13 +350,42 @@ class RemoteChannel:
 
     def can_deliver(self, no_ack: bool) -> bool:
         # per-consumer prefetch is counted by the queue; a paused socket is told (FLOW);
-        # global qos is the channel's worker's and not enforced here (docs/multicore.md)
-        return self.open and not self.paused
+        # a channel-wide limit by the credit the channel's worker grants (GlobalQos)
+        if not self.open or self.paused:
+            return False
+        credit = self.global_credit
+        if no_ack or credit is None or credit > 0:
+            return True
+        if not self._asked:
+            self._asked = True
+            self.port.send(self.ref.worker, ("gq_want", self.ref))
+        return False
+
+    def add_global_credit(self, n: int) -> None:
+        """The channel's worker grants `n` more ack-required deliveries."""
+        self._asked = False
+        if self.global_credit is not None:
+            self.global_credit += n
+            self._run_queues()
+
+    def set_global_limited(self, limited: bool) -> None:
+        """basic.qos on the channel: a channel-wide limit applies (credit starts at 0 and
+        is asked for) or not (deliveries are not counted here)."""
+        self._asked = False
+        self.global_credit = 0 if limited else None
+        if not limited:
+            self._run_queues()
+
+    def _run_queues(self) -> None:
+        for queue in list(self.queues):
+            queue.cast((RUN,))
 
     def deliver(self, queue: QueueFacade, consumer_tag: str, message: Message,
                 redelivered: bool, ack_tag: int | LiteRef | None) -> None:
         if ack_tag is not None:
             self.outstanding.setdefault(queue, set()).add(ack_tag)
+            if self.global_credit:
+                self.global_credit -= 1
         head = self._deliver_heads.get(queue)  # per delivery: built once per queue
         if head is None:
             head = self._deliver_heads[queue] = self._head(DELIVER, queue)

@@ -39,6 +39,7 @@ from broker.workers import federation_watch, queue_requests, remote
 from broker.workers.api_bridge import ApiBridge
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.connection_tracking import ConnectionTracking
+from broker.workers.global_qos import GlobalQos
 from broker.workers.mesh import Answer, Mesh
 from broker.workers.placement import Placement
 from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
@@ -106,6 +107,9 @@ class WorkerRuntime:
         # every worker's connections as the others know them (limits, the management API)
         self.tracking = ConnectionTracking(index, count, mesh, self.serial, self._reader_of)
         self.api = ApiBridge(self)  # worker 0's management API into the other workers
+        # channel-wide prefetch limits over queues of other workers
+        self.global_qos = GlobalQos(index, mesh.send, self._local_channel,
+                                    self.remote_channels.get, self.channel_ref)
         # a cluster leader's (broker/workers/replication.py WorkerSink.after), else None
         self.replicated_gate: Callable[[Callable[[], None]], None] | None = None
         # our channels whose paused socket the queues of these workers were told of
@@ -124,6 +128,9 @@ class WorkerRuntime:
         m.on("chg", self._on_change)
         m.on("chg_ok", self._on_change_applied)
         m.on("fwd", self._on_forwarded)
+        m.on("gq_want", lambda peer, record: self.global_qos.on_want(peer, record))
+        m.on("gq_credit", lambda peer, record: self.global_qos.on_credit(peer, record))
+        m.on("gq_mode", lambda peer, record: self.global_qos.on_mode(peer, record))
         m.on("fedwatch", lambda peer, record: federation_watch.watch(
             m, self._local_queue, peer, record))
         m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
@@ -618,6 +625,8 @@ class WorkerRuntime:
             deliver = ch.deliver
             for ctag, message, redelivered, ack_tag in payload:
                 deliver(proxy, ctag, message, redelivered, ack_tag)
+            if ch.limiter.reserved:  # credit of our channel-wide limit, used
+                self.global_qos.delivered(ch, peer, sum(d[3] is not None for d in payload))
             if ch.writer.paused:
                 self._pause_deliveries(ch, peer, ref, vhost, qname)
         elif op == remote.CONFIRM:

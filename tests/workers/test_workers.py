@@ -321,6 +321,43 @@ def test_connection_limits_count_every_workers_connections(workers_broker):
     first.close()
 
 
+def test_a_channel_wide_prefetch_holds_across_workers(workers_broker):
+    """basic.qos global=true (Celery asks for it from RabbitMQ) limits a channel's unacked
+    deliveries from queues of both workers together; acks let more come; lifting the
+    limit lets everything come."""
+    broker = workers_broker(2)
+    first, second = connect(broker, 2)  # workers 0 and 1
+    setup = first.channel()
+    setup.queue_declare("gq-0")  # the first queue: on worker 0
+    setup.queue_declare("gq-1")  # the second: on worker 1, which has fewer
+    setup.confirm_delivery()
+    for n in range(20):
+        for name in ("gq-0", "gq-1"):
+            setup.basic_publish("", name, b"%s-%d" % (name.encode(), n))
+    ch = second.channel()  # worker 1: gq-0 is another worker's queue
+    ch.basic_qos(prefetch_count=6, global_qos=True)
+    got: list[tuple[int, bytes]] = []
+    for name in ("gq-0", "gq-1"):
+        ch.basic_consume(name, lambda c, m, p, b: got.append((m.delivery_tag, b)))
+
+    def settle(until: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(got) < until and time.monotonic() < deadline:
+            second.process_data_events(0.05)
+        second.process_data_events(0.5)  # and nothing beyond the limit
+    settle(6)
+    assert len(got) == 6, got
+    ch.basic_ack(got[-1][0], multiple=True)  # room for 6 more, from either queue
+    settle(12)
+    assert len(got) == 12, got
+    ch.basic_qos(prefetch_count=0, global_qos=True)  # no channel-wide limit: the rest
+    settle(40)
+    assert sorted(b for _, b in got) == sorted(
+        b"%s-%d" % (name.encode(), n) for name in ("gq-0", "gq-1") for n in range(20))
+    first.close()
+    second.close()
+
+
 def test_a_users_max_channels_counts_every_workers_channels(workers_broker):
     """A user's max-channels counts the channels every worker serves, as RabbitMQ counts
     every node's, whether they opened before the limit was set or after; a refusal (530)
