@@ -439,9 +439,10 @@ class VHost:
 
     def release_connection(self, owner: ExclusiveOwner, then: Callable[[], None]) -> None:
         """connection_closed, then `then()` once every process of the broker sees those
-        queues gone; in one process that is at once. A client that has its close-ok may
-        find the queues gone from any other connection (RabbitMQ deletes them in
-        rabbit_amqqueue:delete_exclusive before the reader's close-ok)."""
+        queues gone; in one process that is at once. The reader sends connection.close-ok
+        from `then`, so a client that has its close-ok finds the queues gone from any other
+        connection, whichever worker serves it (tests/workers: the integration suite's
+        exclusive-queue test against two workers)."""
         self.connection_closed(owner)
         then()
 
