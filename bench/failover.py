@@ -5,7 +5,8 @@
 # Talks to: `python -m broker` and etcd (this broker), rabbitmqctl and rabbitmq-server
 # (RabbitMQ), pika.
 # Must never: count a publish as confirmed before its confirm arrived.
-"""Failover time after kill -9 of the leader (issue 35 item 9), median of ``--kills``.
+"""Failover time after kill -9 of the leader (issue 35 item 9), median of ``--kills``; with
+``--fault stop``, after a SIGSTOP of the leader for ``--pause`` s (issue 48).
 
 A publisher thread sends 64 B persistent messages to one quorum queue, one at a time with a
 publisher confirm each (pika, ``confirm_delivery``), and records when each confirm arrived.
@@ -219,6 +220,26 @@ class PyCluster:
         proc.wait(10)
         return at
 
+    def pause(self, i: int) -> float:
+        """SIGSTOP member `i`; the time.monotonic() of the signal."""
+        proc = self.procs[i]
+        assert proc is not None
+        at = time.monotonic()
+        proc.send_signal(signal.SIGSTOP)
+        return at
+
+    def resume(self, i: int) -> None:
+        """SIGCONT member `i`; a deposed leader steps down and exits (75), as under a
+        supervisor it is then started again, as a follower."""
+        proc = self.procs[i]
+        assert proc is not None
+        proc.send_signal(signal.SIGCONT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            return  # still running: it never lost its term (the pause was short)
+        self._spawn(i)
+
     def restart(self, i: int) -> None:
         self._spawn(i)
 
@@ -278,10 +299,23 @@ class RabbitCluster:
 
     def kill(self, i: int) -> float:
         """SIGKILL node `i`'s Erlang VM; the time.monotonic() of the signal."""
-        pid = int(self._ctl(i, "eval", "os:getpid().").strip().strip('"'))
+        pid = self._vm_pid(i)
         at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         return at
+
+    def _vm_pid(self, i: int) -> int:
+        return int(self._ctl(i, "eval", "os:getpid().").strip().strip('"'))
+
+    def pause(self, i: int) -> float:
+        """SIGSTOP node `i`'s Erlang VM; the time.monotonic() of the signal."""
+        self._paused = self._vm_pid(i)
+        at = time.monotonic()
+        os.kill(self._paused, signal.SIGSTOP)
+        return at
+
+    def resume(self, i: int) -> None:
+        os.kill(self._paused, signal.SIGCONT)
 
     def restart(self, i: int) -> None:
         env = self._env(i)
@@ -295,7 +329,7 @@ class RabbitCluster:
         pass
 
 
-def measure(cluster, kills: int) -> dict:
+def measure(cluster, kills: int, fault: str = "kill", pause_s: float = 3.0) -> dict:
     queue = getattr(cluster, "queue", None) or f"failover-{uuid.uuid4().hex[:6]}"
     first = ((cluster.leader_index() or 0) + 1) % 3  # start on a member that is not leader
     publisher = Publisher(cluster.urls, queue, first)
@@ -309,13 +343,20 @@ def measure(cluster, kills: int) -> dict:
             load = [round(x, 2) for x in os.getloadavg()]
             seen = len(publisher.confirms)
             _wait(lambda s=seen: len(publisher.confirms) > s + 50, 60, "not publishing")
-            killed = cluster.kill(leader)
+            if fault == "kill":
+                killed = cluster.kill(leader)
+            else:
+                killed = cluster.pause(leader)
             after = publisher.first_confirm_after(killed)
             gap = None if after is None else round(after - killed, 3)
-            rounds.append({"killed": leader, "gap_s": gap, "load": load})
-            print(f"killed member {leader}: next confirm after {gap} s (load {load})",
+            rounds.append({"killed": leader, "gap_s": gap, "load": load, "fault": fault})
+            print(f"{fault} of member {leader}: next confirm after {gap} s (load {load})",
                   flush=True)
-            cluster.restart(leader)
+            if fault == "kill":
+                cluster.restart(leader)
+            else:
+                time.sleep(max(0.0, killed + pause_s - time.monotonic()))
+                cluster.resume(leader)
             cluster.wait_healthy()
     finally:
         publisher.stop()
@@ -330,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", choices=("pybroker", "rabbitmq"), required=True)
     p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--fault", choices=("kill", "stop"), default="kill",
+                   help="kill: SIGKILL the leader; stop: SIGSTOP it for --pause s, then "
+                        "SIGCONT (issue 48)")
+    p.add_argument("--pause", type=float, default=3.0, help="s a stopped leader stays stopped")
     p.add_argument("--root", default=None, help="pybroker: a fresh directory (default: "
                    "a temporary one); rabbitmq: rabbit_cluster.sh's ROOT (/tmp/rabbit-cluster)")
     p.add_argument("--base-port", type=int, default=5740, help="pybroker: AMQP ports +1..3")
@@ -349,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(cluster, RabbitCluster):  # declare first, so the queue has a leader
             with pika.BlockingConnection(pika.URLParameters(cluster.urls[0])) as conn:
                 conn.channel().queue_declare(cluster.queue, durable=True, arguments=QUEUE_ARGS)
-        result = {"target": a.target, "lease_ttl": a.lease_ttl, **measure(cluster, a.kills)}
+        result = {"target": a.target, "lease_ttl": a.lease_ttl, "fault": a.fault,
+                  **measure(cluster, a.kills, a.fault, a.pause)}
     finally:
         cluster.stop()
     print(json.dumps({k: v for k, v in result.items() if k != "rounds"}))

@@ -54,6 +54,7 @@ class LeaderRecord:
     amqp: str
     http: str
     term: int
+    lease: int = 0  # the etcd lease the key is under (the leader's own)
 
 
 class Coordinator:
@@ -149,6 +150,54 @@ class Coordinator:
         await self.client.transaction(compare=[t.create(leader) == term],
                                       success=[t.delete(leader)], failure=[])
 
+    # -- deposing a leader that is gone (docs/high-availability.md §0.3) --------------------
+    async def depose(self, leader: LeaderRecord) -> bool:
+        """End `leader`'s term now; True when this member did. One transaction deletes
+        `P/leader` only while it is still that term's and this member is still in the ISR
+        (so it is never raced by the old leader's ISR write that drops this member: one of
+        the two fails, and a member that could not lead deposes nobody); then its lease is
+        revoked, so its member record goes too and its next renewal fails (it steps down at
+        once instead of at its next ISR write)."""
+        t = self.client.transactions
+        key = self._key("leader")
+        ok, _responses = await self.client.transaction(
+            compare=[t.create(key) == leader.term,
+                     t.version(self._key("isr", self.node_id)) > 0],
+            success=[t.delete(key)], failure=[])
+        if not ok:
+            return False
+        log.warning("cluster: %s deposed leader %s (term %d)", self.node_id, leader.id,
+                    leader.term)
+        if leader.lease:
+            try:
+                await self.client.revoke_lease(leader.lease)
+            except Exception as exc:  # noqa: BLE001 - expired already, or etcd away
+                log.info("cluster: revoking the lease of %s failed: %s", leader.id, exc)
+        return True
+
+    async def suspect(self, term: int) -> None:
+        """Record that this member lost term `term`'s leader (`P/suspect/<term>/<id>`,
+        under this member's lease: it goes with the member)."""
+        await self.client.put(self._key("suspect", str(term), self.node_id), b"1",
+                              self.lease)
+
+    async def unsuspect(self, term: int) -> None:
+        """This member hears term `term`'s leader again."""
+        await self.client.delete(self._key("suspect", str(term), self.node_id))
+
+    async def lost_by_all(self, leader: LeaderRecord) -> bool:
+        """Has every running member of the ISR other than `leader` lost it (each wrote its
+        suspicion for its term)? A follower whose own link broke is outvoted by one that
+        still hears the leader."""
+        isr = await self.isr() or set()
+        running = {m["id"] for m in await self.members()}
+        others = (isr & running) - {leader.id}
+        if not others:
+            return False
+        suspects = {kv.key.decode().rsplit("/", 1)[1] for kv in await self.client.get_prefix(
+            self._key("suspect", str(leader.term), ""))}
+        return others <= suspects
+
     # -- the in-sync replica set -----------------------------------------------------------
     async def isr(self) -> set[str] | None:
         """The ISR's member ids, or None for a cluster that has none yet."""
@@ -224,4 +273,5 @@ def _leader_record(kv: Any) -> LeaderRecord | None:
         return None
     data = json.loads(kv.value)
     return LeaderRecord(data["id"], data.get("uri", ""), data.get("amqp", ""),
-                        data.get("http", ""), int(kv.create_revision))
+                        data.get("http", ""), int(kv.create_revision),
+                        int(getattr(kv, "lease", 0) or 0))

@@ -31,6 +31,15 @@ class Refused(Exception):
     """The leader refused this follower (wrong secret, an older term, another version)."""
 
 
+# s without a frame from a streaming leader (which sends one every 0.1 s: leader.py
+# HEARTBEAT_INTERVAL) after which this follower takes it for lost (LeaderSilent)
+LEADER_SILENCE = 1.0
+
+
+class LeaderSilent(ConnectionError):
+    """The leader sent nothing for LEADER_SILENCE s: hung, paused or cut off."""
+
+
 class ReplicationClient:
     """Follower `node_id` of the cluster whose secret is `secret`, copying into `data_dir`."""
 
@@ -44,6 +53,7 @@ class ReplicationClient:
         self.position = 0  # the last stream position written (and acked)
         self.leader_term = 0
         self.leader_id = ""
+        self._heartbeats = False  # the leader said it sends a frame every 0.1 s at least
 
     # -- the highest term followed (cluster/term) --------------------------------------------
     def seen_term(self) -> int:
@@ -85,6 +95,7 @@ class ReplicationClient:
                 raise wire.ProtocolError(f"expected WELCOME, got frame {head[0]}")
             f = wire.Fields(payload)
             term, leader_id = f.u64(), f.s16()
+            self._heartbeats = not f.done() and f.raw(1) == b"\x01"  # it sends them
             if term < self.seen_term():
                 raise Refused(f"leader {leader_id} is in term {term}, older than "
                               f"{self.seen_term()}")
@@ -121,7 +132,13 @@ class ReplicationClient:
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frames = wire.Reader()
         while True:
-            data = await reader.read(1 << 20)
+            try:  # bounded when the leader said it sends heartbeats (a leader of an
+                # earlier release, during a rolling upgrade, does not)
+                data = await asyncio.wait_for(
+                    reader.read(1 << 20), LEADER_SILENCE if self._heartbeats else None)
+            except TimeoutError:
+                raise LeaderSilent(f"nothing from leader {self.leader_id} for "
+                                   f"{LEADER_SILENCE} s") from None
             if not data:
                 log.info("cluster: leader %s closed the stream", self.leader_id)
                 return
@@ -139,7 +156,7 @@ class ReplicationClient:
         ack = None
         files = self.files
         for kind, payload in batch:
-            if kind == wire.SYNCED:
+            if kind == wire.SYNCED:  # the end of the sync, then each heartbeat
                 ack = wire.Fields(payload).u64()
                 self.state = "streaming"
                 continue

@@ -42,6 +42,10 @@ from broker.cluster.proxy import splice
 
 log = logging.getLogger("broker.cluster")
 WRITE_BUFFER_LIMIT = 64 * 1024 * 1024  # bytes queued for one follower before it is dropped
+# s of silence after which the leader repeats SYNCED (its stream position) to a follower:
+# the follower acks it, so it is the heartbeat both ways (broker/cluster/follower.py
+# LEADER_SILENCE); a frame older followers already take, so no protocol version change
+HEARTBEAT_INTERVAL = 0.1
 
 
 @dataclass(eq=False)
@@ -58,6 +62,7 @@ class FollowerLink:
     last_ack: float = field(default_factory=time.monotonic)
     buffered: list[bytes] = field(default_factory=list)  # stream frames held during sync
     closed: bool = False
+    last_write: float = field(default_factory=time.monotonic)  # monotonic s
 
     def lag(self) -> int:
         return self.sent - self.acked
@@ -90,6 +95,10 @@ class ReplicationServer:
         self.isr: set[str] = set()  # follower ids in the ISR (as last written to etcd)
         self._isr_dirty = True  # etcd's ISR may list members this leader has not synced
         self.deposed = False  # set_isr said the term is over
+        # monotonic s until which this leader's lease is known alive (the cluster node
+        # moves it on at each renewal): no confirm is released after it, so a leader that
+        # was paused past its lease (SIGSTOP, a stalled loop) releases none when it wakes
+        self.lease_valid_until = float("inf")
         self.position = 0  # the last stream position handed out
         self._lock = threading.Lock()  # position and outbox: writers call from any thread
         self._outbox: list[bytes] = []
@@ -98,6 +107,7 @@ class ReplicationServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._heartbeat_task: asyncio.Task | None = None
         self._sync_lock = asyncio.Lock()  # one follower syncs at a time
         # one ISR write at a time, each computed from the ISR the one before wrote: two
         # followers finishing their syncs together must not each write "ISR + me"
@@ -110,10 +120,28 @@ class ReplicationServer:
         certificates required: broker/cluster/member_tls.py); returns the port."""
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, host, port, ssl=ssl)
+        self._heartbeat_task = self._loop.create_task(self._heartbeat())
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def _heartbeat(self) -> None:
+        """Every HEARTBEAT_INTERVAL s, a streaming follower that was sent nothing for that
+        long is sent SYNCED at the position it was sent: it acks it, and a follower that
+        hears nothing for LEADER_SILENCE s suspects this leader (docs/high-availability.md
+        §0.3)."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            now = time.monotonic()
+            with self._lock:
+                for link in list(self.followers.values()):
+                    if (link.state == "streaming" and not link.closed
+                            and now - link.last_write >= HEARTBEAT_INTERVAL * 0.9):
+                        link.writer.write(wire.frame(wire.SYNCED, wire.u64(link.sent)))
+                        link.last_write = now
 
     async def stop(self) -> None:
         """Close the listener and every follower connection."""
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
         if self._server is not None:
             self._server.close()
         for link in list(self.followers.values()):
@@ -182,7 +210,10 @@ class ReplicationServer:
         old = self.followers.get(node_id)
         if old is not None:
             self._drop(old, "replaced by a new connection")
-        writer.write(wire.frame(wire.WELCOME, wire.u64(self.term), wire.s16(self.node_id)))
+        # the trailing flag: this leader sends heartbeats (a follower of an earlier release
+        # reads the term and id and ignores it; one of this release bounds its silence)
+        writer.write(wire.frame(wire.WELCOME, wire.u64(self.term), wire.s16(self.node_id),
+                                b"\x01"))
         link = FollowerLink(node_id, address, writer)
         self.followers[node_id] = link  # from now on it buffers the stream
         log.info("cluster: follower %s connected from %s", node_id, address)
@@ -359,6 +390,7 @@ class ReplicationServer:
                 for data in out:
                     link.writer.write(data)
                 link.sent = position
+                link.last_write = time.monotonic()
         for link in list(self.followers.values()):
             transport = link.writer.transport
             if transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
@@ -372,7 +404,7 @@ class ReplicationServer:
         False when this leader's term is over: nothing may be confirmed any more."""
         async with self._changed:
             while True:
-                if self.deposed:
+                if self.deposed or not self.leading():
                     return False
                 now = time.monotonic()
                 members = set(self.isr)
@@ -398,6 +430,11 @@ class ReplicationServer:
                     return True
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), self.ack_timeout / 4)
+
+    def leading(self) -> bool:
+        """This leader's term is not over as far as it knows: not deposed, and its lease
+        renewed recently enough (`lease_valid_until`)."""
+        return not self.deposed and time.monotonic() < self.lease_valid_until
 
     def status(self) -> list[dict]:
         """The followers for /api/nodes: id, address, state, in the ISR or not, lag (stream

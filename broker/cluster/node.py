@@ -151,6 +151,7 @@ class ClusterNode:
         self.server: ReplicationServer | None = None
         self.client: ReplicationClient | None = None
         self.leading: Leading | None = None  # the broker, while this member leads
+        self._suspected: set[int] = set()  # terms whose leader this member reported lost
         self.proxy: FollowerProxy | None = None  # a follower's client listeners
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -219,10 +220,12 @@ class ClusterNode:
         host, port = _host_port(leader.uri, self.config.clustering_port)
         log.info("cluster: %s follows %s at %s:%d (term %d)", self.id, leader.id, host, port,
                  leader.term)
+        synced = asyncio.Event()
         following = asyncio.create_task(client.follow(
-            host, port, ssl=member_tls.client_context(self.config)))
+            host, port, synced=synced, ssl=member_tls.client_context(self.config)))
         changed = asyncio.create_task(self._leader_changes(leader))
         stopping = asyncio.create_task(stop.wait())
+        hearing = asyncio.create_task(self._hear_again(leader, synced))
         try:
             done, _pending = await asyncio.wait({following, changed, stopping},
                                                 return_when=asyncio.FIRST_COMPLETED)
@@ -230,14 +233,64 @@ class ClusterNode:
                 exc = following.exception()
                 if isinstance(exc, Refused):
                     log.warning("cluster: leader %s refused this member: %s", leader.id, exc)
-                elif exc is not None:
-                    log.info("cluster: stream from %s ended: %s", leader.id, exc)
-                await _wait(stop, 0.5)
+                    await _wait(stop, 0.5)
+                else:
+                    log.info("cluster: stream from %s ended: %s", leader.id,
+                             exc or "closed by the leader")
+                    if synced.is_set():
+                        await self._leader_lost(leader, host, port, stop)
+                    else:  # never synced with it: a new leader may not listen yet
+                        await _wait(stop, 0.2)
         finally:
-            for task in (following, changed, stopping):
+            for task in (following, changed, stopping, hearing):
                 task.cancel()
-            await asyncio.gather(following, changed, stopping, return_exceptions=True)
+            await asyncio.gather(following, changed, stopping, hearing,
+                                 return_exceptions=True)
             self.client = None
+
+    async def _hear_again(self, leader: LeaderRecord, synced: asyncio.Event) -> None:
+        """Once synced with `leader` again, withdraw this member's suspicion of it."""
+        await synced.wait()
+        if leader.term in self._suspected:
+            self._suspected.discard(leader.term)
+            with contextlib.suppress(Exception):
+                await self.coordinator.unsuspect(leader.term)
+
+    async def _leader_lost(self, leader: LeaderRecord, host: str, port: int,
+                           stop: asyncio.Event) -> None:
+        """The stream from `leader` broke after this member had synced with it (reset,
+        closed, or LEADER_SILENCE s of nothing: a leader that was never reached may just
+        not listen yet, and is left to its lease).
+        An ISR member ends the leader's term at once (Coordinator.depose: its lease is
+        revoked, so the campaign that follows needs no lease to lapse) when the leader's
+        process is gone (its member port refuses connections), or when every running ISR
+        member other than the leader has lost it too (each records it in etcd: one
+        follower whose own link broke does not depose a leader the others still hear);
+        otherwise it returns within a lease TTL to follow again (docs/high-availability.md
+        §0.3)."""
+        coordinator = self.coordinator
+        try:
+            if self.id not in (await coordinator.isr() or set()):
+                await _wait(stop, 0.5)  # not a candidate: follow again when there is one
+                return
+            if await _refuses(host, port):
+                await coordinator.depose(leader)
+                return
+            await coordinator.suspect(leader.term)
+            self._suspected.add(leader.term)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.config.clustering_lease_ttl
+            while not stop.is_set() and loop.time() < deadline:
+                current = await coordinator.leader()
+                if current is None or current.term != leader.term:
+                    return  # deposed or lapsed: the run loop campaigns or follows
+                if await coordinator.lost_by_all(leader) or await _refuses(host, port):
+                    await coordinator.depose(leader)
+                    return
+                await _wait(stop, 0.1)
+        except Exception as exc:  # noqa: BLE001 - etcd unreachable: the lease decides
+            log.warning("cluster: could not judge leader %s: %s", leader.id, exc)
+            await _wait(stop, 0.5)
 
     async def _leader_changes(self, current: LeaderRecord) -> None:
         """Returns when the leader key no longer names `current` in its term."""
@@ -265,20 +318,36 @@ class ClusterNode:
             definitions_snapshot=definitions_snapshot)
         await server.start(cfg.clustering_bind, cfg.clustering_port,
                            ssl=member_tls.server_context(cfg))
+        # renewed at most TTL/3 ago by _keep_member_alive: alive at least 2/3 TTL more
+        server.lease_valid_until = time.monotonic() + cfg.clustering_lease_ttl * 2 / 3
         replication_hook.install(server)
         probe = DiskProbe(os.path.join(self.data_dir, LOCAL_DIR))
         probe.start()
         code = 0
+        # the lease is renewed from the campaign on, the broker's start included (a start
+        # longer than the TTL would otherwise lose the lease, and confirms stop once it
+        # is not known alive: ReplicationServer.lease_valid_until)
+        hold = asyncio.create_task(self._hold(term, probe, stop))
         try:
             leading = self.leading = self.make_leader(replace(cfg), server)
-            await leading.start()
-            server.proxy_targets.update(await leading.proxy_targets())
-            with contextlib.suppress(Exception):
-                await self._publish_state(term)
-            replication_hook.forget_member = self._forget
-            log.info("cluster: %s serves as leader, term %d", self.id, term)
-            code = await self._hold(term, probe, stop)
+            starting = asyncio.create_task(leading.start())
+            await asyncio.wait({hold, starting}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():  # leadership lost while the broker started
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                code = hold.result()
+            else:
+                starting.result()
+                server.proxy_targets.update(await leading.proxy_targets())
+                with contextlib.suppress(Exception):
+                    await self._publish_state(term)
+                replication_hook.forget_member = self._forget
+                log.info("cluster: %s serves as leader, term %d", self.id, term)
+                code = await hold
         finally:
+            if not hold.done():
+                hold.cancel()
+                await asyncio.gather(hold, return_exceptions=True)
             if code:
                 log.error("cluster: %s stops leading (term %d): leadership cannot be "
                           "proven; exiting for a restart as a follower", self.id, term)
@@ -370,10 +439,25 @@ class ClusterNode:
                 log.error("cluster: the lease could not be renewed")
                 return EX_TEMPFAIL
             renewed_at = asked  # etcd renewed it no earlier than the request was sent
+            if self.server is not None:  # confirms may go out until the lease's end
+                self.server.lease_valid_until = time.monotonic() - (loop.time() - asked) + ttl
             with contextlib.suppress(Exception):  # a view for operators; etcd may lag
                 await asyncio.wait_for(self._publish_state(term), ttl / 3)
             await _wait(stop, max(0.0, renewed_at + ttl / 3 - loop.time()))
         return 0
+
+
+async def _refuses(host: str, port: int, within: float = 0.25) -> bool:
+    """Does host:port refuse a TCP connection (nothing listens: the leader's process is
+    gone, its machine up)? A connection that opens, or times out, proves nothing."""
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), within)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return False
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

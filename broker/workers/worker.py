@@ -55,6 +55,14 @@ async def serve(spec: WorkerSpec) -> None:
     broker.vhost_class = runtime.vhost_class()
     broker.runs_links = spec.is_metadata_owner  # shovels and federation: worker 0's
     broker.process_tree = os.getppid()  # the node: its tree's memory and CPU are ours
+    # a cluster leader's worker: writes replicate (the node's records for it are taken
+    # from now on: the control link is open)
+    if spec.config.clustering_enabled:
+        sink = install_worker_sink(loop, mesh, NODE, spec.is_metadata_owner)
+        runtime.replicated_gate = sink.after
+        if spec.is_metadata_owner:  # a joining follower's definitions, as operations
+            mesh.on_request("defs_snapshot", lambda peer, payload, answer: answer.reply(
+                snapshot_ops(broker.definitions) if broker.definitions is not None else []))
     install(runtime, HANDLERS)
     if spec.is_metadata_owner:
         runtime.load_placement(spec.config.data_dir)
@@ -67,12 +75,6 @@ async def serve(spec: WorkerSpec) -> None:
             raise RuntimeError(f"worker {spec.index}: no snapshot from the owner: {value}")
         broker.definitions_snapshot, placed, seq = value
         runtime.start_from(placed, seq)
-    if spec.config.clustering_enabled:  # a cluster leader's worker: writes replicate
-        sink = install_worker_sink(loop, mesh, NODE, spec.is_metadata_owner)
-        runtime.replicated_gate = sink.after
-        if spec.is_metadata_owner:  # a joining follower's definitions, as operations
-            mesh.on_request("defs_snapshot", lambda peer, payload, answer: answer.reply(
-                snapshot_ops(broker.definitions) if broker.definitions is not None else []))
     await broker.start(listen=False)
     runtime.mark_started()
     listener_of: dict[Reader, str] = {}  # connection -> the listener it came from

@@ -1,5 +1,6 @@
 """A TCP forwarder a test can cut: connections to `port` go to `target`, until `cut()`
-drops every byte both ways (connections stay open, as behind a partition); `heal()` lets
+drops every byte both ways, closes included (connections stay open, as behind a partition);
+`heal()` lets
 traffic through again. Runs its own event loop on a thread."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class TcpCut:
             except (ConnectionError, OSError):
                 pass
             finally:
-                dst.close()
+                if self._open.is_set():  # cut: a close does not cross either (no FIN
+                    dst.close()  # crosses a partition); close() ends it
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
