@@ -18,6 +18,7 @@ class TcpCut:
         self._writers: set[asyncio.StreamWriter] = set()
         self._open = threading.Event()
         self._open.set()
+        self._cut_needles: set[bytes] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -38,26 +39,41 @@ class TcpCut:
             writer.close()
             return
         self._writers.update((writer, up_writer))
+        seen: list[bytes] = []  # what the client sent first (a member's HELLO names it)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        def passes() -> bool:
+            if not self._open.is_set():
+                return False
+            return not any(needle in b"".join(seen[:1]) for needle in self._cut_needles)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                       from_client: bool) -> None:
             try:
                 while data := await src.read(65536):
-                    if self._open.is_set():  # cut: bytes vanish, as on a dead link
+                    if from_client and not seen:
+                        seen.append(data)
+                    if passes():  # cut: bytes vanish, as on a dead link
                         dst.write(data)
                         await dst.drain()
             except (ConnectionError, OSError):
                 pass
             finally:
-                if self._open.is_set():  # cut: a close does not cross either (no FIN
-                    dst.close()  # crosses a partition); close() ends it
+                if passes():  # cut: a close does not cross either (no FIN crosses a
+                    dst.close()  # partition); close() ends it
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+
+    def cut_matching(self, needle: bytes) -> None:
+        """Cut only the connections whose first bytes from the client contain `needle`
+        (a member's id, in its HELLO): one member cut off, the others not."""
+        self._cut_needles.add(needle)
 
     def cut(self) -> None:
         self._open.clear()
 
     def heal(self) -> None:
         self._open.set()
+        self._cut_needles.clear()
 
     def close(self) -> None:
         async def shut() -> None:

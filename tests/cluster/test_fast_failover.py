@@ -184,6 +184,50 @@ def test_a_leader_cut_off_from_its_followers_is_deposed(tmp_path, etcd):
         cut.close()
 
 
+def test_a_follower_cut_off_from_the_leader_alone_deposes_nobody(tmp_path, etcd):
+    """Three members; only b's link to the leader is cut (c and etcd still hear it): b
+    loses the leader and records it, c does not, so a keeps leading (it drops b from the
+    ISR after clustering.ack_timeout) and confirms go on; healed, b catches up."""
+    prefix = f"/f-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", etcd.endpoints, prefix, **{"clustering.ack_timeout": 1000})
+    cut = TcpCut(("127.0.0.1", a.repl_port))
+    a.cmd += ["--set", f"clustering.advertised_uri=tcp://127.0.0.1:{cut.port}"]
+    b = Member(tmp_path, "b", etcd.endpoints, prefix)
+    c = Member(tmp_path, "c", etcd.endpoints, prefix)
+    on_a = Publisher(a.url, "q", "a")
+    try:
+        a.start().wait_serving()
+        b.start()
+        c.start()
+        in_sync(etcd, prefix, 3, "the three members never were in sync")
+        on_a.start()
+        wait(lambda: len(on_a.confirmed) > 20, 10, "nothing confirmed on a")
+        cut.cut_matching(b.node_id.encode())
+        time.sleep(4)  # b's silence (1 s) and its judgement (up to a lease TTL)
+        assert leader_id(etcd, prefix) == a.node_id
+        assert "deposed" not in b.log_path.read_text(errors="replace")
+        count = len(on_a.confirmed)
+        wait(lambda: len(on_a.confirmed) > count + 20, 10, "a stopped confirming")
+        cut.heal()
+        in_sync(etcd, prefix, 3, "b never caught up")
+        on_a.halt()
+        held = set(kill_leader_and_drain(a, c, etcd, prefix))
+        assert not [body for body, _t in on_a.confirmed if body not in held]
+    finally:
+        on_a.halt()
+        for m in (a, b, c):
+            m.kill()
+        cut.close()
+
+
+def kill_leader_and_drain(old: Member, new: Member, etcd, prefix) -> list[bytes]:
+    """kill -9 `old`; once some other member leads, `new`'s view of the queue (it
+    follows or leads): drained from whichever leads."""
+    old.kill()
+    wait(lambda: leader_id(etcd, prefix) not in (None, old.node_id), 20, "no new leader")
+    return drain(new, "q")
+
+
 def test_one_follower_that_lost_the_leader_does_not_depose_it(etcd):
     """The decision rule (Coordinator.lost_by_all): with followers b and c in the ISR and
     running, b's suspicion alone does not end a's term; c's as well does."""
