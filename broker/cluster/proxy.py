@@ -162,6 +162,9 @@ class FollowerProxy:
         """The leader changed: new connections go to `leader`, spliced ones are closed."""
         if leader != self.leader:
             self.leader = leader
+            if self._conns:
+                log.info("cluster: the leader changed: %d carried clients closed",
+                         len(self._conns))
             for writer in list(self._conns):
                 writer.close()
 
