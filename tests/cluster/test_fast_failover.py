@@ -261,6 +261,39 @@ def test_one_follower_that_lost_the_leader_does_not_depose_it(etcd):
     assert asyncio.run(main()) == (False, False, True)
 
 
+def test_with_etcd_200_ms_away_kill_9_of_the_leader_loses_nothing(tmp_path, etcd):
+    """Every member reaches etcd through a link adding 200 ms each way: the leader keeps its
+    lease and confirms; after kill -9 of it the follower deposes it and leads, with every
+    confirmed message."""
+    from tests.cluster.tcp_delay import TcpDelay
+
+    host, _sep, port = etcd.endpoints.split(",")[0].rpartition(":")
+    slow = TcpDelay((host, int(port)), 0.2)
+    endpoints = f"127.0.0.1:{slow.port}"
+    prefix = f"/f-{uuid.uuid4().hex[:6]}"
+    a = Member(tmp_path, "a", endpoints, prefix)
+    b = Member(tmp_path, "b", endpoints, prefix)
+    try:
+        a.start().wait_serving(60)
+        b.start()
+        in_sync(etcd, prefix, what="b never joined the ISR")
+        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("q", durable=True)
+            ch.confirm_delivery()
+            for i in range(100):
+                ch.basic_publish("", "q", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        time.sleep(3)  # lease renewals through the slow link: a still leads
+        assert leader_id(etcd, prefix) == a.node_id
+        a.kill()
+        takes_over(b, etcd, prefix, timeout=60)
+        assert drain(b, "q") == [b"%d" % i for i in range(100)]
+    finally:
+        a.kill()
+        b.kill()
+        slow.close()
+
+
 def test_two_of_three_killed_with_min_insync_2(tmp_path, etcd):
     """min_insync_replicas = 2: kill -9 of the leader and a follower together; the last
     member leads (the leader's port refuses) and holds confirms until a second member is
