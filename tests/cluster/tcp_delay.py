@@ -14,6 +14,7 @@ class TcpDelay:
         self.target = target
         self.delay = delay
         self.port = free_port()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -34,6 +35,7 @@ class TcpDelay:
             writer.close()
             return
         loop = asyncio.get_running_loop()
+        self._writers.update((writer, up_writer))
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -60,6 +62,14 @@ class TcpDelay:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
+        async def shut() -> None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            await asyncio.sleep(0.1)  # the closes complete
+            await self._server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
