@@ -325,3 +325,55 @@ def test_two_of_three_killed_with_min_insync_2(tmp_path, etcd):
     finally:
         for m in (a, b, c):
             m.kill()
+
+
+def test_the_documented_clients_reconnect_after_kill_9_of_the_leader(tmp_path, etcd):
+    """docs/high-availability.md's client settings: aio-pika's connect_robust
+    (reconnect_interval=0.1) on a follower's address, and kombu with every member in one
+    failover URL and interval_start=0, both publish confirmed again after kill -9 of the
+    leader, each message once confirmed on the new leader."""
+    import aio_pika
+    import kombu
+
+    a, b, prefix = _pair(tmp_path, etcd)
+    try:
+        async def robust() -> list[str]:
+            conn = await aio_pika.connect_robust(b.url + "?reconnect_interval=0.1")
+            sent = []
+            try:
+                ch = await conn.channel()  # publisher confirms on by default
+                await ch.declare_queue("robust", durable=True)
+                for i in range(5):
+                    await ch.default_exchange.publish(aio_pika.Message(
+                        b"r%d" % i, delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "robust")
+                    sent.append(f"r{i}")
+                a.kill()
+                deadline = time.monotonic() + 30
+                while True:  # the carried connection is closed at the leader change
+                    try:
+                        await ch.default_exchange.publish(aio_pika.Message(
+                            b"r-after", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                            "robust")
+                        sent.append("r-after")
+                        return sent
+                    except Exception:  # noqa: BLE001 - reconnecting: try again
+                        assert time.monotonic() < deadline, "aio-pika never published again"
+                        await asyncio.sleep(0.1)
+            finally:
+                await conn.close()
+
+        sent = asyncio.run(asyncio.wait_for(robust(), 60))
+        takes_over(b, etcd, prefix)
+        assert [body.decode() for body in drain(b, "robust")] == sent
+        # kombu: every member in one failover URL; a was killed, so b answers
+        urls = ";".join(m.url.replace("%2F", "") for m in (a, b))
+        with kombu.Connection(urls, failover_strategy="round-robin",
+                              transport_options={"confirm_publish": True}) as conn:
+            conn.ensure_connection(interval_start=0, interval_step=0.1, max_retries=50)
+            producer = conn.Producer()
+            producer.publish(b"k", routing_key="robust", retry=True,
+                             retry_policy={"interval_start": 0, "max_retries": 50})
+        assert drain(b, "robust") == [b"k"]
+    finally:
+        a.kill()
+        b.kill()
