@@ -29,7 +29,9 @@ import collections
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
+
+from broker import replication_hook
 
 log = logging.getLogger("broker.workers")
 
@@ -145,26 +147,12 @@ class WorkerSink:
                 fut.set_result(False)
 
 
-class Server(Protocol):
-    """What NodeReplication needs of broker/cluster/leader.py's ReplicationServer."""
-
-    def append(self, path: str, offset: int, data: bytes) -> int: ...
-    def replace(self, path: str, data: bytes) -> int: ...
-    def truncate(self, path: str, size: int) -> int: ...
-    def delete(self, path: str) -> int: ...
-    def definitions(self, op: bytes) -> int: ...
-
-    @property
-    def position(self) -> int: ...
-
-    async def wait_replicated(self, position: int) -> bool: ...
-
-
 class NodeReplication:
-    """The node process's side (see the module docstring). `send(worker, record)` puts a
-    record on that worker's control link."""
+    """The node process's side (see the module docstring): `server` is the leader's
+    ReplicationServer (the replication_hook.Sink it installs in one process);
+    `send(worker, record)` puts a record on that worker's control link."""
 
-    def __init__(self, server: Server, send: Callable[[int, tuple], None]) -> None:
+    def __init__(self, server: replication_hook.Sink, send: Callable[[int, tuple], None]) -> None:
         self.server = server
         self._send = send
         self._emitted: dict[int, int] = {}  # worker -> its writes handed to the server
@@ -229,8 +217,6 @@ def install_worker_sink(loop: asyncio.AbstractEventLoop, mesh: Any, node: int,
                         owns_definitions: bool) -> WorkerSink:
     """Make this worker's sink, install it (replication_hook) and take the node's records
     for it; returns it."""
-    from broker import replication_hook
-
     sink = WorkerSink(loop, lambda record: mesh.send(node, record), owns_definitions)
     replication_hook.install(sink)
     mesh.on("replicated", lambda peer, record: sink.on_replicated(record[1]))

@@ -1,44 +1,24 @@
 """A TCP forwarder a test can cut: connections to `port` go to `target`, until `cut()`
 drops every byte both ways, closes included (connections stay open, as behind a partition);
-`heal()` lets
-traffic through again. Runs its own event loop on a thread."""
+`cut_matching(needle)` cuts only some; `heal()` lets traffic through again."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from tests.cluster.etcd_proc import free_port
+from tests.cluster.forwarder import Forwarder, Pair
 
 
-class TcpCut:
+class TcpCut(Forwarder):
     def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = free_port()
-        self._writers: set[asyncio.StreamWriter] = set()
         self._open = threading.Event()
         self._open.set()
         self._cut_needles: set[bytes] = set()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
+        super().__init__(target)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self._writers.update((writer, up_writer))
+    async def splice(self, client: Pair, upstream: Pair) -> None:
+        (reader, writer), (up_reader, up_writer) = client, upstream
         seen: list[bytes] = []  # what the client sent first (a member's HELLO names it)
 
         def passes() -> bool:
@@ -74,16 +54,3 @@ class TcpCut:
     def heal(self) -> None:
         self._open.set()
         self._cut_needles.clear()
-
-    def close(self) -> None:
-        async def shut() -> None:
-            self._server.close()
-            for writer in list(self._writers):
-                writer.close()
-            await asyncio.sleep(0.1)  # the closes complete
-            await self._server.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()

@@ -8,6 +8,7 @@ members, pika publishers recording what was confirmed and when."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -146,13 +147,13 @@ def test_a_paused_leader_confirms_nothing_once_another_leads(tmp_path, etcd, pau
         b.kill()
 
 
-def test_a_leader_cut_off_from_its_followers_is_deposed(tmp_path, etcd):
-    """Three members; the leader's member port is reached through a cut-able forwarder
-    (its advertised URI). Cut: both followers lose it, agree in etcd, and one of them leads;
-    the old leader (which still reaches etcd) confirms nothing after the cut, steps down,
-    and every confirmed message is on the new leader."""
+@contextlib.contextmanager
+def three_behind_a_cut(tmp_path, etcd, **a_settings):
+    """Members a (the leader, its member port reached through a TcpCut: its advertised
+    URI), b and c in sync, and a Publisher on a that has had confirms; yields (a, b, c, cut,
+    prefix, publisher); everything stopped at the end."""
     prefix = f"/f-{uuid.uuid4().hex[:6]}"
-    a = Member(tmp_path, "a", etcd.endpoints, prefix)
+    a = Member(tmp_path, "a", etcd.endpoints, prefix, **a_settings)
     cut = TcpCut(("127.0.0.1", a.repl_port))
     a.cmd += ["--set", f"clustering.advertised_uri=tcp://127.0.0.1:{cut.port}"]
     b = Member(tmp_path, "b", etcd.endpoints, prefix)
@@ -165,6 +166,20 @@ def test_a_leader_cut_off_from_its_followers_is_deposed(tmp_path, etcd):
         in_sync(etcd, prefix, 3, "the three members never were in sync")
         on_a.start()
         wait(lambda: len(on_a.confirmed) > 20, 10, "nothing confirmed on a")
+        yield a, b, c, cut, prefix, on_a
+    finally:
+        on_a.halt()
+        for m in (a, b, c):
+            m.kill()
+        cut.close()
+
+
+def test_a_leader_cut_off_from_its_followers_is_deposed(tmp_path, etcd):
+    """Three members; the leader's member port is reached through a cut-able forwarder
+    (its advertised URI). Cut: both followers lose it, agree in etcd, and one of them leads;
+    the old leader (which still reaches etcd) confirms nothing after the cut, steps down,
+    and every confirmed message is on the new leader."""
+    with three_behind_a_cut(tmp_path, etcd) as (a, b, c, cut, prefix, on_a):
         cut.cut()
         at = time.monotonic()
         wait(lambda: leader_id(etcd, prefix) in (b.node_id, c.node_id), 20,
@@ -177,31 +192,14 @@ def test_a_leader_cut_off_from_its_followers_is_deposed(tmp_path, etcd):
         takes_over(new, etcd, prefix)
         held = set(drain(new, "q"))
         assert not [body for body, _t in on_a.confirmed if body not in held]
-    finally:
-        on_a.halt()
-        for m in (a, b, c):
-            m.kill()
-        cut.close()
 
 
 def test_a_follower_cut_off_from_the_leader_alone_deposes_nobody(tmp_path, etcd):
     """Three members; only b's link to the leader is cut (c and etcd still hear it): b
     loses the leader and records it, c does not, so a keeps leading (it drops b from the
     ISR after clustering.ack_timeout) and confirms go on; healed, b catches up."""
-    prefix = f"/f-{uuid.uuid4().hex[:6]}"
-    a = Member(tmp_path, "a", etcd.endpoints, prefix, **{"clustering.ack_timeout": 1000})
-    cut = TcpCut(("127.0.0.1", a.repl_port))
-    a.cmd += ["--set", f"clustering.advertised_uri=tcp://127.0.0.1:{cut.port}"]
-    b = Member(tmp_path, "b", etcd.endpoints, prefix)
-    c = Member(tmp_path, "c", etcd.endpoints, prefix)
-    on_a = Publisher(a.url, "q", "a")
-    try:
-        a.start().wait_serving()
-        b.start()
-        c.start()
-        in_sync(etcd, prefix, 3, "the three members never were in sync")
-        on_a.start()
-        wait(lambda: len(on_a.confirmed) > 20, 10, "nothing confirmed on a")
+    with three_behind_a_cut(tmp_path, etcd, **{"clustering.ack_timeout": 1000}) as (
+            a, b, c, cut, prefix, on_a):
         cut.cut_matching(b.node_id.encode())
         time.sleep(4)  # b's silence (1 s) and its judgement (up to a lease TTL)
         assert leader_id(etcd, prefix) == a.node_id
@@ -213,11 +211,6 @@ def test_a_follower_cut_off_from_the_leader_alone_deposes_nobody(tmp_path, etcd)
         on_a.halt()
         held = set(kill_leader_and_drain(a, c, etcd, prefix))
         assert not [body for body, _t in on_a.confirmed if body not in held]
-    finally:
-        on_a.halt()
-        for m in (a, b, c):
-            m.kill()
-        cut.close()
 
 
 def kill_leader_and_drain(old: Member, new: Member, etcd, prefix) -> list[bytes]:

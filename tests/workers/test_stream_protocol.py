@@ -9,30 +9,21 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import time
 
 import pika
 import pytest
 import rstream
 
 from tests.integration.certs import TestCA
+from tests.stream import helpers as stream_helpers
 from tests.workers.conftest import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def amqp_read(url: str, queue: str, n: int) -> list[bytes]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=10)
-    got: list[bytes] = []
-    ch.basic_consume(queue, lambda c, m, p, body: got.append(body),
-                     arguments={"x-stream-offset": "first"})
-    deadline = time.monotonic() + 10
-    while len(got) < n and time.monotonic() < deadline:
-        conn.process_data_events(0.05)
-    conn.close()
-    return got
+    """The bodies of `queue`'s first `n` messages from its first offset, over AMQP 0-9-1."""
+    return [body for _key, _headers, body in stream_helpers.amqp_read(url, queue, n)]
 
 
 async def stream_read(port: int, stream: str, n: int, **kw) -> list[bytes]:
