@@ -22,7 +22,14 @@ from broker.cluster.coordinator import Coordinator, LeaderRecord
 from broker.cluster.etcd_client import EtcdSettings
 from tests.cluster.members import Member
 from tests.cluster.tcp_cut import TcpCut
-from tests.cluster.test_failover import drain, in_sync, leader_id, takes_over, wait
+from tests.cluster.test_failover import (
+    drain,
+    in_sync,
+    leader_id,
+    publish,
+    takes_over,
+    wait,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -83,12 +90,7 @@ def test_kill_9_of_the_leader_deposes_it_at_once(tmp_path, etcd):
     confirmed message."""
     a, b, prefix = _pair(tmp_path, etcd, **{"clustering.lease_ttl": 10})
     try:
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("q", durable=True)
-            ch.confirm_delivery()
-            for i in range(100):
-                ch.basic_publish("", "q", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        publish(a, "q", [b"%d" % i for i in range(100)], quorum=False)
         a.kill()
         started = time.monotonic()
         takes_over(b, etcd, prefix)
@@ -270,12 +272,7 @@ def test_with_etcd_200_ms_away_kill_9_of_the_leader_loses_nothing(tmp_path, etcd
         a.start().wait_serving(60)
         b.start()
         in_sync(etcd, prefix, what="b never joined the ISR")
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("q", durable=True)
-            ch.confirm_delivery()
-            for i in range(100):
-                ch.basic_publish("", "q", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        publish(a, "q", [b"%d" % i for i in range(100)], quorum=False)
         time.sleep(3)  # lease renewals through the slow link: a still leads
         assert leader_id(etcd, prefix) == a.node_id
         a.kill()
@@ -300,12 +297,7 @@ def test_two_of_three_killed_with_min_insync_2(tmp_path, etcd):
         b.start()
         c.start()
         in_sync(etcd, prefix, 3, "the three members never were in sync")
-        with pika.BlockingConnection(pika.URLParameters(a.url)) as conn:
-            ch = conn.channel()
-            ch.queue_declare("q", durable=True)
-            ch.confirm_delivery()
-            for i in range(50):
-                ch.basic_publish("", "q", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        publish(a, "q", [b"%d" % i for i in range(50)], quorum=False)
         a.kill()
         b.kill()
         takes_over(c, etcd, prefix)
