@@ -110,7 +110,7 @@ class WorkersLeader:
         return open_service
 
     # -- the workers' records -----------------------------------------------------------------
-    def _on_record(self, worker: int, record: Any) -> None:
+    def _on_record(self, worker: int, record: tuple) -> None:
         kind = record[0]
         if kind == "repl":
             self.replication.received(worker, record[1])

@@ -23,9 +23,27 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
+from broker.limiter import Limiter
 from broker.workers.refs import ChannelRef
+
+
+class QosChannel(Protocol):
+    """One of our channels, as the grants see it (broker/channel.py ChannelProcess)."""
+
+    limiter: Limiter
+    state: str
+    on_capacity: Callable[[], None] | None
+
+
+class CreditedChannel(Protocol):
+    """Another worker's channel as our queues see it (broker/workers/remote.py
+    RemoteChannel)."""
+
+    def add_global_credit(self, n: int) -> None: ...
+
+    def set_global_limited(self, limited: bool) -> None: ...
 
 
 class GlobalQos:
@@ -34,9 +52,9 @@ class GlobalQos:
     `send(worker, record)` sends."""
 
     def __init__(self, index: int, send: Callable[[int, tuple], None],
-                 local_channel: Callable[[ChannelRef], Any],
-                 remote_channel: Callable[[ChannelRef], Any],
-                 channel_ref: Callable[[Any], ChannelRef | None]) -> None:
+                 local_channel: Callable[[ChannelRef], QosChannel | None],
+                 remote_channel: Callable[[ChannelRef], CreditedChannel | None],
+                 channel_ref: Callable[[QosChannel], ChannelRef | None]) -> None:
         self.index = index
         self._send = send
         self._local = local_channel
@@ -44,18 +62,19 @@ class GlobalQos:
         self._ref = channel_ref
         # our channels (forgotten with them): worker -> credit granted and not yet used,
         # and the workers that wait for more
-        self._granted: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
+        self._granted: weakref.WeakKeyDictionary[QosChannel, dict[int, int]] = (
             weakref.WeakKeyDictionary())
-        self._wanting: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+        self._wanting: weakref.WeakKeyDictionary[QosChannel, set[int]] = (
+            weakref.WeakKeyDictionary())
 
     # -- the channel's side --------------------------------------------------------------
-    def limited(self, ch: Any) -> bool:
+    def limited(self, ch: QosChannel) -> bool:
         """Does `ch` have a channel-wide limit (for a new remote consumer's payload)?"""
         if ch.on_capacity is None:
             ch.on_capacity = lambda: self.grant(ch)
         return bool(ch.limiter.prefetch_count)
 
-    def qos_changed(self, ch: Any, workers: set[int]) -> None:
+    def qos_changed(self, ch: QosChannel, workers: set[int]) -> None:
         """basic.qos on `ch`, which consumes from queues of `workers`: each is told whether
         a channel-wide limit applies; the credit they held is dropped (room given back)."""
         ref = self._ref(ch)
@@ -67,7 +86,7 @@ class GlobalQos:
         for worker in sorted(workers):
             self._send(worker, ("gq_mode", ref, bool(ch.limiter.prefetch_count)))
 
-    def delivered(self, ch: Any, worker: int, n: int) -> None:
+    def delivered(self, ch: QosChannel, worker: int, n: int) -> None:
         """`n` ack-required deliveries from `worker`'s queues reached `ch`: their credit is
         used (the Limiter counts them unacked now)."""
         granted = self._granted.get(ch)
@@ -78,7 +97,7 @@ class GlobalQos:
             granted[worker] -= used
             ch.limiter.reserved = max(0, ch.limiter.reserved - used)
 
-    def grant(self, ch: Any) -> None:
+    def grant(self, ch: QosChannel) -> None:
         """Give the room `ch`'s limit leaves to the workers that asked, split evenly."""
         wanting = self._wanting.get(ch)
         if not wanting:

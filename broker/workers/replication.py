@@ -29,9 +29,12 @@ import collections
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import replication_hook
+
+if TYPE_CHECKING:
+    from broker.workers.mesh import Mesh
 
 log = logging.getLogger("broker.workers")
 
@@ -213,7 +216,7 @@ class NodeReplication:
                     self._send(worker, ("replicated", seq))
 
 
-def install_worker_sink(loop: asyncio.AbstractEventLoop, mesh: Any, node: int,
+def install_worker_sink(loop: asyncio.AbstractEventLoop, mesh: Mesh, node: int,
                         owns_definitions: bool) -> WorkerSink:
     """Make this worker's sink, install it (replication_hook) and take the node's records
     for it; returns it."""
