@@ -117,6 +117,12 @@ class ConnectionClosing:
         elif then is not None:
             then()
 
+    def release_exclusive(self) -> None:
+        """The connection is closing: delete its exclusive queues now rather than once
+        its last channel has finished (broker/workers/runtime.py asks, for a client that
+        reconnected faster than that)."""
+        self._release_vhost()
+
     def _close_ok(self) -> None:
         if self.state == DRAINING and not self._socket_gone:
             self._send0(C.CloseOk())

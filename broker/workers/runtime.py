@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
+from broker.connection_close import CLOSED
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
@@ -54,6 +55,12 @@ log = logging.getLogger("broker.workers")
 
 OWNER = 0  # the metadata owner's index
 OnReply = Callable[[bool, Any], None]
+
+
+def _closing(reader: Any) -> bool:
+    """Is this connection of ours closed or on its way (its socket closing)?"""
+    transport = getattr(reader, "transport", None)
+    return reader.state == CLOSED or (transport is not None and transport.is_closing())
 
 
 class LocalAnswer:
@@ -137,6 +144,7 @@ class WorkerRuntime:
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
         m.on_request("settled", self._on_settled_request)
+        m.on_request("conn_alive", self._on_conn_alive)
         for kind in ("consume", "get", "counts", "purge", "check_delete", "get_n", "browse",
                      "move", "figures"):
             m.on_request(kind, self._queue_request(kind))
@@ -360,13 +368,23 @@ class WorkerRuntime:
         op, args = payload
         self._execute(peer, op, args, answer)
 
-    def _execute(self, origin: int, op: str, args: tuple, answer: Any) -> None:
+    def _execute(self, origin: int, op: str, args: tuple, answer: Any,
+                 retried: bool = False) -> None:
         """Make the change `op` on the owner's tables for a channel of worker `origin`;
-        answer once every worker has applied what it changed."""
+        answer once every worker has applied what it changed. A queue.declare refused
+        because an exclusive queue of that name is another connection's is made again
+        once that connection's worker has said whether it is still open: a client that
+        reconnects after its connection was dropped may reach the owner through another
+        worker before the dropped connection's exclusive queues were deleted, where one
+        process would have deleted them first (`_recheck_exclusive`)."""
         self._origin = origin
         try:
             result = self._run(origin, op, args, answer)
         except errors.AMQPError as exc:
+            if (op == "qdecl" and not retried and isinstance(exc, errors.ResourceLocked)
+                    and self._recheck_exclusive(args, lambda: self._execute(
+                        origin, op, args, answer, retried=True))):
+                return
             answer.fail(exc)
             return
         finally:
@@ -409,6 +427,38 @@ class WorkerRuntime:
         if op == "qdel":
             return self._delete_queue(args, answer)
         raise errors.amqp_error(errors.InternalError, f"unknown definition change {op!r}")
+
+    def _recheck_exclusive(self, args: tuple, again: Callable[[], None]) -> bool:
+        """queue.declare (`args`) found queue args[1] exclusive to another connection: ask
+        that connection's worker whether it is still open (`conn_alive`: one that is
+        closing deletes its exclusive queues first, and that change reaches us before the
+        answer, on the same link) and run `again()` once it answers; False when there is
+        no one to ask (the refusal stands)."""
+        v = self._vhost(args[0])
+        queue = v.queues.get(args[1]) if v is not None else None
+        owner = getattr(queue, "exclusive_owner", None)
+        if owner is None:
+            return False
+        if not isinstance(owner, ConnRef):  # one of ours
+            if not _closing(owner):
+                return False
+            owner.release_exclusive()
+            again()
+            return True
+        self.mesh.request(owner.worker, "conn_alive", owner.serial,
+                          lambda _ok, _alive: again())
+        return True
+
+    def _on_conn_alive(self, peer: int, serial: Any, answer: Answer) -> None:
+        """Is our connection `serial` still open? One that is closing deletes its exclusive
+        queues now (their change is sent before this answer)."""
+        reader = self._readers.get(serial)
+        if reader is None or _closing(reader):
+            if reader is not None:
+                reader.release_exclusive()
+            answer.reply(False)
+        else:
+            answer.reply(True)
 
     def vhost_or_404(self, name: str, method: Any) -> Any:
         v = self._vhost(name)

@@ -60,12 +60,32 @@ async def ignore(_message: object) -> None:
     """A consumer callback that does nothing (aio-pika wants coroutine callbacks)."""
 
 
+def _drop_over_api(api: str, name: str) -> int:
+    """DELETE /api/connections/{name} for each connection whose connection_name is `name`
+    (the broker at BROKER_TEST_URI's management API, BROKER_TEST_API: RabbitMQ's or this
+    broker's)."""
+    import requests
+
+    auth = ("guest", "guest")
+    rows = requests.get(f"{api}/api/connections", auth=auth, timeout=10).json()
+    names = [row["name"] for row in rows
+             if (row.get("client_properties") or {}).get("connection_name") == name]
+    for conn in names:
+        reply = requests.delete(f"{api}/api/connections/{requests.utils.quote(conn, safe='')}",
+                                auth=auth, timeout=10)
+        assert reply.status_code == 204, reply.text
+    return len(names)
+
+
 async def drop_connection(broker, name: str) -> int:
     """Close, from the server side, the connection(s) whose connection_name is `name`."""
     if EXTERNAL:
+        api = os.environ.get("BROKER_TEST_API")
+        if api:  # the management API (of RabbitMQ or this broker) closes it
+            return await asyncio.to_thread(_drop_over_api, api.rstrip("/"), name)
         if shutil.which("rabbitmqctl") is None:  # another broker than a RabbitMQ here
             pytest.skip("closing a connection of the broker at BROKER_TEST_URI needs "
-                        "rabbitmqctl")
+                        "BROKER_TEST_API or rabbitmqctl")
         return await asyncio.to_thread(_drop_on_rabbitmq, name)
 
     def kill() -> int:

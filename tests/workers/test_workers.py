@@ -14,6 +14,7 @@ import time
 
 import pika
 import pytest
+import requests
 
 from tests.polling import wait_for
 
@@ -157,6 +158,33 @@ def test_once_its_owner_has_close_ok_an_exclusive_queue_is_gone_on_every_worker(
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
             ch.queue_declare(name, passive=True)
         assert err.value.reply_code == 404, (round_, err.value)
+        other.close()
+
+
+def test_a_client_that_reconnects_at_once_declares_its_exclusive_queue_again(
+        workers_broker):
+    """A connection dropped by the server (the management API's DELETE, 320), whose client
+    reconnects at once through the other worker and declares its exclusive queue again (as
+    aio-pika's connect_robust does), is not refused with 405: the owner asks the dropped
+    connection's worker, which deletes the queue first (the integration suite's aio-pika
+    test raced here against two workers)."""
+    broker = workers_broker(2)
+    for round_ in range(20):
+        first, second = connect(broker, 2)  # workers 0 and 1
+        owner, other = (first, second) if round_ % 2 else (second, first)
+        name = f"again-{round_}"
+        owner.channel().queue_declare(name, exclusive=True)
+        port = owner._impl._transport._sock.getsockname()[1]
+        conn_name = wait_for(lambda: next((c["name"] for c in broker.api_get(
+            "/api/connections") if c["peer_port"] == port), None), timeout=10)
+        ch = other.channel()  # the reconnected client: another connection, another worker
+        reply = broker.api.delete(f"http://127.0.0.1:{broker.api_port}/api/connections/"
+                                  + requests.utils.quote(conn_name, safe=""), timeout=10)
+        assert reply.status_code == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
+            while True:  # close-ok, as a client does, then the socket closes
+                owner.process_data_events(0.01)
+        ch.queue_declare(name, exclusive=True)  # at once: not 405
         other.close()
 
 
