@@ -211,15 +211,17 @@ def test_a_follower_cut_off_from_the_leader_alone_deposes_nobody(tmp_path, etcd)
         cut.heal()
         in_sync(etcd, prefix, 3, "b never caught up")
         on_a.halt()
-        held = set(kill_leader_and_drain(a, c, etcd, prefix))
+        held = set(kill_leader_and_drain(a, (b, c), etcd, prefix))
         assert not [body for body, _t in on_a.confirmed if body not in held]
 
 
-def kill_leader_and_drain(old: Member, new: Member, etcd, prefix) -> list[bytes]:
-    """kill -9 `old`; once some other member leads, `new`'s view of the queue (it
-    follows or leads): drained from whichever leads."""
+def kill_leader_and_drain(old: Member, others: tuple[Member, ...], etcd,
+                          prefix) -> list[bytes]:
+    """kill -9 `old`; once one of `others` leads and serves, the queue drained from it."""
     old.kill()
-    wait(lambda: leader_id(etcd, prefix) not in (None, old.node_id), 20, "no new leader")
+    wait(lambda: leader_id(etcd, prefix) in {m.node_id for m in others}, 20, "no new leader")
+    new = next(m for m in others if m.node_id == leader_id(etcd, prefix))
+    takes_over(new, etcd, prefix)
     return drain(new, "q")
 
 
