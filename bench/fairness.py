@@ -1,16 +1,24 @@
 # bench/fairness.py — `python -m bench.fairness URI [URI_B …]`: does one busy connection make
-# everybody else wait? (issue 26 item 4)
+# everybody else wait? (issue 26 item 4, issue 49 item 1)
 #
-# Owns: the flood (a producer of 1 KB messages at full speed to a queue whose consumer reads
-# its socket slowly), the drain (a consumer without acks emptying a second, pre-filled
-# queue), and the bystander (publish → consume round trips on its own connection), each in
-# its own process; the bystander's latency percentiles are the result.
+# Owns: two floods, each party in its own process. `slow` (issue 26): a producer of 1 KB
+# messages at full speed to a queue whose consumer reads its socket slowly, and a consumer
+# without acks emptying a second, pre-filled queue. `greedy` (issue 49): one producer at full
+# speed to two queues alternately, a consumer with unlimited prefetch that never acks on the
+# first, a no-ack consumer reading 1 KiB every 50 ms through a 4 KiB receive buffer on the
+# second. In both, the bystander does publish → consume round trips on its own connection
+# (with confirms in `greedy`); its latency percentiles are the result.
 # Talks to: the broker under test over AMQP (pika), nothing else.
 # Must never: run without a bound (every loop stops by time or count).
-"""Fairness under a flood (issue 26 item 4): while a producer floods `--flood` × 1 KB
-messages to a queue whose consumer reads slowly, and a consumer without acks drains a
-second queue holding `--backlog` messages, a bystander measures publish → consume round
-trips (one at a time, every `--every-ms`: 100 ms as issue 36 states the target, 5 ms as
+"""Fairness under a flood. `--shape slow` (issue 26 item 4): while a producer floods
+`--flood` × 1 KB messages to a queue whose consumer reads slowly, and a consumer without
+acks drains a second queue holding `--backlog` messages. `--shape greedy` (issue 49 item 1,
+the flood users cause): one producer publishes 1 KB messages without confirms at full speed,
+in batches of 100, alternately to two queues (blocking writes: TCP back-pressure holds it);
+the first queue's consumer has prefetch 0 (unlimited) and manual acks it never sends, the
+second's acks nothing, has a 4 KiB receive buffer and reads 1 KiB every 50 ms. Meanwhile a
+bystander measures publish → consume round trips (with confirms in `greedy`: the publish is
+confirmed before the delivery is waited for) (one at a time, every `--every-ms`: 100 ms as issue 36 states the target, 5 ms as
 issue 26 measured). Prints its p50 / p99 / max in ms per broker, and the broker's longest
 wait for a CPU meanwhile (RunQueueWatch: the OS scheduler's share of the maximum); with
 several URIs they run one after the other, `--rounds` times alternated, each run after the
@@ -121,6 +129,62 @@ def _slow_consumer(uri: str, queue: str, seconds: float) -> None:
     os._exit(0)  # a clean close would wait for everything the broker still has queued to us
 
 
+def _publish_frames(queue: str, body: bytes, channel: int = 1) -> bytes:
+    """basic.publish to the default exchange with routing key `queue`, its content header
+    and body, encoded once (pamqp) so that a flood costs the client next to nothing."""
+    from pamqp import commands, frame, header, body as pbody
+    return b"".join((
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), channel),
+        frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), channel),
+        frame.marshal(pbody.ContentBody(body), channel)))
+
+
+def _greedy_flood(uri: str, queues: tuple[str, str], seconds: float) -> None:
+    """Full speed, no confirms, 100 to one queue then 100 to the other, as pre-encoded
+    frames written with blocking sends on the channel pika opened: TCP back-pressure (and a
+    broker that stops reading) is the only brake."""
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    conn.channel()  # channel 1
+    sock = conn._impl._transport._sock  # noqa: SLF001 - raw writes, pika is too slow a flood
+    sock.setblocking(True)
+    batches = [_publish_frames(q, BODY) * 100 for q in queues]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for batch in batches:
+            sock.sendall(batch)
+    os._exit(0)  # the broker may hold much of it unconsumed: no clean close to wait for
+
+
+def _never_acks(uri: str, queue: str, seconds: float) -> None:
+    """basic.qos 0 (unlimited) and manual acks that never come: every delivery stays
+    unacked, so the queue pushes everything it gets at this consumer's socket."""
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=0)
+    ch.basic_consume(queue, lambda *a: None, auto_ack=False)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    os._exit(0)
+
+
+def _trickle_reader(uri: str, queue: str, seconds: float) -> None:
+    """No-ack consumer with a 4 KiB receive buffer that reads 1 KiB every 50 ms."""
+    conn = pika.BlockingConnection(pika.URLParameters(uri))
+    ch = conn.channel()
+    ch.basic_consume(queue, lambda *a: None, auto_ack=True)
+    sock = conn._impl._transport._sock  # noqa: SLF001 - a slow reader on purpose
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            sock.recv(1024, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        time.sleep(0.05)
+    os._exit(0)
+
+
 def _drain(uri: str, queue: str, seconds: float) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(uri))
     ch = conn.channel()
@@ -132,23 +196,31 @@ def _drain(uri: str, queue: str, seconds: float) -> None:
 
 
 def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
-        seconds: float = 15.0, every_ms: float = 5.0) -> dict[str, Any]:
-    """One measurement: the bystander's round trips in ms {p50, p99, max, count}, one
-    every `every_ms` ms (after the previous one came back)."""
+        seconds: float = 15.0, every_ms: float = 5.0, shape: str = "slow") -> dict[str, Any]:
+    """One measurement of `shape` ("slow" or "greedy", as the module says): the bystander's
+    round trips in ms {p50, p99, max, count}, one every `every_ms` ms (after the previous
+    one came back). `flood` and `backlog` apply to "slow" only."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
     admin = pika.BlockingConnection(pika.URLParameters(uri))
     ch = admin.channel()
     for q in (a, b, c):
         ch.queue_declare(q, auto_delete=False)
-    for _ in range(backlog):
-        ch.basic_publish("", b, BODY)
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_slow_consumer, args=(uri, a, seconds)),
-             ctx.Process(target=_flood, args=(uri, a, flood, seconds)),
-             ctx.Process(target=_drain, args=(uri, b, seconds))]
+    if shape == "greedy":
+        procs = [ctx.Process(target=_never_acks, args=(uri, a, seconds)),
+                 ctx.Process(target=_trickle_reader, args=(uri, b, seconds)),
+                 ctx.Process(target=_greedy_flood, args=(uri, (a, b), seconds))]
+    else:
+        for _ in range(backlog):
+            ch.basic_publish("", b, BODY)
+        procs = [ctx.Process(target=_slow_consumer, args=(uri, a, seconds)),
+                 ctx.Process(target=_flood, args=(uri, a, flood, seconds)),
+                 ctx.Process(target=_drain, args=(uri, b, seconds))]
     by = pika.BlockingConnection(pika.URLParameters(uri))
     bch = by.channel()
+    if shape == "greedy":
+        bch.confirm_delivery()
     got: list[float] = []
     bch.basic_consume(c, lambda *args: got.append(time.monotonic()), auto_ack=True)
     for p in procs:
@@ -185,6 +257,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("uris", nargs="+")
+    p.add_argument("--shape", choices=("slow", "greedy"), default="slow",
+                   help="slow: issue 26's flood; greedy: issue 49's (see above)")
     p.add_argument("--flood", type=int, default=120_000)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=15.0)
@@ -201,7 +275,7 @@ def main(argv: list[str]) -> int:
         for uri in ns.uris:
             load_before = list(wait_quiet(ns.quiet_load)) if ns.quiet_load else \
                 list(os.getloadavg())
-            res = run(uri, ns.flood, ns.backlog, ns.seconds, ns.every_ms)
+            res = run(uri, ns.flood, ns.backlog, ns.seconds, ns.every_ms, ns.shape)
             res["load_before"] = [round(x, 2) for x in load_before]
             res["round"] = rnd
             runs[uri].append(res)
@@ -218,7 +292,7 @@ def main(argv: list[str]) -> int:
                 f"{k} {v['median']} ({v['min']}-{v['max']}) ms" for k, v in fig.items()))
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"format": "bench-fairness/1", "every_ms": ns.every_ms,
+            json.dump({"format": "bench-fairness/1", "shape": ns.shape, "every_ms": ns.every_ms,
                        "seconds": ns.seconds, "flood": ns.flood, "backlog": ns.backlog,
                        "runs": runs, "summary": summary}, f, indent=1)
     return 0

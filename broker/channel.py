@@ -492,6 +492,20 @@ class ChannelProcess(Process):
         if self.credit.grant(queue, n):
             self.resume()
 
+    def hold_publishes(self, queue: QueueFacade) -> bool:
+        """A busy queue serves its consumers first (broker/consumer_bias.py): stop handling
+        our mailbox until `release_publishes(queue)`. Refused (False) for a channel that
+        consumes, whose acks must go on, and for one that is closing."""
+        if self.consumers or self.shutting_down or self.state != OPEN:
+            return False
+        if self.credit.block(queue):
+            self.suspend()
+        return True
+
+    def release_publishes(self, queue: QueueFacade) -> None:
+        if self.credit.unblock(queue):
+            self.resume()
+
     def spend_queue_credit(self, queue: QueueFacade) -> None:
         if self.credit.send(queue) and not self.shutting_down:
             self.suspend()

@@ -159,6 +159,12 @@ class BrokerConfig:
 
     # writer: flush the outbound buffer early once it holds this many bytes
     writer_flush_threshold: int = 262144
+    # reader: frames (a whole basic.publish counts one) a connection handles per loop turn
+    # before what it read waits for the next turn (issue 49: fairness under a flood)
+    reader_slice: int = 64
+    # queues serve consumers before publishers while the event loop's thread uses at least
+    # this share of the CPU (broker/consumer_bias.py); 0: always, above 1: never
+    consumer_bias_load: float = 0.7
 
     extra: Mapping[str, Any] = field(default_factory=dict)  # unknown TOML keys, kept for plugins
     # what reading the configuration warned about (rabbitmq.conf keys not acted on), logged

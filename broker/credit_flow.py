@@ -13,7 +13,7 @@ time of a sender's transition to blocked (`blocked_at`), rare by construction.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 # credit_flow:state/0 reports "flow" while blocked and for this long after the last block (s)
 FLOW_STATE_WINDOW = 5.0
@@ -36,7 +36,8 @@ class CreditFlow:
     to grant back now (0 most of the time, `more_after` every `more_after` messages).
     """
 
-    __slots__ = ("initial", "more_after", "_credit", "_blocked_on", "_unacked", "blocked_at")
+    __slots__ = ("initial", "more_after", "_credit", "_blocked_on", "_unacked", "blocked_at",
+                 "_held")
 
     def __init__(self, initial: int = 400, more_after: int = 200) -> None:
         self.initial = initial  # credit a sender starts with per receiver
@@ -45,6 +46,7 @@ class CreditFlow:
         self._blocked_on: set[Hashable] = set()  # sender side: receivers with no credit left
         self._unacked: dict[Hashable, int] = {}  # receiver side: handled since last grant
         self.blocked_at: float | None = None  # monotonic s the sender last became blocked
+        self._held: dict[Hashable, int] = {}  # sender side: credit set aside by `block`
 
     # sender side
     def send(self, peer: Hashable, n: int = 1) -> bool:
@@ -59,7 +61,11 @@ class CreditFlow:
         return False
 
     def grant(self, peer: Hashable, n: int) -> bool:
-        """Receive `n` credits from `peer`; returns True if this unblocked the sender."""
+        """Receive `n` credits from `peer`; returns True if this unblocked the sender. While
+        `peer` blocks the sender, the credit is set aside with the rest."""
+        if peer in self._held:
+            self._held[peer] += n
+            return False
         credit = self._credit.get(peer, self.initial) + n
         self._credit[peer] = credit
         if credit > 0 and peer in self._blocked_on:
@@ -67,10 +73,32 @@ class CreditFlow:
             return not self._blocked_on
         return False
 
+    def block(self, peer: Hashable) -> bool:
+        """`peer` asks the sender to stop at once, whatever credit is left (RabbitMQ
+        credit_flow:block/1; here a busy queue's consumer bias, broker/consumer_bias.py): the
+        credit is set aside until `unblock`. Returns True if this made the sender blocked."""
+        if peer in self._held:
+            return False
+        self._held[peer] = self._credit.get(peer, self.initial)
+        self._credit[peer] = 0
+        if peer not in self._blocked_on:
+            self._blocked_on.add(peer)
+            self.blocked_at = time.monotonic()
+            return len(self._blocked_on) == 1
+        return False
+
+    def unblock(self, peer: Hashable) -> bool:
+        """Give back what `block` set aside; returns True if this unblocked the sender."""
+        held = self._held.pop(peer, None)
+        if held is None:
+            return False
+        return self.grant(peer, held)
+
     def peer_down(self, peer: Hashable) -> bool:
         """Forget `peer` (it died); returns True if this unblocked the sender."""
         self._credit.pop(peer, None)
         self._unacked.pop(peer, None)
+        self._held.pop(peer, None)
         if peer in self._blocked_on:
             self._blocked_on.discard(peer)
             return not self._blocked_on
@@ -85,6 +113,10 @@ class CreditFlow:
         return self._credit.get(peer, self.initial)
 
     # receiver side
+    def senders(self) -> Iterable[Hashable]:
+        """The senders this receiver has counted messages from (and not seen go down)."""
+        return self._unacked.keys()
+
     def ack(self, sender: Hashable, n: int = 1) -> int:
         """Count `n` handled messages from `sender`; returns credit to grant back (maybe 0)."""
         count = self._unacked.get(sender, 0) + n

@@ -8,6 +8,12 @@ item 1): the two causes of tail latency that no per-message counter shows.
   same).
 - **GC pauses**: `gc.callbacks` time each collection by generation.
 
+- **Busy**: the loop thread's CPU time over each interval (`time.thread_time`), smoothed
+  over about two intervals; `busy` is True while it is at least `busy_load` of the wall
+  time (BUSY_LOAD, 0.7, or the configuration's `consumer_bias_load`): the loop is
+  saturated, and a queue serves its consumers before its publishers
+  (broker/consumer_bias.py).
+
 Both go into fixed-bucket histograms (seconds, Prometheus's conventions: cumulative counts,
 a sum and a count), exported as `pybroker_event_loop_lag_seconds` and
 `pybroker_gc_pause_seconds{generation}` (RabbitMQ has no such series; they carry this
@@ -23,6 +29,8 @@ import asyncio
 import bisect
 import gc
 import time
+
+BUSY_LOAD = 0.7  # share of an interval's wall time the loop thread ran on a CPU: busy
 
 # seconds; the last bucket is +Inf
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -58,26 +66,44 @@ class LoopLagProbe:
     """Samples the running loop's lag every `interval` s into `lag`; times GC pauses into
     `gc_pauses[generation]`. `start()` on the loop, `stop()` to end both."""
 
-    def __init__(self, interval: float = 0.01) -> None:
+    def __init__(self, interval: float = 0.01, busy_load: float = BUSY_LOAD) -> None:
         self.interval = interval
+        self.busy_load = busy_load  # the load at which `busy` turns True
         self.lag = Histogram()
         self.gc_pauses = [Histogram(), Histogram(), Histogram()]
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._gc_started = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.load = 0.0  # the loop thread's CPU share, smoothed (0..1)
+        self.busy = busy_load <= 0  # load >= busy_load
+        self._cpu = 0.0  # thread CPU seconds at the last tick
+        self._at = 0.0  # loop time of the last tick
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._due = self._loop.time() + self.interval
+        self._at = self._loop.time()
+        self._cpu = time.thread_time()
+        self._due = self._at + self.interval
         self._handle = self._loop.call_at(self._due, self._tick)
         gc.callbacks.append(self._on_gc)
+
+    def is_busy(self) -> bool:
+        """Was the loop saturated over the last intervals (see `busy`)?"""
+        return self.busy
 
     def _tick(self) -> None:
         loop = self._loop
         assert loop is not None
         now = loop.time()
         self.lag.observe(max(0.0, now - self._due))
+        cpu = time.thread_time()
+        wall = now - self._at
+        if wall > 0:
+            self.load = 0.5 * self.load + 0.5 * min(1.0, (cpu - self._cpu) / wall)
+            self.busy = self.load >= self.busy_load
+        self._cpu = cpu
+        self._at = now
         self._due = now + self.interval
         self._handle = loop.call_at(self._due, self._tick)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from broker import errors
 from broker.backing_queue.base import BackingQueue, Fetched, MessageProps
 from broker.confirms import queue_confirms
+from broker.consumer_bias import ConsumerBias
 from broker.consumers import ConsumerSet
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import dead_letter_message, is_cycle
@@ -93,6 +94,7 @@ class QueueProcess(QueueDeliveries, Process):
         confirm_on: str = "persist",
         policy: PolicyDef | None = None,
         memory_monitor: ResourceMonitor | None = None,
+        loop_busy: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(loop)
         self.vhost = vhost  # VHost that holds this queue (for auto-delete)
@@ -148,6 +150,10 @@ class QueueProcess(QueueDeliveries, Process):
         self.ram: RamReports | None = (
             RamReports(self, memory_monitor, (RAM_DURATION,), (RAM_REPORT,), RAM_TARGET)
             if memory_monitor is not None else None)
+        # a busy loop serves this queue's consumers before its publishers (None: never)
+        self.bias: ConsumerBias | None = (
+            ConsumerBias(loop, self, loop_busy, self._bias_state)
+            if loop_busy is not None else None)
 
     def _apply(self, args: dict) -> None:
         """Take TTL, length limits, overflow, dead-lettering, expiry and mode from the
@@ -260,10 +266,19 @@ class QueueProcess(QueueDeliveries, Process):
             deferred, self._deferred = self._deferred, {}
             for channel, n in deferred.items():
                 channel.grant_credit(self, n)
+        bias = self.bias
+        if bias is not None and not self.deleted:
+            bias.check(self.bq.len(), len(self.consumers), self.credit.senders())
         if self.ram is not None and not self.ram.ticking and not self.deleted:
             self.ram.busy()
         if self.federation_watch is not None:
             self.federation_watch(self)
+
+    def _bias_state(self) -> tuple[int, int, int]:
+        """(ready messages, consumers, messages delivered so far): what the consumer bias
+        checks while it holds."""
+        stats = self.message_stats
+        return self.bq.len(), len(self.consumers), stats.deliver + stats.deliver_no_ack
 
     def wants_messages(self) -> bool:
         """Nothing ready and a consumer of priority >= 0 with spare capacity: a federated
@@ -518,6 +533,8 @@ class QueueProcess(QueueDeliveries, Process):
         if self.ram is not None:
             self.ram.stop()
         self._deferred.clear()
+        if self.bias is not None:
+            self.bias.release()
         if delete:
             self.bq.delete_and_terminate()
         else:

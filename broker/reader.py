@@ -100,6 +100,10 @@ class Reader(ConnectionClosing, asyncio.Protocol):
         self._discarding: set[int] = set()  # channels closed by an assembler error
         self._blocked_on: set[ChannelProcess] = set()  # channels we have no credit for
         self._paused = False  # transport.pause_reading() in effect
+        # frames left from a read past this loop turn's slice: reading waits until they are
+        # handled, one slice per turn (`_next_slice`)
+        self._sliced = False
+        self._slice = broker.config.reader_slice  # frames (a publish counts one) per turn
         self._write_blocked = False  # the client is not reading: its socket is not read either
         self._flow_at: float | None = None  # monotonic s credit flow last paused reading
         # resource alarms: connection.blocked / unblocked and the pause after a publish
@@ -144,20 +148,37 @@ class Reader(ConnectionClosing, asyncio.Protocol):
                 return
         if self.state == CLOSED:
             return
+        self.decoder.feed(data)
+        if not self._sliced:
+            self._handle_frames()
+
+    def _handle_frames(self) -> bool:
+        """Handle what the decoder holds, up to one slice of frames (a basic.publish with
+        its content counts one) while the connection runs. What is left waits for the next
+        loop turn with reading paused, so that one flooding connection holds the loop for a
+        bounded slice while others have work ready, as Erlang's scheduler preempts a busy
+        rabbit_reader after its reductions (issue 49). Returns True when frames were left
+        for a next slice (`_next_slice` is queued)."""
         decoder = self.decoder
-        decoder.feed(data)
+        budget = self._slice if self.state == RUNNING else 1 << 30
         try:
             while True:
+                if budget <= 0 and self.state == RUNNING and decoder.buffered:
+                    self._sliced = True
+                    self._pause()
+                    self.loop.call_soon(self._next_slice)
+                    return True
                 item = decoder.next_frame()
                 if item is None:
                     break
                 frame = item[1]
                 if frame.__class__ is Command:
-                    self._whole_publish(item[0], frame)
+                    budget -= self._whole_publish(item[0], frame, budget)
                 else:
                     self._frame(item[0], frame)
+                    budget -= 1
                 if self.state == CLOSED:
-                    return
+                    return False
         except errors.HardError as exc:
             if self.state == CLOSING:  # garbage while waiting for close-ok: stop listening
                 self._drop()
@@ -169,6 +190,16 @@ class Reader(ConnectionClosing, asyncio.Protocol):
             self.connection_error(exc)
         except Exception as exc:  # noqa: BLE001 - the connection's boundary: 541, log, go on
             self.crashed(exc)
+        return False
+
+    def _next_slice(self) -> None:
+        """The next slice of frames left from earlier reads; reading resumes once none are
+        left (and nothing else holds it paused)."""
+        if self.state == CLOSED:
+            return
+        if not self._handle_frames():
+            self._sliced = False
+            self._maybe_resume_reading()
 
     def pause_writing(self) -> None:
         """The transport's write buffer passed its high-water mark (the client is not
@@ -289,11 +320,12 @@ class Reader(ConnectionClosing, asyncio.Protocol):
         if self.throttle.check:
             self._publish_received()
 
-    def _whole_publish(self, channel: int, cmd: Command) -> None:
+    def _whole_publish(self, channel: int, cmd: Command, budget: int = MAX_RUN) -> int:
         """A basic.publish the decoder read whole (method, header, body in one pass): straight
         to an open channel whose assembler is idle, as the assembler would have passed it on;
         anything else (a closing channel, a partial command on the channel, a body over
-        max_message_size) takes the frames one by one through `_frame`, as received."""
+        max_message_size) takes the frames one by one through `_frame`, as received. A run
+        takes at most `budget` publishes; returns how many were handled."""
         if self.state == RUNNING and channel not in self._discarding:
             ch = self.channels.get(channel)
             if ch is not None and ch.state == OPEN:
@@ -305,14 +337,15 @@ class Reader(ConnectionClosing, asyncio.Protocol):
                     if self.throttle.check:  # an alarm may stop reading after this one
                         ch.cast((CMD, cmd))
                         self._published(ch)
-                        return
+                        return 1
                     # the whole publishes that follow on this channel in what was read go
                     # as one run (credit is spent for each, as if they came one by one: a
                     # read is handled whole, as RabbitMQ's reader handles it)
                     run = [cmd]
                     take = self.decoder.next_publish
                     oversized = None
-                    while len(run) < MAX_RUN:
+                    most = budget if budget < MAX_RUN else MAX_RUN
+                    while len(run) < most:
                         more = take(channel)
                         if more is None:
                             break
@@ -324,14 +357,15 @@ class Reader(ConnectionClosing, asyncio.Protocol):
                     ch.cast((PUBLISHES, run))
                     self._published(ch, len(run))
                     if oversized is not None:
-                        self._whole_publish(channel, oversized)
-                    return
+                        return len(run) + self._whole_publish(channel, oversized)
+                    return len(run)
         self._frame(channel, cmd.method)
         if self.state == CLOSED:
-            return
+            return 1
         self._frame(channel, cmd.header)
         if cmd.header.body_size and self.state != CLOSED:  # type: ignore[union-attr]  # as above
             self._frame(channel, cmd.body)
+        return 1
 
     def _pause(self) -> None:
         if not self._paused and self.transport is not None:
@@ -479,7 +513,7 @@ class Reader(ConnectionClosing, asyncio.Protocol):
         """Read the socket again once no channel holds us back by credit flow and the
         client reads what we write."""
         if (self._paused and not self._blocked_on and not self._write_blocked
-                and not self.throttle.blocked and self.state == RUNNING):
+                and not self._sliced and not self.throttle.blocked and self.state == RUNNING):
             self._paused = False
             assert self.transport is not None  # reading was paused on it
             self.transport.resume_reading()

@@ -105,7 +105,8 @@ class Broker:
         self.stream_ssl_port: int | None = None  # its TLS port, when that listens
         self.stream: Any = None  # broker.stream_protocol.reader.StreamListener, when on
         self.management: ManagementServer | None = None  # the ManagementServer (HTTP API, UI, Prometheus) if on
-        self.loop_lag = LoopLagProbe()  # loop lag and GC pauses (broker/loop_lag.py)
+        # loop lag, GC pauses and how busy the loop is (broker/loop_lag.py)
+        self.loop_lag = LoopLagProbe(busy_load=self.config.consumer_bias_load)
         self.shovels: Shovels | None = None  # dynamic shovels (runtime parameters), once up
         self.federation: Federation | None = None  # federated exchanges and queues, once up
         self.churn = Churn()  # connections/channels opened and closed (metrics)
@@ -168,7 +169,7 @@ class Broker:
         clean = stores.recover(keep_queues=durable_queues)
         vhost = self.vhost_class(name, self.loop, self.config, self._bq_factory,
                       definitions=self.definitions, stores=stores,
-                      memory_monitor=self.resources)
+                      memory_monitor=self.resources, loop_busy=self.loop_lag.is_busy)
         if self.users is not None:
             vhost.limits = self.users.limits_of_vhost(name)  # live: set_vhost_limits applies
         trace.init(self, vhost)  # tracing may have been turned on for the name already

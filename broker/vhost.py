@@ -66,7 +66,8 @@ class VHost:
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, config: Any,
                  bq_factory: Callable[..., Any], definitions: Definitions | None = None,
-                 stores: Any = None, memory_monitor: Any = None) -> None:
+                 stores: Any = None, memory_monitor: Any = None,
+                 loop_busy: Callable[[], bool] | None = None) -> None:
         self.name = name  # vhost name, e.g. "/"
         self.definitions = definitions  # durable metadata store (None: nothing persists)
         self.stores = stores  # the vhost's VhostStores (persistent + transient), or None
@@ -77,6 +78,7 @@ class VHost:
         self._config = config  # BrokerConfig (credit flow settings)
         self._bq_factory = bq_factory  # builds a queue's backing queue
         self._memory_monitor = memory_monitor  # ResourceMonitor queues report RAM use to
+        self._loop_busy = loop_busy  # is the event loop saturated? (queues' consumer bias)
         self.exchanges: dict[str, Exchange] = {}  # name -> exchange ("" is the default)
         # bumped by every change that can change where a publish goes (exchanges, bindings,
         # queues, policies); channels compare it to reuse their checks of a publish
@@ -375,7 +377,7 @@ class VHost:
             credit_more_after=self._config.credit_flow_more_after,
             confirm_on=self._config.confirm_on,
             policy=self.policy_for("queues", name, queue_type),
-            memory_monitor=self._memory_monitor, **extra)
+            memory_monitor=self._memory_monitor, loop_busy=self._loop_busy, **extra)
 
     def _check_equivalent(self, q: QueueProcess, durable: bool, exclusive: bool,
                           auto_delete: bool, arguments: dict, method: Any) -> None:

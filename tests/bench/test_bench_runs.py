@@ -247,21 +247,29 @@ def test_messages_published_just_before_connection_close_all_arrive(
 
 
 def _count_credit_flow_blockings(broker: Any, monkeypatch: pytest.MonkeyPatch) -> list[int] | None:
-    """Count the in-process broker's credit-flow blockings (sender out of credit); None for
-    an external broker (BROKER_TEST_URI), which cannot be observed."""
+    """Count the in-process broker's holds on a producer: credit-flow blockings (sender out
+    of credit) and reads left for a next loop turn (the reader's slices, issue 49); None
+    for an external broker (BROKER_TEST_URI), which cannot be observed."""
     if not hasattr(broker, "broker"):
         return None
     from broker.credit_flow import CreditFlow
+    from broker.reader import Reader
 
     count = [0]
     send = CreditFlow.send
+    next_slice = Reader._next_slice
 
     def counting_send(self: CreditFlow, peer: Any, n: int = 1) -> bool:
         blocked = send(self, peer, n)
         count[0] += blocked
         return blocked
 
+    def counting_next_slice(self: Reader) -> None:
+        count[0] += 1
+        next_slice(self)
+
     monkeypatch.setattr(CreditFlow, "send", counting_send)
+    monkeypatch.setattr(Reader, "_next_slice", counting_next_slice)
     return count
 
 

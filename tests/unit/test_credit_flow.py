@@ -65,3 +65,45 @@ def test_each_hop_blocks_and_replenishes():
         assert grant == more_after
         assert sender.grant("rx", grant) is True and not sender.blocked
         assert sender.credit_left("rx") == more_after
+
+
+def test_block_sets_credit_aside_until_unblock_and_grants_meanwhile_join_it():
+    """credit_flow:block/1 (a busy queue's consumer bias): the sender stops at once with
+    credit left; grants while blocked are set aside too; unblock gives all of it back."""
+    c = CreditFlow(400, 200)
+    for _ in range(150):
+        c.send("q")
+    assert not c.blocked and c.credit_left("q") == 250
+    assert c.block("q") is True and c.blocked and c.credit_left("q") == 0
+    assert c.block("q") is False  # already held
+    assert c.grant("q", 200) is False and c.blocked  # set aside, not spent
+    assert c.unblock("q") is True and not c.blocked
+    assert c.credit_left("q") == 450
+    assert c.unblock("q") is False  # nothing held any more
+
+
+def test_block_of_an_exhausted_sender_keeps_it_blocked_until_credit_comes():
+    c = CreditFlow(2, 1)
+    c.send("q")
+    assert c.send("q") is True and c.blocked  # out of credit
+    assert c.block("q") is False  # blocked already: nothing new
+    assert c.unblock("q") is False and c.blocked  # what was set aside was 0
+    assert c.grant("q", 1) is True and not c.blocked
+
+
+def test_block_by_one_peer_leaves_the_sender_blocked_while_another_still_is():
+    c = CreditFlow(1, 1)
+    c.send("a")  # out of credit for a
+    assert c.blocked
+    assert c.block("b") is False  # blocked already by a
+    assert c.grant("a", 1) is False and c.blocked  # still held by b
+    assert c.unblock("b") is True and not c.blocked
+
+
+def test_senders_lists_who_sent_and_forgets_those_down():
+    rx = CreditFlow(400, 200)
+    rx.ack("ch1")
+    rx.ack("ch2")
+    assert set(rx.senders()) == {"ch1", "ch2"}
+    rx.peer_down("ch1")
+    assert set(rx.senders()) == {"ch2"}

@@ -1,0 +1,23 @@
+"""The consumer bias in a broker process of its own (issue 49 item 3): the flood, the
+consumer and the test share no interpreter lock with the broker, so their speeds are the
+clients' own. A publisher twice as fast as its queue's consumer is held by the queue
+whenever the backlog passes HIGH and let go once the consumer drained it."""
+
+from __future__ import annotations
+
+from broker.consumer_bias import HIGH
+from tests.integration.bias_load import flow_run
+
+
+def test_a_busy_loop_holds_the_publisher_while_the_consumers_drain(workers_broker) -> None:
+    """With the bias on whatever the load (consumer_bias_load = 0), the backlog stays a
+    fraction of what it grows to without it (above 1: never), and the publisher moves."""
+    runs = {}
+    for load in (0, 2):
+        b = workers_broker(1, consumer_bias_load=load)
+        runs[load] = flow_run(b.url, publish_for=3.0, rate=20000, ack_every_s=0.01,
+                              prefetch=100, confirm=False)
+        b.stop()
+    (_q, sent, length), (_q_off, _sent_off, length_off) = runs[0], runs[2]
+    assert length < HIGH + 2000 < length_off, runs
+    assert sent >= 3000, runs
