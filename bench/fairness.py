@@ -132,7 +132,8 @@ def _slow_consumer(uri: str, queue: str, seconds: float) -> None:
 def _publish_frames(queue: str, body: bytes, channel: int = 1) -> bytes:
     """basic.publish to the default exchange with routing key `queue`, its content header
     and body, encoded once (pamqp) so that a flood costs the client next to nothing."""
-    from pamqp import commands, frame, header, body as pbody
+    from pamqp import body as pbody
+    from pamqp import commands, frame, header
     return b"".join((
         frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), channel),
         frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), channel),
