@@ -16,7 +16,8 @@ Record kinds (the first item; the runtime dispatches them):
   the queue mailbox's PUBLISH / PUBLISHES / ACK / REQUEUE / DISCARD / RUN, or CHANNEL_DOWN,
   REMOVE_CONSUMER, TOUCH, FLOW (payload: the channel takes deliveries again, or not);
 - to a channel's worker: ("ch", channel ref, op, vhost, queue, payload), op one of DELIVER,
-  CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE; DELIVER's payload is a list of
+  CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE, HOLD, RELEASE (a busy queue's consumer
+  bias holding the channel's publishes, and letting them go); DELIVER's payload is a list of
   (consumer tag, message, redelivered, ack tag): a queue's deliveries to the channel in one
   loop turn travel as one record (Mesh.send_grouped).
 """
@@ -41,8 +42,8 @@ REMOVE_CONSUMER = "remove_consumer"
 TOUCH = "touch"
 FLOW = "flow"  # the channel's socket stopped (False) or started (True) taking deliveries
 # channel-side operations
-DELIVER, CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE = (
-    "deliver", "confirm", "reject", "credit", "cancelled", "queue_gone")
+DELIVER, CONFIRM, REJECT, CREDIT, CANCELLED, QUEUE_GONE, HOLD, RELEASE = (
+    "deliver", "confirm", "reject", "credit", "cancelled", "queue_gone", "hold", "release")
 
 FORWARDED = frozenset({PUBLISH, PUBLISHES, ACK, REQUEUE, DISCARD, RUN})
 
@@ -400,6 +401,16 @@ class RemoteChannel:
 
     def grant_credit(self, queue: QueueFacade, n: int) -> None:
         self._send(CREDIT, queue, n)
+
+    def hold_publishes(self, queue: QueueFacade) -> bool:
+        """The queue's consumer bias (broker/consumer_bias.py) holds the channel: its worker
+        does as the local `ChannelProcess.hold_publishes` (which may refuse: then the
+        release that follows changes nothing)."""
+        self._send(HOLD, queue, None)
+        return True
+
+    def release_publishes(self, queue: QueueFacade) -> None:
+        self._send(RELEASE, queue, None)
 
     def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:
         self._send(CANCELLED, queue, tag)

@@ -685,6 +685,10 @@ class WorkerRuntime:
             ch.cast(("reject", proxy, payload))
         elif op == remote.CREDIT:
             ch.grant_credit(proxy, payload)
+        elif op == remote.HOLD:
+            ch.hold_publishes(proxy)
+        elif op == remote.RELEASE:
+            ch.release_publishes(proxy)
         elif op == remote.CANCELLED:
             ch.consumer_cancelled(proxy, payload)
         elif op == remote.QUEUE_GONE:

@@ -33,6 +33,14 @@ def _confirmed_and(raw: RawClient, n: int, reply: type,
     return seen, got
 
 
+def _declare_on_channel_1(raw: RawClient, queue: str) -> None:
+    """Handshake, open channel 1 and declare `queue` on it."""
+    raw.handshake()
+    raw.open_channel(1)
+    raw.send(commands.Queue.Declare(queue=queue), 1)
+    raw.expect(commands.Queue.DeclareOk, 1)
+
+
 def test_a_write_of_many_slices_is_handled_whole_in_order_then_the_close(
         embedded_only) -> None:
     """500 publishes, a queue.declare and a channel.close in one write, with slices of 3
@@ -42,10 +50,7 @@ def test_a_write_of_many_slices_is_handled_whole_in_order_then_the_close(
     q = f"slice-{uuid.uuid4().hex[:8]}"
     try:
         with RawClient(b.host, b.port) as raw:
-            raw.handshake()
-            raw.open_channel(1)
-            raw.send(commands.Queue.Declare(queue=q), 1)
-            raw.expect(commands.Queue.DeclareOk, 1)
+            _declare_on_channel_1(raw, q)
             raw.send(commands.Confirm.Select(), 1)
             raw.expect(commands.Confirm.SelectOk, 1)
             data = b"".join(publish_bytes(q, b"%d" % i) for i in range(500))
@@ -78,10 +83,7 @@ def test_a_connection_close_behind_slices_waits_for_the_publishes_before_it(
     q = f"slice-{uuid.uuid4().hex[:8]}"
     try:
         with RawClient(b.host, b.port) as raw:
-            raw.handshake()
-            raw.open_channel(1)
-            raw.send(commands.Queue.Declare(queue=q), 1)
-            raw.expect(commands.Queue.DeclareOk, 1)
+            _declare_on_channel_1(raw, q)
             data = b"".join(publish_bytes(q, b"x") for _ in range(300))
             data += frame.marshal(commands.Connection.Close(
                 reply_code=200, reply_text="bye", class_id=0, method_id=0), 0)

@@ -5,16 +5,22 @@ whenever the backlog passes HIGH and let go once the consumer drained it."""
 
 from __future__ import annotations
 
+import pytest
+
 from broker.consumer_bias import HIGH
 from tests.integration.bias_load import flow_run
 
 
-def test_a_busy_loop_holds_the_publisher_while_the_consumers_drain(workers_broker) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_busy_loop_holds_the_publisher_while_the_consumers_drain(workers_broker,
+                                                                  workers: int) -> None:
     """With the bias on whatever the load (consumer_bias_load = 0), the backlog stays a
-    fraction of what it grows to without it (above 1: never), and the publisher moves."""
+    fraction of what it grows to without it (above 1: never), and the publisher moves; with
+    two workers too, where the publisher's channel may live in another worker than the
+    queue (the hold travels as the queue's credit does)."""
     runs = {}
     for load in (0, 2):
-        b = workers_broker(1, consumer_bias_load=load)
+        b = workers_broker(workers, consumer_bias_load=load)
         runs[load] = flow_run(b.url, publish_for=3.0, rate=20000, ack_every_s=0.01,
                               prefetch=100, confirm=False)
         b.stop()
