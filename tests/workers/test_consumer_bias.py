@@ -25,5 +25,6 @@ def test_a_busy_loop_holds_the_publisher_while_the_consumers_drain(workers_broke
                               prefetch=100, confirm=False)
         b.stop()
     (_q, sent, length), (_q_off, _sent_off, length_off) = runs[0], runs[2]
-    assert length < HIGH + 2000 < length_off, runs
+    assert length_off > HIGH + 10_000, runs  # without the bias the backlog runs away
+    assert length * 3 < length_off, runs
     assert sent >= 3000, runs

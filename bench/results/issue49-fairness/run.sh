@@ -8,7 +8,9 @@
 #   1. closed loop at saturation (amqpperf: 1 producer, 1 consumer, 16 B, confirms 200,
 #      prefetch 200, acks every 50, 8 s), RabbitMQ / base / head / head2 per round;
 #   2. the greedy flood (python -m bench.fairness --shape greedy, 25 s) on the four;
-#   3. bench compare base vs head, paper and s2 shapes, 5 rounds of 10 s.
+#   3. bench compare base vs head, paper and s2 shapes, 5 rounds of 10 s;
+#   4. open-loop points base vs head (bench.latency_curve, 3 rounds of 10 s): s2 at 10 000
+#      and 30 000 msg/s, the paper's shape at 10 000 msg/s.
 set -euo pipefail
 out=${1:?OUTDIR}; rounds=${2:-3}
 base=${BASE:?a checkout of the starting commit}
@@ -58,4 +60,12 @@ for shape in paper s2; do
   python3 -m bench compare --scenario "$shape" --rounds 5 -z 10 --names base head \
     --out "$out/ab-$shape.json" "${uri[base]}" "${uri[head]}" 2>&1 | tail -n 12
 done
+fi
+if [ "${SKIP_CURVES:-}" != 1 ]; then
+python3 -m bench.latency_curve --shape s2 --rates 10000,30000 --rounds 3 -z 10 \
+  --quiet-load 1.5 --target "base=${uri[base]}" --target "head=${uri[head]}" \
+  --out "$out/curve-s2" 2>&1 | tail -n 8
+python3 -m bench.latency_curve --shape paper --rates 10000 --rounds 3 -z 10 \
+  --quiet-load 1.5 --target "base=${uri[base]}" --target "head=${uri[head]}" \
+  --out "$out/curve-paper" 2>&1 | tail -n 8
 fi
