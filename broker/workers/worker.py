@@ -141,7 +141,7 @@ async def serve(spec: WorkerSpec) -> None:
 
     receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set,
                                new_link)
-    pacer = GcPacer() if spec.config.gc_pacing else None
+    pacer = GcPacer(busy=broker.loop_lag.is_busy) if spec.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
     control.send(("ready",))

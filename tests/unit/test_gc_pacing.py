@@ -131,3 +131,31 @@ def test_refreeze_makes_the_next_tick_a_deep_pass(pacer):
     # the rest of the suite's frozen objects are freed by reference counting)
     probe = kept[len(kept) // 2]
     assert not any(o is probe for gen in range(3) for o in gc.get_objects(generation=gen))
+
+
+def test_a_long_forced_pass_waits_while_the_loop_is_busy_and_no_longer_than_twice_its_period(
+        pacer):
+    """Issue 49: the forced full pass (every full_every_s whatever it costs) over a heap that
+    grew (a flood's unacked messages) waits while the loop is saturated, since a flood's
+    messages usually go when it ends; at twice full_every_s it runs anyway. A cheap one, or
+    one on an idle loop, is not held."""
+    busy = [True]
+    pacer.busy = lambda: busy[0]
+    pacer.begin()
+    pacer.full_every_s = 300.0
+    pacer.full_when_grown_below = -1  # whatever the heap, the pass counts as long
+    pacer._last_full -= 301  # the forced pass is due
+    pacer.tick()
+    assert pacer.full_passes == 0  # held: the loop is busy
+    busy[0] = False
+    pacer.tick()
+    assert pacer.full_passes == 1  # idle: it runs
+    busy[0] = True
+    pacer._last_full -= 600  # twice the period: it runs even now
+    pacer.tick()
+    assert pacer.full_passes == 2
+    pacer.full_when_grown_below = 1 << 40  # a cheap pass is never held
+    pacer.cheap_every_s = 0.0
+    pacer._last_full -= 1
+    pacer.tick()
+    assert pacer.full_passes == 3

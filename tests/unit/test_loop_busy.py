@@ -1,0 +1,44 @@
+"""The loop-lag probe's `busy` flag (broker/loop_lag.py), which the queues' consumer bias
+reads (issue 49): on a real event loop, a callback that keeps the thread on the CPU makes it
+True within a few 10 ms intervals, and an idle loop makes it False again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from broker.loop_lag import LoopLagProbe
+
+
+def test_busy_follows_the_loop_threads_cpu_share() -> None:
+    async def scenario() -> tuple[bool, bool, float]:
+        probe = LoopLagProbe(busy_load=0.3)  # a loaded test machine gives the thread less
+        probe.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 0.3
+
+        def spin() -> None:  # 2 ms of CPU per turn, yielding so the probe's timer runs
+            end = time.thread_time() + 0.002
+            while time.thread_time() < end:
+                pass
+            if loop.time() < deadline:
+                loop.call_soon(spin)
+
+        spin()
+        while loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        busy_when_spinning = probe.busy
+        load = probe.load
+        await asyncio.sleep(0.2)
+        idle = probe.busy
+        probe.stop()
+        return busy_when_spinning, idle, load
+
+    busy, idle_busy, load = asyncio.run(scenario())
+    assert busy, load
+    assert not idle_busy
+
+
+def test_a_zero_busy_load_is_always_busy() -> None:
+    """consumer_bias_load = 0: the bias applies whatever the load (tests use it)."""
+    assert LoopLagProbe(busy_load=0).busy
