@@ -42,10 +42,11 @@ for r in $(seq "$rounds"); do
       --label "$b round $r" 2>/dev/null >> "$out/closed-loop.jsonl"
     tail -n 1 "$out/closed-loop.jsonl" | python3 -c '
 import json, sys
-d = json.loads(sys.stdin.read()); l = d["latency_ms"]
-print(f"{d[\"label\"]}: {d[\"rates\"][\"publish\"]:.0f} msg/s, e2e p50 {l[\"p50\"]} p99 {l[\"p99\"]} "
-      f"p99.9 {l[\"p999\"]} max {l[\"max\"]} ms, broker {d[\"broker\"][\"cores_window\"]} cores, "
-      f"load {d[\"load\"][\"start\"][0]}")'
+d = json.loads(sys.stdin.read())
+l, r = d["latency_ms"], d["rates"]
+print("{}: {:.0f} msg/s, e2e p50 {} p99 {} p99.9 {} max {} ms, broker {} cores, load {}".format(
+    d["label"], r["publish"], l["p50"], l["p99"], l["p999"], l["max"],
+    d["broker"]["cores_window"], d["load"]["start"][0]))'
   done
 done
 fi
