@@ -83,6 +83,8 @@ class ConsumerBias:
             delivered = self._state()[2]
             self._delivered = (delivered, delivered)
             self._timer = self._loop.call_later(CHECK_S, self._timed_check)
+        else:  # only channels that consume (or close) publish here: ask again later
+            self._cool_until = self._loop.time() + COOL_S
 
     def _timed_check(self) -> None:
         self._timer = None
