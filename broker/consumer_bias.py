@@ -75,8 +75,7 @@ class ConsumerBias:
         queue = self._queue
         held = self.held
         for channel in senders:
-            hold = getattr(channel, "hold_publishes", None)
-            if hold is not None and hold(queue):
+            if channel.hold_publishes(queue):
                 held.append(channel)
         if held:
             self.holds += 1

@@ -99,6 +99,13 @@ class ChannelFacade(Hashable, Protocol):
     def grant_credit(self, queue: QueueFacade, n: int) -> None:
         """`queue` handled `n` more of this channel's publishes (credit flow)."""
 
+    def hold_publishes(self, queue: QueueFacade) -> bool:
+        """A busy `queue` serves its consumers first (broker/consumer_bias.py): stop sending
+        it publishes until `release_publishes`; False if this sender cannot be held."""
+
+    def release_publishes(self, queue: QueueFacade) -> None:
+        """End what `hold_publishes(queue)` started."""
+
     def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:
         """`queue` went away under consumer `tag` (basic.cancel if the client asked)."""
 

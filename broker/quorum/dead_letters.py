@@ -91,6 +91,13 @@ class TargetPublisher:
     def grant_credit(self, queue: QueueFacade, n: int) -> None:
         """Targets hand back credit as to any publisher; this one does not wait for it."""
 
+    def hold_publishes(self, queue: QueueFacade) -> bool:
+        """Dead-lettered copies owe nobody a socket to pause: never held."""
+        return False
+
+    def release_publishes(self, queue: QueueFacade) -> None:
+        """Never held."""
+
     def consumer_cancelled(self, queue: QueueFacade, tag: str) -> None:  # pragma: no cover
         """Never a consumer."""
 
