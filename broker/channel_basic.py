@@ -68,6 +68,8 @@ def _route_and_send(ch: ChannelProcess, method: Any, message: Message,
     confirm = ch.confirm
     seq = confirm.next_seq_no() if confirm is not None else None
     ch.message_stats.publish += 1
+    if queues and method.mandatory and held_unroutable(ch, method, message, queues):
+        queues = ()
     ch.vhost.routes.count_publish(method.exchange, 1, len(queues))
     if not queues:
         if method.mandatory:
@@ -101,7 +103,7 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
     header = cmd.header
     # with the firehose on every publish is traced one by one
     if ch.tx is not None or ch.trace is not None or header.hot[4] == REPLY_TO or (
-            _selected_header(header)) or (
+            _selected_header(header)) or (method.mandatory and ch.vhost.routes.delaying()) or (
             not method.exchange and method.routing_key.startswith(REPLY_PREFIX)):
         publish(ch, cmd)
         return 1
@@ -168,6 +170,22 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
         if credit.send(queue, n) and not ch.shutting_down:
             ch.suspend()
     return n
+
+
+def held_unroutable(ch: ChannelProcess, method: Any, message: Message,
+                    queues: Sequence[Any]) -> bool:
+    """A mandatory publish that only delayed exchanges' holders took (broker/delayed/):
+    True when none of the bindings that exist now would route it, so that it is returned
+    (312 NO_ROUTE) now and not held, as a plain exchange would return it. The bindings at
+    its due time decide where it goes then; a message they do not route is dropped or goes
+    to the exchange's alternate exchange. RabbitMQ's plugin returns every delayed mandatory
+    publish at once and still delivers it later (its README: "the mandatory flag is not
+    supported"); this broker returns only what could not be routed now."""
+    if not all(getattr(q, "is_delay_holder", False) for q in queues):
+        return False
+    headers = dict(message.headers or {})
+    headers["x-delay"] = 0  # as routed now, without the delay
+    return not ch.vhost.route_keys(method.exchange, [method.routing_key], headers, message)
 
 
 def _selected_header(header: Any) -> bool:

@@ -201,6 +201,8 @@ class Broker:
             self.shovels.clear_vhost(name)  # its shovel parameters go with the vhost
         if self.federation is not None:
             self.federation.clear_vhost(name)
+        for holder in vhost.delayed_holders():  # their files go with the vhost's directory
+            holder.terminate(delete=True)
         for queue in list(vhost.queues.values()):
             queue.terminate(delete=True)
         vhost.queues.clear()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,7 +37,10 @@ from broker.definitions import (
     PolicyDef,
     QueueDef,
 )
+from broker.delayed.holder import DelayedMessages
 from broker.exchange import Exchange, new_routing
+from broker.exchange.delayed import TYPE as DELAYED_TYPE
+from broker.msg_store.vhost import vhost_dir_name
 from broker.queue_process import QueueProcess
 from broker.stats import Churn, MessageStats
 from broker.stream import arguments as stream_arguments
@@ -157,6 +162,8 @@ class VHost:
         self.exchanges[name] = exchange
         if not routing.key_only:
             self.routes.property_routed += 1
+        if type_ == DELAYED_TYPE:
+            self._start_holder(exchange, fresh=True)
         self._topology_changed()
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
@@ -182,6 +189,8 @@ class VHost:
 
     def _remove_exchange(self, name: str) -> None:
         exchange = self.exchanges.pop(name, None)
+        if exchange is not None and exchange.type == DELAYED_TYPE:
+            self._stop_holder(exchange, delete=True)
         self._topology_changed()
         if exchange is not None and not exchange.routing.key_only:
             self.routes.property_routed -= 1
@@ -192,6 +201,39 @@ class VHost:
             if len(other.routing):
                 other.routing.remove_destination(dest)
                 self._maybe_auto_delete_exchange(other)
+
+    # -- delayed exchanges (broker/delayed/) -------------------------------------------------
+    def _delayed_dir(self, name: str | None = None) -> str | None:
+        """Where the delayed exchange `name` keeps its messages (None: the parent of every
+        one of this vhost's; None without storage): `<vhost dir>/delayed/<md5 of name>`."""
+        if self.stores is None:
+            return None
+        root = os.path.join(self.stores.root, "delayed")
+        return root if name is None else os.path.join(root, vhost_dir_name(name))
+
+    def _start_holder(self, exchange: Exchange, fresh: bool) -> None:
+        """Give delayed exchange `exchange` its holder; `fresh`: a new exchange, whose
+        directory may only hold a deleted namesake's leftovers."""
+        directory = self._delayed_dir(exchange.name)
+        if fresh and directory is not None and os.path.isdir(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+        holder = DelayedMessages(
+            self._loop, self, exchange.name, directory,
+            fsync=bool(getattr(self._config, "fsync", True)),
+            credit_initial=getattr(self._config, "credit_flow_initial", 400),
+            credit_more_after=getattr(self._config, "credit_flow_more_after", 200))
+        exchange.routing.holder = holder  # type: ignore[attr-defined]  # a DelayedRouting
+
+    def _stop_holder(self, exchange: Exchange, delete: bool) -> None:
+        holder = getattr(exchange.routing, "holder", None)
+        if holder is not None:
+            exchange.routing.holder = None  # type: ignore[attr-defined]  # a DelayedRouting
+            holder.terminate(delete)
+
+    def delayed_holders(self) -> list[DelayedMessages]:
+        """The holders of this vhost's delayed exchanges."""
+        return [x.routing.holder for x in self.exchanges.values()  # type: ignore[attr-defined]
+                if x.type == DELAYED_TYPE and x.routing.holder is not None]  # type: ignore[attr-defined]
 
     def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
         if exchange.auto_delete and not len(exchange.routing) and exchange.name in self.exchanges:
@@ -492,6 +534,16 @@ class VHost:
                     internal=x.internal, arguments=x.arguments,
                     routing=new_routing(x.type, x.arguments),  # e.g. x-consistent-hash's
                     policy=self.policy_for("exchanges", x.name))  # hash-header, an AE policy
+        delayed_root = self._delayed_dir()
+        if delayed_root is not None and os.path.isdir(delayed_root):
+            keep = {vhost_dir_name(ex.name) for ex in self.exchanges.values()
+                    if ex.type == DELAYED_TYPE}
+            for entry in os.listdir(delayed_root):  # deleted or non-durable exchanges'
+                if entry not in keep:
+                    shutil.rmtree(os.path.join(delayed_root, entry), ignore_errors=True)
+        for ex in self.exchanges.values():
+            if ex.type == DELAYED_TYPE and getattr(ex.routing, "holder", None) is None:
+                self._start_holder(ex, fresh=False)
         queues = defs.list_queues(self.name)
         for q in queues:
             self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
@@ -569,6 +621,9 @@ class VHost:
     def shutdown(self) -> None:
         """Clean stop: terminate every queue without deleting durable state, then close the
         message stores (after the queues, as VhostStores requires)."""
+        for exchange in list(self.exchanges.values()):
+            if exchange.type == DELAYED_TYPE:
+                self._stop_holder(exchange, delete=not exchange.durable)
         for queue in list(self.queues.values()):
             queue.terminate(delete=not queue.durable)
         self.queues.clear()

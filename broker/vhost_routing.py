@@ -14,8 +14,9 @@ route across a topology change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from broker.exchange.delayed import TYPE as DELAYED
 from broker.exchange.router import route as route_exchanges
 
 if TYPE_CHECKING:
@@ -40,10 +41,13 @@ class Routes:
         # whether an exchange with bindings reads headers; None: not known since the last
         # topology change (computed on the next publish with headers)
         self._headers_routed: bool | None = None
+        # whether the vhost has a delayed exchange (None: not known since the last change)
+        self._delaying: bool | None = None
 
     def topology_changed(self) -> None:
         """Exchanges, bindings, queues or policies changed: cached routes are stale."""
         self._headers_routed = None
+        self._delaying = None
         if self._cache:
             self._cache.clear()
 
@@ -71,10 +75,19 @@ class Routes:
         per topology change)."""
         reads = self._headers_routed
         if reads is None:
-            reads = any(x.routing.reads_headers and len(x.routing)
+            # a delayed exchange reads x-delay even without bindings (broker/delayed/)
+            reads = any(x.routing.reads_headers and (len(x.routing) or x.type == DELAYED)
                         for x in self._exchanges.values())
             self._headers_routed = reads
         return reads
+
+    def delaying(self) -> bool:
+        """Some exchange of this vhost is an x-delayed-message one (recomputed once per
+        topology change): a mandatory publish may then need `held_unroutable`'s check."""
+        delaying = self._delaying
+        if delaying is None:
+            delaying = self._delaying = any(x.type == DELAYED for x in self._exchanges.values())
+        return delaying
 
     def routes_by_key_only(self) -> bool:
         """Where a publish goes depends on its exchange and routing key alone: no exchange
@@ -99,7 +112,9 @@ class Routes:
                 return hit
         names = route_exchanges(self._exchanges, exchange_name, routing_key, headers,
                                 message=message)
-        found = tuple(queues[n] for n in names if n in queues)
+        # a destination that is no name is a delayed exchange's holder (broker/delayed/)
+        found = tuple([queues[n] if n.__class__ is str else cast(Any, n) for n in names
+                       if n in queues or n.__class__ is not str])
         if cacheable:
             cache = self._cache
             if len(cache) >= ROUTE_CACHE_SIZE:  # many distinct keys: start afresh
@@ -119,4 +134,5 @@ class Routes:
             return []
         names = route_exchanges(self._exchanges, exchange_name, keys[0], headers,
                                 extra_keys=keys[1:], message=message)
-        return [queues[n] for n in names if n in queues]
+        return [queues[n] if n.__class__ is str else cast(Any, n) for n in names
+                if n in queues or n.__class__ is not str]

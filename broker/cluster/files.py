@@ -31,7 +31,8 @@ def replicated(path: str) -> bool:
     """Is `path` (relative, '/'-separated) a file the leader replicates? With several
     workers (docs/multicore.md) worker k's queues live under `worker-<k>/` in the same
     layout, and `queue_workers.json` says which worker's directory holds each durable
-    queue."""
+    queue. `vhosts/<vhost>/delayed/` holds the delayed exchanges' messages
+    (broker/delayed/store.py)."""
     if path == PLACEMENT_FILE:
         return True
     parts = path.split("/")
@@ -39,7 +40,7 @@ def replicated(path: str) -> bool:
         parts = parts[1:]
     if parts[0] != "vhosts" or len(parts) < 3:
         return False
-    return parts[2] in ("queues", "streams", "msg_store_persistent")
+    return parts[2] in ("queues", "streams", "msg_store_persistent", "delayed")
 
 
 def list_files(data_dir: str) -> list[FileEntry]:

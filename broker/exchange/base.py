@@ -52,12 +52,17 @@ class Routing(Protocol):
     rabbit_exchange_type.erl (the callbacks each type implements).
     """
 
-    # Number of distinct destinations that are exchanges (tuples). The router reads this
-    # attribute rather than calling has_exchange_destinations(): 20% of a direct route.
-    exchange_destinations: int
-    # True when `route` reads only the routing key and headers, never the message's other
-    # properties (all but x-consistent-hash with hash-property): the vhost caches such routes
-    key_only: bool
+    @property
+    def exchange_destinations(self) -> int:
+        """Number of distinct destinations that are exchanges (tuples). The router reads
+        this attribute rather than calling has_exchange_destinations(): 20% of a direct
+        route."""
+
+    @property
+    def key_only(self) -> bool:
+        """True when `route` reads only the routing key and headers, never the message's
+        other properties (all but x-consistent-hash with hash-property): the vhost caches
+        such routes."""
     # True when `route` reads the headers table (a headers exchange, x-consistent-hash with
     # hash-header): while no such exchange of a vhost has bindings, a message's headers stay
     # encoded through routing (issue 26)

@@ -18,6 +18,8 @@ from broker.errors import CommandInvalid, amqp_error
 from broker.exchange.base import Routing
 from broker.exchange.consistent_hash import ConsistentHashRouting
 from broker.exchange.default import DefaultRouting
+from broker.exchange.delayed import TYPE as DELAYED_TYPE
+from broker.exchange.delayed import DelayedRouting
 from broker.exchange.direct import DirectRouting
 from broker.exchange.fanout import FanoutRouting
 from broker.exchange.federation_upstream import FederationUpstreamRouting
@@ -39,6 +41,8 @@ EXCHANGE_TYPES: dict[str, type] = {
     "x-modulus-hash": ModulusHashRouting,
     # rabbitmq_federation's upstream helper type, so this broker can be an upstream
     "x-federation-upstream": FederationUpstreamRouting,
+    # rabbitmq-delayed-message-exchange's type, built in (broker/exchange/delayed.py)
+    DELAYED_TYPE: DelayedRouting,
 }
 # types whose routing table reads the exchange's declare arguments
 _TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting, FederationUpstreamRouting)
@@ -46,8 +50,8 @@ _TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting, FederationUpstrea
 
 def new_routing(type_name: str, arguments: dict | None = None) -> Routing:
     """Empty routing table of exchange type `type_name` ("direct", "fanout", "topic",
-    "headers", "x-consistent-hash", "x-modulus-hash"); `arguments` (the declare table) are
-    validated by the types that read them (406 from x-consistent-hash).
+    "headers", "x-consistent-hash", "x-modulus-hash", "x-delayed-message"); `arguments` (the declare table) are
+    validated by the types that read them (406 from x-consistent-hash and x-delayed-message).
 
     Raises 503 COMMAND_INVALID "unknown exchange type 'x'" (a connection error) for any other
     name, as RabbitMQ 3.10 does for exchange.declare (verified: type "bogus-zz-type",
@@ -59,6 +63,8 @@ def new_routing(type_name: str, arguments: dict | None = None) -> Routing:
     if cls is None:
         word = "invalid" if type_name == "" else "unknown"
         raise amqp_error(CommandInvalid, f"{word} exchange type '{type_name}'")
+    if cls is DelayedRouting:  # wraps the routing table of its x-delayed-type
+        return DelayedRouting(arguments, new_routing)
     return cls(arguments) if cls in _TAKES_ARGUMENTS else cls()
 
 

@@ -191,7 +191,27 @@ def exchange(x: Exchange, vhost: str, user: str = "",
     policy = getattr(x, "policy", None)
     if policy is not None:
         out["policy"] = policy.name
+    holder = getattr(x.routing, "holder", None)
+    if holder is not None:  # an x-delayed-message exchange (broker/delayed/)
+        out.update(delayed_fields(holder.stats()))
     return out
+
+
+def delayed_fields(stats: dict[str, Any]) -> dict[str, Any]:
+    """A delayed exchange's fields: `messages_delayed` (waiting; the name RabbitMQ 3.13's
+    rabbitmq-delayed-message-exchange reports), and beyond it the next due time
+    (`messages_delayed_next_due`, "2026-11-29T02:03:58.120Z" UTC, null when none waits) and
+    the counts of messages taken (`delayed_published`), routed when due (`delayed_routed`)
+    and routed nowhere when due (`delayed_unroutable`)."""
+    due = stats["next_due_ms"]
+    stamp = None
+    if due is not None:
+        at = datetime.datetime.fromtimestamp(due / 1000, datetime.UTC)
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+    return {"messages_delayed": stats["messages_delayed"], "messages_delayed_next_due": stamp,
+            "delayed_published": stats["delayed_published"],
+            "delayed_routed": stats["delayed_routed"],
+            "delayed_unroutable": stats["delayed_unroutable"]}
 
 
 def properties_key(routing_key: str, arguments: dict) -> str:

@@ -84,6 +84,27 @@ class RecordLog:
         self.records += 1
         self._dirty = True
 
+    def append_many(self, payloads: list[bytes]) -> None:
+        """Add `payloads` as records with one write(2) (a batch of a process's mailbox)."""
+        if not payloads:
+            return
+        if self._fd < 0:
+            self.rewrite([])
+        data = b"".join([frame(p) for p in payloads])
+        os.write(self._fd, data)
+        replication_hook.appended_fd(self._fd, self.path, data)
+        self.records += len(payloads)
+        self._dirty = True
+
+    def take_sync_fd(self) -> int:
+        """For an fsync in another thread of what was appended since the last sync: a
+        duplicate of the file's descriptor (a `rewrite` meanwhile cannot invalidate it; the
+        caller fsyncs and closes it), or -1 when nothing was appended. Counts as the sync."""
+        if not self._dirty or self._fd < 0:
+            return -1
+        self._dirty = False
+        return os.dup(self._fd)
+
     def sync(self) -> None:
         """fsync what was appended since the last sync (nothing to do: no syscall)."""
         if self._dirty and self._fd >= 0:

@@ -1,0 +1,404 @@
+"""The timer index of one delayed exchange: messages waiting for their due time, on disk,
+handed out in due order.
+
+Owns: the files of one delayed exchange's directory and the in-memory part of its index:
+- `journal` (broker/quorum/record_log.py frames): every message taken since the last spill,
+  as a record `due ms:u64 | seq:u64 | msg_id:16 | message` (broker/storage_codec.py's form).
+  Its messages are also in memory, in a heap keyed by (due, seq) (the memtable).
+- `run-<n>-<count>-<max seq>`: a sorted run, the memtable written out in (due, seq) order
+  when it passed `memtable_bytes` (then the journal starts again). Runs are read forward
+  a chunk at a time (`readahead` bytes), so a run costs one chunk of memory however many
+  messages it holds, and 10 million waiting messages cost the memtable plus a chunk per run.
+- `fired`: the watermark, the largest (due, seq) such that every message up to it was handed
+  out and settled (its targets confirmed it or it had none). Messages are handed out in key
+  order, and a new message's key is always above every key handed out (its due time is
+  clamped to the last one handed out, its seq is new), so the watermark alone says what is
+  done: recovery skips everything at or below it.
+A message handed out but not settled when the broker dies is handed out again after the
+restart (at least once: it may reach its queues twice when the broker dies between a
+target's confirm and the watermark's record). Nothing confirmed to a publisher is lost: the
+holder confirms a publish only after `sync` made its journal record durable.
+
+Must never: hand out a message before its due time, or out of (due, seq) order; block on
+fsync in the event loop (the holder runs `sync_fds` in a thread).
+Source of the contract: rabbitmq-delayed-message-exchange (its Mnesia table keyed by due
+time), LavinMQ's delayed exchange (an internal queue ordered by due time); the layout is
+this broker's own, after a log-structured merge of sorted runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import shutil
+import struct
+from collections import deque
+from collections.abc import Iterator
+
+from broker import replication_hook, storage_codec
+from broker.durable_io import fsync_dir, write_atomically
+from broker.message import Message
+from broker.quorum.record_log import RecordLog, frame
+
+log = logging.getLogger("broker.delayed")
+
+JOURNAL = "journal"
+FIRED = "fired"
+RUN_PREFIX = "run-"
+_ENTRY = struct.Struct(">QQ16s")  # due ms, seq, msg_id; then the storage_codec bytes
+_KEY = struct.Struct(">QQ")
+_FRAME = struct.Struct(">II")  # record_log's frame head: length, CRC32
+ENTRY_OVERHEAD = 120  # bytes of Python objects per memtable entry beside its record
+
+Key = tuple[int, int]  # (due ms since the epoch, seq)
+
+
+def encode_entry(due: int, seq: int, message: Message) -> bytes:
+    """A journal or run record: the due time, the seq and the message."""
+    return _ENTRY.pack(due, seq, message.msg_id) + storage_codec.encode(message)
+
+
+def decode_entry(record: bytes) -> tuple[int, int, Message]:
+    """(due ms, seq, message) of a record made by `encode_entry`."""
+    due, seq, msg_id = _ENTRY.unpack_from(record)
+    return due, seq, storage_codec.decode(msg_id, memoryview(record)[_ENTRY.size:])
+
+
+class _Run:
+    """One sorted run file, read forward: `head` is its next (due, seq, record), None at
+    the end."""
+
+    __slots__ = ("path", "number", "count", "max_seq", "_f", "_buf", "_pos", "_readahead",
+                 "head", "last")
+
+    def __init__(self, path: str, number: int, count: int, max_seq: int, readahead: int,
+                 after: Key) -> None:
+        self.path = path
+        self.number = number
+        self.count = count  # records in the file
+        self.max_seq = max_seq
+        self._f = open(path, "rb")  # noqa: SIM115 - held open while the run is read
+        self._buf = b""
+        self._pos = 0
+        self._readahead = readahead
+        self.head: tuple[int, int, bytes] | None = None
+        self.last: Key = (-1, -1)  # the last key handed out of it
+        self.advance()
+        while self.head is not None and (self.head[0], self.head[1]) <= after:
+            self.count -= 1
+            self.advance()
+
+    def advance(self) -> None:
+        """Read the next record into `head` (None past the last; a torn record ends it)."""
+        while True:
+            buf, pos = self._buf, self._pos
+            if pos + _FRAME.size <= len(buf):
+                size, _crc = _FRAME.unpack_from(buf, pos)
+                end = pos + _FRAME.size + size
+                if end <= len(buf):
+                    record = buf[pos + _FRAME.size:end]
+                    self._pos = end
+                    due, seq = _KEY.unpack_from(record)
+                    self.head = (due, seq, record)
+                    return
+            more = self._f.read(self._readahead)
+            if not more:
+                self.head = None
+                return
+            self._buf = buf[pos:] + more
+            self._pos = 0
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class DelayStore:
+    """The waiting messages of one delayed exchange, in `directory` (None: memory only, for
+    a broker without a data directory). Single-threaded except `sync_fds`, which only
+    fsyncs descriptors it was given.
+
+    Taking: `add(due_ms, message)` (due time clamped as the module says), then `flush()` to
+    write what was added (one write(2)), `sync_fds()` + `synced()` or `sync()` to make it
+    durable. Handing out: `next_due()`, `pop_due(now_ms, limit)` → [(key, message)], and
+    `settle(key)` once each was published (or had nowhere to go), `commit()` after a batch
+    of settles. Sizes: `len(store)`
+    messages waiting (not handed out), `bytes` their body bytes.
+    """
+
+    def __init__(self, directory: str | None, *, memtable_bytes: int = 8 << 20,
+                 readahead: int = 64 << 10) -> None:
+        self.directory = directory
+        self.memtable_bytes = memtable_bytes  # spill to a sorted run past this many
+        self.readahead = readahead  # bytes read from a run at a time
+        self._mem: list[tuple[int, int, bytes]] = []  # heap of (due, seq, record)
+        self._mem_bytes = 0  # records plus ENTRY_OVERHEAD each
+        self._runs: dict[int, _Run] = {}  # number -> run
+        self._run_heads: list[tuple[int, int, int]] = []  # heap of (due, seq, run number)
+        self._next_run = 0
+        self._next_seq = 1
+        self._count = 0  # waiting, not handed out
+        self.watermark: Key = (0, 0)  # every key at or below it is done (seqs start at 1)
+        self._floor = 0  # due ms of the last key handed out: new keys start there
+        self._order: deque[Key] = deque()  # keys handed out, not yet under the watermark
+        self._settled: set[Key] = set()  # of those, the ones settled
+        self._unsettled_mem: dict[Key, bytes] = {}  # handed out of the memtable: their records
+        self._pending: list[bytes] = []  # journal records not yet written
+        self._journal: RecordLog | None = None
+        self._fired: RecordLog | None = None
+        self._watermark_moved = False  # since the last commit
+        if directory is not None:
+            os.makedirs(directory, exist_ok=True)
+            self._journal = RecordLog(directory, JOURNAL)
+            self._fired = RecordLog(directory, FIRED)
+            self._recover()
+
+    # -- recovery --------------------------------------------------------------------------
+    def _recover(self) -> None:
+        assert self._journal is not None and self._fired is not None and self.directory
+        marks = self._fired.load()
+        if marks:
+            self.watermark = _KEY.unpack(marks[-1][:_KEY.size])
+        self._fired.rewrite([_KEY.pack(*self.watermark)])
+        self._floor = self.watermark[0]
+        max_seq = self.watermark[1]
+        for name in sorted(os.listdir(self.directory)):
+            if not name.startswith(RUN_PREFIX) or name.endswith(".tmp"):
+                continue
+            try:
+                number, count, run_max = (int(p) for p in name[len(RUN_PREFIX):].split("-"))
+            except ValueError:
+                continue
+            self._next_run = max(self._next_run, number + 1)
+            max_seq = max(max_seq, run_max)
+            run = _Run(os.path.join(self.directory, name), number, count, run_max,
+                       self.readahead, self.watermark)
+            if run.head is None:
+                self._delete_run(run)
+                continue
+            self._add_run(run)
+        live = []
+        for record in self._journal.load():
+            due, seq = _KEY.unpack_from(record)
+            max_seq = max(max_seq, seq)
+            if (due, seq) > self.watermark:
+                live.append(record)
+                heapq.heappush(self._mem, (due, seq, record))
+                self._mem_bytes += len(record) + ENTRY_OVERHEAD
+                self._count += 1
+        self._journal.rewrite(live)
+        self._next_seq = max_seq + 1
+        if self._count:
+            log.info("delayed messages in %s: %d waiting, %d sorted runs", self.directory,
+                     self._count, len(self._runs))
+
+    def _add_run(self, run: _Run) -> None:
+        self._runs[run.number] = run
+        self._count += run.count
+        assert run.head is not None
+        heapq.heappush(self._run_heads, (run.head[0], run.head[1], run.number))
+
+    # -- taking ----------------------------------------------------------------------------
+    def add(self, due: int, message: Message) -> Key:
+        """Hold `message` until `due` (ms since the epoch; clamped up to the last due time
+        handed out); returns its key. Written by the next `flush`."""
+        if due < self._floor:
+            due = self._floor
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        record = encode_entry(due, seq, message)
+        heapq.heappush(self._mem, (due, seq, record))
+        self._mem_bytes += len(record) + ENTRY_OVERHEAD
+        self._count += 1
+        if self._journal is not None:
+            self._pending.append(record)
+        return (due, seq)
+
+    def flush(self) -> None:
+        """Write what `add` took since the last flush (the page cache: survives a killed
+        process), then spill the memtable to a sorted run if it grew past its bound."""
+        if self._pending and self._journal is not None:
+            self._journal.append_many(self._pending)
+            self._pending = []
+        if self._mem_bytes > self.memtable_bytes and self.directory is not None:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Write the memtable as a sorted run (fsynced), then start the journal again with
+        only the records handed out of the memtable that are not settled yet."""
+        assert self.directory is not None and self._journal is not None
+        entries = sorted(self._mem)
+        number = self._next_run
+        self._next_run += 1
+        max_seq = max(e[1] for e in entries)
+        name = f"{RUN_PREFIX}{number}-{len(entries)}-{max_seq}"
+        write_atomically(self.directory, name,
+                         b"".join([frame(e[2]) for e in entries]), fsync=True)
+        self._journal.rewrite(list(self._unsettled_mem.values()))
+        self._mem = []
+        self._mem_bytes = 0
+        self._count -= len(entries)  # counted again as the run's
+        self._add_run(_Run(os.path.join(self.directory, name), number, len(entries), max_seq,
+                           self.readahead, self.watermark))
+
+    def sync_fds(self) -> list[int]:
+        """Descriptors to fsync for everything written so far (duplicates: the caller
+        fsyncs and closes them, in any thread)."""
+        fds = []
+        for records in (self._journal, self._fired):
+            fd = records.take_sync_fd() if records is not None else -1
+            if fd >= 0:
+                fds.append(fd)
+        return fds
+
+    def sync(self) -> None:
+        """fsync what was written, here and now."""
+        for fd in self.sync_fds():
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    # -- handing out -----------------------------------------------------------------------
+    def next_due(self) -> int | None:
+        """Due time (ms since the epoch) of the next message, None when none waits."""
+        best = None
+        if self._mem:
+            best = self._mem[0][0]
+        if self._run_heads:
+            due = self._run_heads[0][0]
+            if best is None or due < best:
+                best = due
+        return best
+
+    def pop_due(self, now: int, limit: int) -> list[tuple[Key, Message]]:
+        """Up to `limit` messages due at or before `now` (ms), in (due, seq) order; each
+        must be `settle`d once published."""
+        out: list[tuple[Key, Message]] = []
+        mem, heads = self._mem, self._run_heads
+        while len(out) < limit:
+            if mem and (not heads or (mem[0][0], mem[0][1]) < (heads[0][0], heads[0][1])):
+                if mem[0][0] > now:
+                    break
+                due, seq, record = heapq.heappop(mem)
+                self._mem_bytes -= len(record) + ENTRY_OVERHEAD
+                self._unsettled_mem[(due, seq)] = record
+            elif heads:
+                if heads[0][0] > now:
+                    break
+                due, seq, number = heapq.heappop(heads)
+                run = self._runs[number]
+                assert run.head is not None
+                record = run.head[2]
+                run.last = (due, seq)
+                run.advance()
+                if run.head is not None:
+                    heapq.heappush(heads, (run.head[0], run.head[1], number))
+            else:
+                break
+            key = (due, seq)
+            self._count -= 1
+            self._floor = due
+            self._order.append(key)
+            out.append((key, decode_entry(record)[2]))
+        return out
+
+    def settle(self, key: Key) -> None:
+        """The message handed out under `key` was published (or had nowhere to go); the
+        watermark moves in memory, and is written by the next `commit`."""
+        self._settled.add(key)
+        order, settled = self._order, self._settled
+        while order and order[0] in settled:
+            done = order.popleft()
+            settled.discard(done)
+            self._unsettled_mem.pop(done, None)
+            self.watermark = done
+            self._watermark_moved = True
+
+    def commit(self) -> None:
+        """Write the watermark if it moved (one record per batch), and delete the runs
+        every message of which is under it."""
+        if not self._watermark_moved:
+            return
+        self._watermark_moved = False
+        if self._fired is not None:
+            self._fired.append(_KEY.pack(*self.watermark))
+            if self._fired.records > 4096:
+                self._fired.rewrite([_KEY.pack(*self.watermark)])
+        self._drop_spent_runs()
+
+    def _drop_spent_runs(self) -> None:
+        for run in [r for r in self._runs.values()
+                    if r.head is None and r.last <= self.watermark]:
+            self._delete_run(run)
+
+    def _delete_run(self, run: _Run) -> None:
+        run.close()
+        self._runs.pop(run.number, None)
+        try:
+            os.unlink(run.path)
+        except FileNotFoundError:
+            pass
+        replication_hook.deleted(run.path)
+
+    # -- sizes and listing -----------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._count
+
+    def in_flight(self) -> int:
+        """Handed out, not settled yet."""
+        return len(self._order) - len(self._settled)
+
+    def peek(self, limit: int) -> Iterator[tuple[Key, Message]]:
+        """Up to `limit` waiting messages in due order, without handing them out (the
+        management API's browse): the memtable's and the runs' next ones merged. Reads the
+        run files again from their start."""
+        runs = []
+        for run in self._runs.values():
+            runs.append(_Run(run.path, run.number, run.count, run.max_seq, self.readahead,
+                             max(self.watermark, run.last)))
+        try:
+            streams: list[Iterator[tuple[int, int, bytes]]] = [iter(sorted(self._mem))]
+            streams.extend(_run_records(r) for r in runs)
+            for n, (due, seq, record) in enumerate(heapq.merge(*streams)):
+                if n >= limit:
+                    break
+                yield (due, seq), decode_entry(record)[2]
+        finally:
+            for r in runs:
+                r.close()
+
+    # -- the end ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write and fsync what is pending and close the files (a clean stop)."""
+        self.commit()
+        self.flush()
+        self.sync()
+        for run in list(self._runs.values()):
+            run.close()
+        for records in (self._journal, self._fired):
+            if records is not None:
+                records.close()
+
+    def delete(self) -> None:
+        """Forget every message and remove the directory (the exchange was deleted)."""
+        for run in list(self._runs.values()):
+            run.close()
+        self._runs.clear()
+        for records in (self._journal, self._fired):
+            if records is not None:
+                records.close()
+        self._mem = []
+        self._count = 0
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            replication_hook.deleted(self.directory)
+            parent = os.path.dirname(self.directory)
+            if os.path.isdir(parent):
+                fsync_dir(parent)
+
+
+def _run_records(run: _Run) -> Iterator[tuple[int, int, bytes]]:
+    while run.head is not None:
+        yield run.head
+        run.advance()
