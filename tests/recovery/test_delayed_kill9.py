@@ -1,0 +1,17 @@
+"""kill -9 while persistent delayed messages wait loses none, delivers none early and none
+twice, and keeps due order (issue 50; `python -m tests.recovery.delayed_crash 100000` is
+the issue's full-size check)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.recovery.delayed_crash import run_once
+
+
+@pytest.mark.slow
+def test_kill9_keeps_every_confirmed_delayed_message(tmp_path):
+    result = run_once(tmp_path, 5_000, random.Random())
+    assert result["confirmed"] == 5_000
