@@ -152,6 +152,47 @@ def test_federation_page_shows_a_link_and_its_state(driver, api_base, api, broke
             conn.channel().exchange_delete(x)
 
 
+def test_exchanges_page_adds_a_delayed_exchange_and_shows_what_waits(driver, api_base,
+                                                                      api, broker):
+    """Issue 50: the add form declares an x-delayed-message exchange with its x-delayed-type,
+    and the table shows how many messages wait and when the next is due."""
+    import pika
+    from selenium.webdriver.support.ui import Select
+
+    x = f"uidx-{uuid.uuid4().hex[:8]}"
+    login(driver, api_base)
+    driver.get(f"{api_base}/#/exchanges")
+    wait_id(driver, "add-exchange")
+    driver.find_element("id", "add-exchange-name").send_keys(x)
+    Select(driver.find_element("id", "add-exchange-type")).select_by_visible_text(
+        "x-delayed-message")
+    Select(driver.find_element("id", "add-exchange-delayed-type")).select_by_visible_text(
+        "topic")
+    driver.find_element("id", "add-exchange-button").click()
+    try:
+        for _ in range(50):
+            if api.get(f"/api/exchanges/%2F/{x}").status_code == 200:
+                break
+            time.sleep(0.1)
+        got = api.get(f"/api/exchanges/%2F/{x}").json()
+        assert got["type"] == "x-delayed-message"
+        assert got["arguments"] == {"x-delayed-type": "topic"}
+        with pika.BlockingConnection(pika.URLParameters(broker.url)) as conn:
+            conn.channel().basic_publish(x, "k", b"w", pika.BasicProperties(
+                headers={"x-delay": 600_000}))
+        for _ in range(30):
+            driver.refresh()
+            wait_id(driver, "exchanges-table")
+            row = next((r.text for r in driver.find_elements(
+                "css selector", "#exchanges-table tr") if x in r.text), "")
+            if "1 (next" in row:
+                break
+            time.sleep(0.2)
+        assert "x-delayed-message (topic)" in row and "1 (next 20" in row, row
+    finally:
+        api.delete(f"/api/exchanges/%2F/{x}")
+
+
 def test_overview_screenshot_is_not_blank(driver, api_base):
     import matplotlib.image as mpimg
 

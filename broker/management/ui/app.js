@@ -191,11 +191,18 @@ async function exchanges() {
   const rows = await api("GET", "/api/exchanges");
   show(`<h2>Exchanges</h2>` + table([
     ["Vhost", (r) => esc(r.vhost)], ["Name", (r) => esc(r.name || "(AMQP default)")],
-    ["Type", (r) => esc(r.type)], ["Durable", (r) => r.durable],
+    ["Type", (r) => esc(r.type === "x-delayed-message"
+      ? `${r.type} (${(r.arguments || {})["x-delayed-type"]})` : r.type)],
+    ["Durable", (r) => r.durable],
+    // x-delayed-message exchanges: how many messages wait, and when the next one is due
+    ["Delayed", (r) => r.messages_delayed === undefined ? "" : esc(`${r.messages_delayed}`
+      + (r.messages_delayed_next_due ? ` (next ${r.messages_delayed_next_due})` : ""))],
   ], rows, "exchanges-table") + `<form id="add-exchange" class="card"><h3>Add an exchange</h3>
     <label>Name <input id="add-exchange-name" required></label>
     <label>Type <select id="add-exchange-type">${["direct", "fanout", "topic", "headers",
-      "x-consistent-hash", "x-modulus-hash"].map((t) => `<option>${t}</option>`).join("")}</select></label>
+      "x-consistent-hash", "x-modulus-hash", "x-delayed-message"].map((t) => `<option>${t}</option>`).join("")}</select></label>
+    <label>Delayed type (x-delayed-message) <select id="add-exchange-delayed-type">${["direct",
+      "fanout", "topic", "headers"].map((t) => `<option>${t}</option>`).join("")}</select></label>
     <label>Vhost <input id="add-exchange-vhost" value="/"></label>
     <button id="add-exchange-button" type="submit">Add exchange</button>
     <p class="error" id="page-error"></p></form>`);
@@ -203,8 +210,11 @@ async function exchanges() {
     e.preventDefault();
     const name = document.getElementById("add-exchange-name").value;
     const vhost = document.getElementById("add-exchange-vhost").value;
+    const type = document.getElementById("add-exchange-type").value;
+    const args = type === "x-delayed-message"
+      ? { "x-delayed-type": document.getElementById("add-exchange-delayed-type").value } : {};
     await api("PUT", `/api/exchanges/${enc(vhost)}/${enc(name)}`,
-      { type: document.getElementById("add-exchange-type").value, durable: true })
+      { type, durable: true, arguments: args })
       .then(route, fail);
   };
 }
