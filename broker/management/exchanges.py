@@ -13,8 +13,10 @@ from broker.management import samples, shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool
 from broker.management.context import broker, sampler
+from broker.exchange.delayed import delay_of
 from broker.management.http import (
     amqp_errors,
+    bad_request,
     body,
     created,
     list_reply,
@@ -23,7 +25,7 @@ from broker.management.http import (
     param,
     reply,
 )
-from broker.management.messages import message_from_json
+from broker.management.messages import message_from_json, message_json
 from broker.queue_process import PUBLISH
 
 if TYPE_CHECKING:
@@ -129,6 +131,30 @@ async def publish(request: web.Request) -> web.Response:
     for q in queues:
         q.cast((PUBLISH, None, message, None))
     return reply({"routed": bool(queues)})
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/delayed")
+async def delayed(request: web.Request) -> web.Response:
+    """Beyond RabbitMQ: `?count=20` (0..1000) messages an x-delayed-message exchange holds,
+    the next due first, without taking them: each as a queue's message browse shows one,
+    plus `due` (UTC, ms) and `delay` (the x-delay asked for, ms). 400 for an exchange of
+    another type or a bad count."""
+    _v, x = find_exchange(request)
+    holder = getattr(x.routing, "holder", None)
+    if holder is None:
+        raise bad_request(f"exchange '{x.name}' is not of type x-delayed-message")
+    try:
+        count = int(request.query.get("count", "20"))
+    except ValueError:
+        raise bad_request("count must be an integer") from None
+    if not 0 <= count <= 1000:
+        raise bad_request("count must be 0..1000")
+    out = []
+    for position, (due, message) in enumerate(holder.call(holder.browse, count)):
+        out.append({"position": position, "due": shapes.due_stamp(due),
+                    "delay": delay_of(message.headers),
+                    **message_json(message, False, 0)})
+    return reply(out)
 
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/source")

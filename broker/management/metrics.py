@@ -90,6 +90,7 @@ class BrokerCollector:
         yield from self._counters(stats)
         yield from self._process()
         yield from self._links()
+        yield from self._delayed()
         yield from self._cluster()
         yield from self._loop_lag()
         yield from self._stream_protocol()
@@ -200,6 +201,37 @@ class BrokerCollector:
             gauge.add_metric(["dynamic", state], n)
         yield gauge
         yield moved
+
+    def _delayed(self) -> Iterator[Metric]:
+        """x-delayed-message exchanges (issue 50; RabbitMQ exports none): messages waiting,
+        and those taken, routed when due and routed nowhere when due; per exchange on
+        /metrics/per-object, summed on /metrics."""
+        rows = [(vname, holder.name, holder.stats()) for vname in sorted(self.broker.vhosts)
+                for holder in self.broker.vhosts[vname].delayed_holders()]
+        labels = ["vhost", "exchange"] if self.per_object else []
+        waiting = GaugeMetricFamily("pybroker_exchange_messages_delayed",
+                                    "Messages an x-delayed-message exchange holds until due",
+                                    labels=labels)
+        counters = [(CounterMetricFamily(f"pybroker_exchange_{name}", doc, labels=labels), key)
+                    for name, key, doc in (
+                        ("messages_delayed_published", "delayed_published",
+                         "Messages an x-delayed-message exchange took to hold"),
+                        ("messages_delayed_routed", "delayed_routed",
+                         "Held messages routed to a queue when due"),
+                        ("messages_delayed_unroutable", "delayed_unroutable",
+                         "Held messages no binding routed when due (dropped)"))]
+        if self.per_object:
+            for vname, name, stats in rows:
+                waiting.add_metric([vname, name], stats["messages_delayed"])
+                for fam, key in counters:
+                    fam.add_metric([vname, name], stats[key])
+        else:
+            waiting.add_metric([], sum(r[2]["messages_delayed"] for r in rows))
+            for fam, key in counters:
+                fam.add_metric([], sum(r[2][key] for r in rows))
+        yield waiting
+        for fam, _key in counters:
+            yield fam
 
     def _churn(self) -> Iterator[Metric]:
         b = self.broker

@@ -197,6 +197,12 @@ def exchange(x: Exchange, vhost: str, user: str = "",
     return out
 
 
+def due_stamp(due_ms: int) -> str:
+    """A due time (ms since the epoch) as "2026-11-29T02:03:58.120Z" (UTC)."""
+    at = datetime.datetime.fromtimestamp(due_ms / 1000, datetime.UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
 def delayed_fields(stats: dict[str, Any]) -> dict[str, Any]:
     """A delayed exchange's fields: `messages_delayed` (waiting; the name RabbitMQ 3.13's
     rabbitmq-delayed-message-exchange reports), and beyond it the next due time
@@ -204,10 +210,7 @@ def delayed_fields(stats: dict[str, Any]) -> dict[str, Any]:
     the counts of messages taken (`delayed_published`), routed when due (`delayed_routed`)
     and routed nowhere when due (`delayed_unroutable`)."""
     due = stats["next_due_ms"]
-    stamp = None
-    if due is not None:
-        at = datetime.datetime.fromtimestamp(due / 1000, datetime.UTC)
-        stamp = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+    stamp = None if due is None else due_stamp(due)
     return {"messages_delayed": stats["messages_delayed"], "messages_delayed_next_due": stamp,
             "delayed_published": stats["delayed_published"],
             "delayed_routed": stats["delayed_routed"],

@@ -95,7 +95,7 @@ def run_once(data_dir: Path, n: int, rng: random.Random, lead: float | None = No
         b.kill()
     b2 = BrokerProcess(data_dir).start()
     try:
-        wait = max(0.0, started + lead + spread - time.time()) + 15
+        wait = max(0.0, started + lead + spread - time.time()) + 15 + n / 1000
         got, extra = asyncio.run(_collect(b2.url, len(confirmed), wait))
     finally:
         assert b2.stop() == 0, b2.output()
