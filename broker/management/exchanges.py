@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from broker.exchange.delayed import delay_of
 from broker.management import samples, shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool
 from broker.management.context import broker, sampler
-from broker.exchange.delayed import delay_of
 from broker.management.http import (
     amqp_errors,
     bad_request,
