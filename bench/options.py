@@ -62,6 +62,10 @@ class Scenario:
     # (bench) --properties celery: every message carries a Celery 5 task message's properties
     # (content type/encoding, a headers table with its own task id, correlation_id, reply_to)
     properties: str = "none"
+    # (bench) --delay-ms D: every message carries the header x-delay = D (an x-delayed-message
+    # exchange holds it D ms); with -t x-delayed-message the exchange is declared with
+    # x-delayed-type direct. The consumer's latency is then D plus the lateness.
+    delay_ms: int = 0
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
     confirm_timeout: float = 30.0  # --confirm-timeout: give up (or resend) after (s)
@@ -164,6 +168,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("--properties", choices=["none", "celery"], default=None,
       help="(bench) property shape: celery = a Celery 5 task message's properties and headers, "
            "its task id distinct per message")
+    a("--delay-ms", type=int,
+      help="(bench) x-delay header in ms on every message (an x-delayed-message exchange, "
+           "-t x-delayed-message, holds it that long)")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

@@ -47,6 +47,7 @@ class Publisher:
                       if sc.message_priorities else None),
             message_id=bool(sc.message_id),
             properties=sc.properties or "none",
+            delay_ms=sc.delay_ms,
         )
         self.window = sc.confirm
         self.next_seq = 0

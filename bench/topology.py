@@ -152,8 +152,11 @@ async def declare(uri: URI, plan: Plan) -> None:
     try:
         ch = await conn.channel()
         for name, kind, durable in plan.exchanges:
+            # a delayed exchange (issue 50) routes as a direct one once messages are due
+            args = {"x-delayed-type": "direct"} if kind == "x-delayed-message" else None
             await ch.rpc(
-                commands.Exchange.Declare(exchange=name, exchange_type=kind, durable=durable),
+                commands.Exchange.Declare(exchange=name, exchange_type=kind, durable=durable,
+                                          arguments=args),
                 commands.Exchange.DeclareOk,
             )
         for q in plan.queues:

@@ -126,7 +126,8 @@ class PublishTemplate:
     in the first. ``body_size`` in bytes (>= 16); ``delivery_mode`` 2 = persistent. With
     ``message_id`` every message carries its tag as a 16-hex-digit message_id property; with
     ``properties="celery"`` the properties of a Celery task message (`celery_properties`)
-    whose task id (in three places) is distinct per message.
+    whose task id (in three places) is distinct per message. ``delay_ms``: the header
+    ``x-delay`` with that value (a delayed exchange holds the message that long).
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class PublishTemplate:
         priority: int | None = None,
         message_id: bool = False,
         properties: str = "none",
+        delay_ms: int = 0,
     ) -> None:
         if body_size < BODY_HEADER_SIZE:
             raise ValueError(f"body size must be >= {BODY_HEADER_SIZE} bytes, got {body_size}")
@@ -160,6 +162,8 @@ class PublishTemplate:
                                               priority=priority)
         if message_id:
             props.message_id = _ID_PLACEHOLDER
+        if delay_ms:  # an x-delayed-message exchange holds it (issue 50)
+            props.headers = {**(props.headers or {}), "x-delay": delay_ms}
         head = frame.marshal(header.ContentHeader(0, body_size, props), channel)
         # where the per-message ids are in the template: (offset, 16 = message_id digits or
         # 36 = task-id uuid text), patched per message

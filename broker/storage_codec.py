@@ -27,6 +27,7 @@ import struct
 from broker.errors import FrameError
 from broker.message import Message, Properties
 from broker.protocol.framing import decode_properties
+from broker.protocol.properties import scan_properties
 
 VERSION = 1
 _U32 = struct.Struct(">I")
@@ -107,3 +108,34 @@ def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
         raise CodecError(f"properties do not decode: {err}") from err
     return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id,
                    raw_properties=raw_properties)
+
+
+def decode_lazy(msg_id: bytes, data: bytes | memoryview) -> Message:
+    """`decode`, but the properties stay encoded until something reads them (a message
+    that is only routed by key and forwarded never decodes them: the delayed exchange's due
+    messages, broker/delayed/). CodecError if malformed."""
+    data = bytes(data)
+    if len(data) < 7 or data[0] != VERSION:
+        raise CodecError(f"not a version-{VERSION} message ({len(data)} bytes)")
+    ex_len = data[1]
+    exchange = data[2:2 + ex_len].decode()
+    pos = 2 + ex_len
+    rk_len = data[pos]
+    routing_key = data[pos + 1:pos + 1 + rk_len].decode()
+    pos += 1 + rk_len
+    if pos + 4 > len(data):
+        raise CodecError("truncated before the properties length")
+    (props_len,) = _U32.unpack_from(data, pos)
+    pos += 4
+    if pos + props_len > len(data) or props_len < 2:
+        raise CodecError("truncated properties")
+    raw = data[pos:pos + props_len]
+    try:
+        hot = scan_properties(raw)
+    except ValueError as err:
+        raise CodecError(f"properties do not decode: {err}") from err
+    if hot is None:  # CC/BCC or a deep table: decoded at once, as the wire path does
+        return decode(msg_id, data)
+    message = Message.from_wire(exchange, routing_key, raw, hot, data[pos + props_len:])
+    message.msg_id = msg_id
+    return message

@@ -508,6 +508,11 @@ class VHost:
         routing key) when there are no headers (`Routes.route`). Do not mutate the result."""
         return self.routes.route(exchange_name, routing_key, headers, message)
 
+    def route_due(self, exchange_name: str, routing_key: str,
+                  message: Any) -> Sequence[QueueProcess]:
+        """Queue processes a delayed exchange's due message reaches (`Routes.route_due`)."""
+        return self.routes.route_due(exchange_name, routing_key, message)
+
     def route_keys(self, exchange_name: str, keys: list[str], headers: dict | None,
                    message: Any = None) -> list[QueueProcess]:
         """Queue processes a message sent to `exchange_name` with several routing keys

@@ -43,10 +43,14 @@ class Routes:
         self._headers_routed: bool | None = None
         # whether the vhost has a delayed exchange (None: not known since the last change)
         self._delaying: bool | None = None
+        # whether a binding routes by headers, a delayed exchange's x-delay aside (None: not
+        # known since the last change)
+        self._bound_headers: bool | None = None
 
     def topology_changed(self) -> None:
         """Exchanges, bindings, queues or policies changed: cached routes are stale."""
         self._headers_routed = None
+        self._bound_headers = None
         self._delaying = None
         if self._cache:
             self._cache.clear()
@@ -79,6 +83,25 @@ class Routes:
             reads = any(x.routing.reads_headers and (len(x.routing) or x.type == DELAYED)
                         for x in self._exchanges.values())
             self._headers_routed = reads
+        return reads
+
+    def route_due(self, exchange_name: str, routing_key: str,
+                  message: Any) -> Sequence[QueueProcess]:
+        """`route_message` for a delayed exchange's due message (its `x-delay` already
+        negated, broker/delayed/holder.py): the headers are decoded only while some binding
+        of this vhost routes by them, so a due message routed by key keeps its properties
+        encoded and takes the route cache."""
+        headers = None
+        if message.has_headers and self._bindings_read_headers():
+            headers = message.headers
+        return self.route(exchange_name, routing_key, headers, message)
+
+    def _bindings_read_headers(self) -> bool:
+        reads = self._bound_headers
+        if reads is None:
+            reads = self._bound_headers = any(
+                getattr(x.routing, "inner", x.routing).reads_headers and len(x.routing)
+                for x in self._exchanges.values())
         return reads
 
     def delaying(self) -> bool:

@@ -28,26 +28,43 @@ import logging
 import os
 import time
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
 from broker.delayed.store import DelayStore, Key
 from broker.exchange.delayed import delay_of, swapped_delay
 from broker.mailbox import Process
-from broker.message import Message
+from broker.message import Message, new_msg_id
+from broker.protocol.encoding import LongLong, SignedInt, encode_properties
 from broker.queue_process import PUBLISH, PUBLISHES, QueueProcess
 from broker.quorum.dead_letters import TargetPublisher
 
 if TYPE_CHECKING:
-    from broker.facades import ChannelFacade, QueueVHost
+    from collections.abc import Sequence
+
+    from broker.facades import ChannelFacade, QueueFacade
 
 log = logging.getLogger("broker.delayed")
+
+class DelayVHost(Protocol):
+    """The vhost as a holder sees it: its name and the routing of due messages."""
+
+    @property
+    def name(self) -> str: ...
+
+    def route_keys(self, exchange_name: str, keys: list[str], headers: dict[str, Any] | None,
+                   message: Message | None = None) -> Sequence[QueueFacade]: ...
+
+    def route_due(self, exchange_name: str, routing_key: str,
+                  message: Message) -> Sequence[QueueFacade]: ...
+
 
 FIRE = 100  # (FIRE,) the timer: publish what is due
 SYNCED = 101  # (SYNCED, [(channel, seq)]) the fsync of those publishes' records finished
 TARGET = 102  # (TARGET, "confirm" | "reject", queue, [fire seq]) a target queue's answer
 FIRE_BATCH = 1024  # due messages published per loop turn (others wait a turn)
+CC = 1  # a store flag: the message carries CC keys (sender-selected distribution)
 
 
 class DelayedMessages(Process):
@@ -58,7 +75,7 @@ class DelayedMessages(Process):
 
     is_delay_holder = True
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: QueueVHost, exchange: str,
+    def __init__(self, loop: asyncio.AbstractEventLoop, vhost: DelayVHost, exchange: str,
                  directory: str | None, *, fsync: bool = True, credit_initial: int = 400,
                  credit_more_after: int = 200) -> None:
         super().__init__(loop)
@@ -108,9 +125,10 @@ class DelayedMessages(Process):
             self._release(msg[1])
 
     def _take(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
-        delay = delay_of(message.headers)
-        now = _now_ms()
-        self.store.add(now + (delay or 0), message)
+        headers = message.headers
+        delay = delay_of(headers) or 0
+        self.store.add(_now_ms() + delay, swapped(message, headers, delay),
+                       CC if headers and "CC" in headers else 0)
         self.published += 1
         if channel is None:
             return
@@ -181,19 +199,21 @@ class DelayedMessages(Process):
         if self.deleted:
             return
         due = self.store.pop_due(_now_ms(), FIRE_BATCH)
-        for key, message in due:
-            self._publish_due(key, message)
+        for key, flags, message in due:
+            self._publish_due(key, flags, message)
         if len(due) == FIRE_BATCH and not self._fire_scheduled:
             self._fire_scheduled = True
             self.cast((FIRE,))
 
-    def _publish_due(self, key: Key, held: Message) -> None:
-        headers = dict(held.headers or {})
-        headers["x-delay"] = swapped_delay(delay_of(headers) or 0)
-        props = copy.copy(held.properties)
-        props.headers = headers
-        message = Message(held.exchange, held.routing_key, props, held.body)
-        targets = self.vhost.route_keys(self.name, routing_keys(message), headers, message)
+    def _publish_due(self, key: Key, flags: int, message: Message) -> None:
+        """Route a due message (its x-delay negated when it was taken) through the
+        exchange as a new publish, and publish it to the queues it reaches."""
+        message.msg_id = new_msg_id()  # a new publish: published again after a crash, too
+        if flags & CC:  # sender-selected distribution: its CC keys route it too
+            targets = self.vhost.route_keys(self.name, routing_keys(message), message.headers,
+                                            message)
+        else:  # by key, its properties still encoded: usually one cached route
+            targets = self.vhost.route_due(self.name, message.routing_key, message)
         if not targets:
             self.unroutable += 1
             self.store.settle(key)
@@ -263,6 +283,20 @@ class DelayedMessages(Process):
 
     def __repr__(self) -> str:
         return f"<delayed exchange '{self.name}' in vhost '{self.vhost.name}'>"
+
+
+def swapped(message: Message, headers: dict | None, delay: int) -> Message:
+    """`message` as it will be published when due: its `x-delay` header set to minus the
+    delay (the plugin's swap_delay_header, a `signedint`; a long past 32 bits), the rest
+    of its properties as published. Done once, when the message is taken: the properties
+    are decoded then already (routing read x-delay) and stay encoded through the store
+    and the due publish."""
+    props = copy.copy(message.properties)
+    value = swapped_delay(delay)
+    props.headers = {**(headers or {}),
+                     "x-delay": SignedInt(value) if value >= -(1 << 31) else LongLong(value)}
+    return Message(message.exchange, message.routing_key, props, message.body,
+                   msg_id=message.msg_id, raw_properties=encode_properties(props))
 
 
 def _fsync_all(fds: list[int]) -> None:

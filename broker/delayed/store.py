@@ -46,7 +46,7 @@ log = logging.getLogger("broker.delayed")
 JOURNAL = "journal"
 FIRED = "fired"
 RUN_PREFIX = "run-"
-_ENTRY = struct.Struct(">QQ16s")  # due ms, seq, msg_id; then the storage_codec bytes
+_ENTRY = struct.Struct(">QQ16sB")  # due ms, seq, msg_id, flags; then storage_codec's bytes
 _KEY = struct.Struct(">QQ")
 _FRAME = struct.Struct(">II")  # record_log's frame head: length, CRC32
 ENTRY_OVERHEAD = 120  # bytes of Python objects per memtable entry beside its record
@@ -54,15 +54,17 @@ ENTRY_OVERHEAD = 120  # bytes of Python objects per memtable entry beside its re
 Key = tuple[int, int]  # (due ms since the epoch, seq)
 
 
-def encode_entry(due: int, seq: int, message: Message) -> bytes:
-    """A journal or run record: the due time, the seq and the message."""
-    return _ENTRY.pack(due, seq, message.msg_id) + storage_codec.encode(message)
+def encode_entry(due: int, seq: int, message: Message, flags: int = 0) -> bytes:
+    """A journal or run record: the due time, the seq, the holder's flags (a byte) and the
+    message."""
+    return _ENTRY.pack(due, seq, message.msg_id, flags) + storage_codec.encode(message)
 
 
-def decode_entry(record: bytes) -> tuple[int, int, Message]:
-    """(due ms, seq, message) of a record made by `encode_entry`."""
-    due, seq, msg_id = _ENTRY.unpack_from(record)
-    return due, seq, storage_codec.decode(msg_id, memoryview(record)[_ENTRY.size:])
+def decode_entry(record: bytes) -> tuple[int, int, int, Message]:
+    """(due ms, seq, flags, message) of a record made by `encode_entry`; the message's
+    properties stay encoded until read."""
+    due, seq, msg_id, flags = _ENTRY.unpack_from(record)
+    return due, seq, flags, storage_codec.decode_lazy(msg_id, memoryview(record)[_ENTRY.size:])
 
 
 class _Run:
@@ -199,14 +201,15 @@ class DelayStore:
         heapq.heappush(self._run_heads, (run.head[0], run.head[1], run.number))
 
     # -- taking ----------------------------------------------------------------------------
-    def add(self, due: int, message: Message) -> Key:
+    def add(self, due: int, message: Message, flags: int = 0) -> Key:
         """Hold `message` until `due` (ms since the epoch; clamped up to the last due time
-        handed out); returns its key. Written by the next `flush`."""
+        handed out) with the holder's `flags` (0..255); returns its key. Written by the next
+        `flush`."""
         if due < self._floor:
             due = self._floor
         seq = self._next_seq
         self._next_seq = seq + 1
-        record = encode_entry(due, seq, message)
+        record = encode_entry(due, seq, message, flags)
         heapq.heappush(self._mem, (due, seq, record))
         self._mem_bytes += len(record) + ENTRY_OVERHEAD
         self._count += 1
@@ -271,10 +274,10 @@ class DelayStore:
                 best = due
         return best
 
-    def pop_due(self, now: int, limit: int) -> list[tuple[Key, Message]]:
-        """Up to `limit` messages due at or before `now` (ms), in (due, seq) order; each
-        must be `settle`d once published."""
-        out: list[tuple[Key, Message]] = []
+    def pop_due(self, now: int, limit: int) -> list[tuple[Key, int, Message]]:
+        """Up to `limit` messages due at or before `now` (ms), in (due, seq) order, as
+        (key, flags, message); each must be `settle`d once published."""
+        out: list[tuple[Key, int, Message]] = []
         mem, heads = self._mem, self._run_heads
         while len(out) < limit:
             if mem and (not heads or (mem[0][0], mem[0][1]) < (heads[0][0], heads[0][1])):
@@ -300,7 +303,8 @@ class DelayStore:
             self._count -= 1
             self._floor = due
             self._order.append(key)
-            out.append((key, decode_entry(record)[2]))
+            _due, _seq, flags, message = decode_entry(record)
+            out.append((key, flags, message))
         return out
 
     def settle(self, key: Key) -> None:
@@ -363,7 +367,7 @@ class DelayStore:
             for n, (due, seq, record) in enumerate(heapq.merge(*streams)):
                 if n >= limit:
                     break
-                yield (due, seq), decode_entry(record)[2]
+                yield (due, seq), decode_entry(record)[3]
         finally:
             for r in runs:
                 r.close()

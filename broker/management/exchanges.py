@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.exchange.delayed import delay_of
 from broker.management import samples, shapes
 from broker.management.auth import current, require_vhost, visible_vhosts
 from broker.management.body_fields import amqp_arguments, parse_bool
@@ -137,8 +136,9 @@ async def publish(request: web.Request) -> web.Response:
 async def delayed(request: web.Request) -> web.Response:
     """Beyond RabbitMQ: `?count=20` (0..1000) messages an x-delayed-message exchange holds,
     the next due first, without taking them: each as a queue's message browse shows one,
-    plus `due` (UTC, ms) and `delay` (the x-delay asked for, ms). 400 for an exchange of
-    another type or a bad count."""
+    plus `due` (UTC, ms) and `delay` (the x-delay asked for, ms; the message's headers show
+    it negated already, as it will be delivered). 400 for an exchange of another type or a
+    bad count."""
     _v, x = find_exchange(request)
     holder = getattr(x.routing, "holder", None)
     if holder is None:
@@ -152,7 +152,7 @@ async def delayed(request: web.Request) -> web.Response:
     out = []
     for position, (due, message) in enumerate(holder.call(holder.browse, count)):
         out.append({"position": position, "due": shapes.due_stamp(due),
-                    "delay": delay_of(message.headers),
+                    "delay": -(message.headers or {}).get("x-delay", 0),
                     **message_json(message, False, 0)})
     return reply(out)
 

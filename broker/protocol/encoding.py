@@ -43,15 +43,31 @@ class LongLong(int):
     `x-max-hops` of an `x-federation-upstream` exchange must be a long)."""
 
 
+class SignedInt(int):
+    """An integer a field table must carry as a signed 32-bit `I`: the `x-delay` a delayed
+    message is delivered with (rabbitmq-delayed-message-exchange sets it as `signedint`,
+    and clients such as Spring AMQP read it back as an Integer)."""
+
+
+_FORCED = (LongLong, SignedInt)
+
+
+def _forced_value(value: int) -> bytes:
+    if type(value) is LongLong:
+        return b"l" + struct.pack(">q", value)
+    return b"I" + struct.pack(">i", value)
+
+
 def encode_table(table: dict[str, Any] | None) -> bytes:
-    """A field table (AMQP 0-9-1 §4.2.5.5): pamqp's, except that LongLong values go as `l`."""
-    if not table or not any(type(v) is LongLong for v in table.values()):
+    """A field table (AMQP 0-9-1 §4.2.5.5): pamqp's, except that LongLong values go as `l`
+    and SignedInt ones as `I`."""
+    if not table or not any(type(v) in _FORCED for v in table.values()):
         return encode.field_table(table)  # type: ignore[arg-type]  # pamqp's FieldTable is narrower
     parts = []
     for key, value in table.items():
         name = key.encode()
         parts.append(bytes((len(name),)) + name)
-        parts.append(b"l" + struct.pack(">q", value) if type(value) is LongLong
+        parts.append(_forced_value(value) if type(value) in _FORCED
                      else encode.encode_table_value(value))
     body = b"".join(parts)
     return struct.pack(">I", len(body)) + body
@@ -118,9 +134,9 @@ _HEADERS_FLAG = 0x2000  # basic property flags: content-type 0x8000, -encoding 0
 
 def encode_properties(properties: commands.Basic.Properties) -> bytes:
     """raw_properties (property flags + property list) of a pamqp Basic.Properties; a
-    LongLong in the headers table is encoded as a long (`l`)."""
+    LongLong in the headers table is encoded as a long (`l`), a SignedInt as `I`."""
     headers = properties.headers
-    if not headers or not any(type(v) is LongLong for v in headers.values()):
+    if not headers or not any(type(v) in _FORCED for v in headers.values()):
         return properties.marshal()
     properties.headers = None
     try:

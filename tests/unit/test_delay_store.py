@@ -16,7 +16,7 @@ def _msg(i: int, size: int = 10) -> Message:
 
 
 def _ids(items) -> list[int]:
-    return [m.properties.headers["i"] for _key, m in items]
+    return [item[-1].properties.headers["i"] for item in items]
 
 
 def _fill(store: DelayStore, n: int, seed: int = 1, flush_every: int = 50) -> dict[int, int]:
@@ -40,10 +40,10 @@ def test_messages_come_out_in_due_order_across_runs_and_the_memtable(tmp_path) -
     assert store.next_due() == min(dues.values())
     assert store.pop_due(min(dues.values()) - 1, 10) == []  # nothing before its time
     out = store.pop_due(10**12, 10**6)
-    keys = [k for k, _m in out]
+    keys = [k for k, _f, _m in out]
     assert keys == sorted(keys)
     assert sorted(_ids(out)) == list(range(2_000))
-    assert all(dues[i] == k[0] for i, (k, _m) in zip(_ids(out), out, strict=True))
+    assert all(dues[i] == k[0] for i, (k, _f, _m) in zip(_ids(out), out, strict=True))
     assert len(store) == 0
     store.close()
 
@@ -53,7 +53,7 @@ def test_a_restart_keeps_what_was_not_settled_and_nothing_settled(tmp_path) -> N
     store = DelayStore(path, memtable_bytes=16_000, readahead=2048)
     _fill(store, 1_500)
     first = store.pop_due(12_000, 10**6)
-    for key, _m in first[:300]:
+    for key, _f, _m in first[:300]:
         store.settle(key)
     store.commit()
     # handed out but not settled (its targets did not confirm yet): kept
@@ -66,8 +66,8 @@ def test_a_restart_keeps_what_was_not_settled_and_nothing_settled(tmp_path) -> N
     assert len(got) == len(set(got)) == 1_200  # none twice
     assert set(got) == set(range(1_500)) - set(_ids(first[:300]))  # none lost
     assert unsettled <= set(got)
-    assert [k for k, _m in out] == sorted(k for k, _m in out)
-    for key, _m in out:
+    assert [k for k, _f, _m in out] == sorted(k for k, _f, _m in out)
+    for key, _f, _m in out:
         again.settle(key)
     again.commit()
     assert not [n for n in os.listdir(path) if n.startswith("run-")]  # spent runs deleted
@@ -81,7 +81,7 @@ def test_a_new_message_never_sorts_before_one_handed_out(tmp_path) -> None:
     store = DelayStore(str(tmp_path / "x"))
     store.add(5_000, _msg(1))
     store.flush()
-    (key, _m), = store.pop_due(6_000, 10)
+    (key, _f, _m), = store.pop_due(6_000, 10)
     late = store.add(4_000, _msg(2))
     assert late > key and late[0] == 5_000
     store.close()

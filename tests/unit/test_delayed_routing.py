@@ -54,3 +54,17 @@ def test_a_message_to_delay_goes_to_the_holder_others_by_the_underlying_type() -
     assert list(routing.route("a.b", None)) == ["q"]
     assert list(routing.route("z", {"x-delay": -1})) == []
     assert routing.reads_headers and len(routing) == 1
+
+
+def test_the_delay_is_delivered_negated_as_a_signed_32_bit_int() -> None:
+    """rabbitmq-delayed-message-exchange (3.10's) sets x-delay to -Delay as a `signedint`
+    (type I); a delay past 2^31 ms goes as a long (l). The other headers stay."""
+    from broker.delayed.holder import swapped
+    from broker.message import Message, Properties
+
+    m = Message("dx", "k", Properties(headers={"x-delay": 5000, "a": "b"}), b"x")
+    out = swapped(m, m.headers, 5000)
+    assert b"\x07x-delayI" + (-5000).to_bytes(4, "big", signed=True) in out.raw_properties
+    assert out.headers == {"x-delay": -5000, "a": "b"} and out.msg_id == m.msg_id
+    far = swapped(m, m.headers, 3_000_000_000)
+    assert b"\x07x-delayl" in far.raw_properties and far.headers["x-delay"] == -3_000_000_000
