@@ -26,6 +26,7 @@ import asyncio
 import copy
 import logging
 import os
+import struct
 import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
 from broker.delayed.store import DelayStore, Key
-from broker.exchange.delayed import delay_of, swapped_delay
+from broker.exchange.delayed import delay_from, delay_of, swapped_delay
 from broker.mailbox import Process
 from broker.message import Message, new_msg_id
 from broker.protocol.encoding import LongLong, SignedInt, encode_properties
+from broker.protocol.header_edit import find_header, header_value, replace_header
 from broker.queue_process import PUBLISH, PUBLISHES, QueueProcess
 from broker.quorum.dead_letters import TargetPublisher
 
@@ -64,6 +66,8 @@ FIRE = 100  # (FIRE,) the timer: publish what is due
 SYNCED = 101  # (SYNCED, [(channel, seq)]) the fsync of those publishes' records finished
 TARGET = 102  # (TARGET, "confirm" | "reject", queue, [fire seq]) a target queue's answer
 FIRE_BATCH = 1024  # due messages published per loop turn (others wait a turn)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 CC = 1  # a store flag: the message carries CC keys (sender-selected distribution)
 
 
@@ -125,10 +129,8 @@ class DelayedMessages(Process):
             self._release(msg[1])
 
     def _take(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
-        headers = message.headers
-        delay = delay_of(headers) or 0
-        self.store.add(_now_ms() + delay, swapped(message, headers, delay),
-                       CC if headers and "CC" in headers else 0)
+        held, delay, flags = _to_hold(message)
+        self.store.add(_now_ms() + delay, held, flags)
         self.published += 1
         if channel is None:
             return
@@ -283,6 +285,28 @@ class DelayedMessages(Process):
 
     def __repr__(self) -> str:
         return f"<delayed exchange '{self.name}' in vhost '{self.vhost.name}'>"
+
+
+def _to_hold(message: Message) -> tuple[Message, int, int]:
+    """(the message as it will go out when due, its delay in ms, its store flags). The
+    encoded properties are edited in place where the header can be found without decoding
+    them (about 2 µs against 25 for decoding, copying and encoding them again)."""
+    raw = message.wire_properties()
+    where = find_header(raw, "x-delay")
+    delay = delay_from(header_value(raw, where)) if where is not None else None
+    if where is None or delay is None:  # an unusual table: decoded, as `swapped` does
+        headers = message.headers
+        delay = delay_of(headers) or 0
+        return swapped(message, headers, delay), delay, CC if headers and "CC" in headers else 0
+    value = swapped_delay(delay)
+    tag, packed = ((b"I", _I32.pack(value)) if value >= -(1 << 31)
+                   else (b"l", _I64.pack(value)))
+    held = Message.from_wire(message.exchange, message.routing_key,
+                             replace_header(raw, where, tag, packed),
+                             (2 if message.persistent else 1, message.priority,
+                              message.expiration, None, None), message.body)
+    held.msg_id = message.msg_id
+    return held, delay, CC if find_header(raw, "CC") is not None else 0
 
 
 def swapped(message: Message, headers: dict | None, delay: int) -> Message:

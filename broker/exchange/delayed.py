@@ -39,7 +39,11 @@ def delay_of(headers: dict | None) -> int | None:
     routed at once (no header, a value out of 1 .. MAX_DELAY_MS, or an unusable type)."""
     if not headers:
         return None
-    value = headers.get("x-delay")
+    return delay_from(headers.get("x-delay"))
+
+
+def delay_from(value: object) -> int | None:
+    """`delay_of` for the value of an `x-delay` header (None: no such header)."""
     if value is None or value.__class__ is bool:
         return None
     if isinstance(value, int):

@@ -32,6 +32,7 @@ _U32 = struct.Struct(">I")
 _FIXED_SIZE = {ord(tag): size for tag, size in (
     ("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2), ("I", 4), ("i", 4), ("f", 4),
     ("l", 8), ("L", 8), ("d", 8), ("T", 8), ("D", 5), ("V", 0), ("\x00", 0))}
+FIXED_SIZE = _FIXED_SIZE  # public: broker/protocol/header_edit.py walks tables with it
 # tables and arrays nested deeper than this are left to the full decoder (which refuses
 # hostile nesting with RecursionError → 501): the walk then accepts nothing it would refuse
 MAX_SKIP_DEPTH = 32

@@ -68,3 +68,27 @@ def test_the_delay_is_delivered_negated_as_a_signed_32_bit_int() -> None:
     assert out.headers == {"x-delay": -5000, "a": "b"} and out.msg_id == m.msg_id
     far = swapped(m, m.headers, 3_000_000_000)
     assert b"\x07x-delayl" in far.raw_properties and far.headers["x-delay"] == -3_000_000_000
+
+
+@pytest.mark.parametrize("value", [5000, "5000", 5000.7])
+def test_a_held_message_gets_its_delay_negated_in_place(value) -> None:
+    """The encoded properties are edited without a decode: the other headers and
+    properties come out as sent, x-delay as a signedint; CC is flagged for routing."""
+    from broker.delayed.holder import CC, _to_hold
+    from broker.message import Message, Properties
+
+    props = Properties(content_type="text/plain", headers={"a": [1, "b"], "x-delay": value,
+                                                           "z": {"n": 1}},
+                       delivery_mode=2, priority=4, expiration="60000", message_id="m1")
+    m = Message("dx", "k", props, b"body")
+    held, delay, flags = _to_hold(Message.from_wire("dx", "k", m.wire_properties(),
+                                                    (2, 4, "60000", None, None), b"body"))
+    assert delay == 5000 and flags == 0
+    assert b"\x07x-delayI" + (-5000).to_bytes(4, "big", signed=True) in held.raw_properties
+    out = held.properties
+    assert out.headers == {"a": [1, "b"], "x-delay": -5000, "z": {"n": 1}}
+    assert (out.content_type, out.delivery_mode, out.priority, out.expiration,
+            out.message_id) == ("text/plain", 2, 4, "60000", "m1")
+    assert held.persistent and held.priority == 4 and held.body == b"body"
+    cc = Message("dx", "k", Properties(headers={"x-delay": 10, "CC": ["other"]}), b"")
+    assert _to_hold(cc)[2] == CC
