@@ -64,7 +64,7 @@ class Scenario:
     properties: str = "none"
     # (bench) --delay-ms D: every message carries the header x-delay = D (an x-delayed-message
     # exchange holds it D ms); with -t x-delayed-message the exchange is declared with
-    # x-delayed-type direct. The consumer's latency is then D plus the lateness.
+    # x-delayed-type direct. The consumer's latency is then the lateness (from the due time).
     delay_ms: int = 0
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
@@ -170,7 +170,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
            "its task id distinct per message")
     a("--delay-ms", type=int,
       help="(bench) x-delay header in ms on every message (an x-delayed-message exchange, "
-           "-t x-delayed-message, holds it that long)")
+           "-t x-delayed-message, holds it that long); latencies count from the due time")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

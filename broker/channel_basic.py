@@ -104,6 +104,7 @@ def publish_alike(ch: ChannelProcess, run: list, start: int, stop: int) -> int:
     # with the firehose on every publish is traced one by one
     if ch.tx is not None or ch.trace is not None or header.hot[4] == REPLY_TO or (
             _selected_header(header)) or (method.mandatory and ch.vhost.routes.delaying()) or (
+            ch.vhost.routes.deduplicating()) or (
             not method.exchange and method.routing_key.startswith(REPLY_PREFIX)):
         publish(ch, cmd)
         return 1

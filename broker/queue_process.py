@@ -120,6 +120,9 @@ class QueueProcess(QueueDeliveries, Process):
         self._confirm_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos released this batch
         self._nack_out: dict[ChannelFacade, list[int]] = {}  # channel -> seq nos rejected this batch
         self._persists = durable and getattr(self.bq, "confirms_on_disk", False)
+        # x-message-deduplication's check before a message is enqueued (None: not asked)
+        self._is_duplicate: Callable[[Message], bool] | None = getattr(
+            self.bq, "is_duplicate", None)
         # when this queue releases confirms: x-confirm-on, else the broker's confirm_on (§6);
         # a quorum queue keeps and confirms every message as persistent, in persist mode
         # whatever confirm_on says (rabbit_fifo: every enqueue is in the log before it is
@@ -374,6 +377,13 @@ class QueueProcess(QueueDeliveries, Process):
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
+        if self._is_duplicate is not None and self._is_duplicate(message):
+            # x-message-deduplication (broker/dedup/queue.py): not enqueued; its publisher
+            # is confirmed, so a retry of a publish that got in succeeds
+            if seq is not None:
+                self._owe_confirm(channel, seq)  # type: ignore[arg-type]  # seq comes with its channel
+            self._credit_back(channel)
+            return
         # the MessageProps are made only when needed: not for a message without TTL or
         # confirm that a no-ack consumer takes at once (s1's path)
         expiration = message.expiration

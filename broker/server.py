@@ -28,6 +28,7 @@ from broker.alarms import Alarms, ResourceMonitor
 from broker.backing_queue.priority import PriorityBackingQueue, index_queue_names, max_priority
 from broker.backing_queue.variable_queue import VariableQueue
 from broker.config import BrokerConfig
+from broker.dedup.queue import DedupBackingQueue
 from broker.definitions import Definitions
 from broker.federation.supervisor import Federation
 from broker.loop_lag import LoopLagProbe
@@ -148,10 +149,16 @@ class Broker:
                                              cfg.msg_store_credit_disc_bound_more_after))
 
         top = max_priority(arguments)
+        bq: BackingQueue
         if top is not None:  # x-max-priority: one variable queue per priority
-            return PriorityBackingQueue(name, durable, notify, max_priority=top,
-                                        make_inner=variable_queue)
-        return variable_queue(name, durable, notify)
+            bq = PriorityBackingQueue(name, durable, notify, max_priority=top,
+                                      make_inner=variable_queue)
+        else:
+            bq = variable_queue(name, durable, notify)
+        if arguments.get("x-message-deduplication") is True:  # broker/dedup/queue.py
+            ttl = arguments.get("x-message-ttl")
+            return DedupBackingQueue(bq, ttl if isinstance(ttl, int) else None)  # type: ignore[return-value]
+        return bq
 
     def add_vhost(self, name: str) -> VHost:
         """Create (or recover) vhost `name`: its message stores are recovered first, then its

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker import errors, limits, sharding
+from broker import errors, limits, replication_hook, sharding
 from broker.declare_checks import (
     QUEUE_ARGUMENTS,
     bool_text,
@@ -30,6 +30,7 @@ from broker.declare_checks import (
     queue_type_of,
     validate_queue_arguments,
 )
+from broker.dedup.cache import DedupCache
 from broker.definitions import (
     BindingDef,
     Definitions,
@@ -39,6 +40,7 @@ from broker.definitions import (
 )
 from broker.delayed.holder import DelayedMessages
 from broker.exchange import Exchange, new_routing
+from broker.exchange.dedup import TYPE as DEDUP_TYPE
 from broker.exchange.delayed import TYPE as DELAYED_TYPE
 from broker.msg_store.vhost import vhost_dir_name
 from broker.queue_process import QueueProcess
@@ -164,6 +166,8 @@ class VHost:
             self.routes.property_routed += 1
         if type_ == DELAYED_TYPE:
             self._start_holder(exchange, fresh=True)
+        elif type_ == DEDUP_TYPE:
+            self._start_cache(exchange, fresh=True)
         self._topology_changed()
         if durable and self.definitions is not None and check_reserved:
             self.definitions.add_exchange(ExchangeDef(
@@ -191,6 +195,8 @@ class VHost:
         exchange = self.exchanges.pop(name, None)
         if exchange is not None and exchange.type == DELAYED_TYPE:
             self._stop_holder(exchange, delete=True)
+        elif exchange is not None and exchange.type == DEDUP_TYPE:
+            self._stop_cache(exchange, delete=True)
         self._topology_changed()
         if exchange is not None and not exchange.routing.key_only:
             self.routes.property_routed -= 1
@@ -229,6 +235,38 @@ class VHost:
         if holder is not None:
             exchange.routing.holder = None  # type: ignore[attr-defined]  # a DelayedRouting
             holder.terminate(delete)
+
+    # -- deduplicating exchanges (broker/dedup/) ---------------------------------------------
+    def _dedup_dir(self, name: str | None = None) -> str | None:
+        """Where deduplicating exchange `name` keeps its cache with x-cache-persistence disk
+        (None: the parent of every one; None without storage)."""
+        if self.stores is None:
+            return None
+        root = os.path.join(self.stores.root, "dedup")
+        return root if name is None else os.path.join(root, vhost_dir_name(name))
+
+    def _start_cache(self, exchange: Exchange, fresh: bool) -> None:
+        routing: Any = exchange.routing  # a DedupRouting
+        directory = self._dedup_dir(exchange.name) if routing.persistence == "disk" else None
+        if fresh and directory is not None and os.path.isdir(directory):
+            shutil.rmtree(directory, ignore_errors=True)  # a deleted namesake's
+        if directory is not None:
+            os.makedirs(directory, exist_ok=True)
+        routing.cache = DedupCache(routing.size, routing.ttl_ms, directory)
+
+    def _stop_cache(self, exchange: Exchange, delete: bool) -> None:
+        routing: Any = exchange.routing
+        cache, routing.cache = routing.cache, None
+        if cache is not None:
+            cache.close()
+        directory = self._dedup_dir(exchange.name)
+        if delete and directory is not None and os.path.isdir(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+            replication_hook.deleted(directory)
+
+    def dedup_exchanges(self) -> list[Exchange]:
+        """This vhost's x-message-deduplication exchanges."""
+        return [x for x in self.exchanges.values() if x.type == DEDUP_TYPE]
 
     def delayed_holders(self) -> list[DelayedMessages]:
         """The holders of this vhost's delayed exchanges."""
@@ -549,6 +587,16 @@ class VHost:
         for ex in self.exchanges.values():
             if ex.type == DELAYED_TYPE and getattr(ex.routing, "holder", None) is None:
                 self._start_holder(ex, fresh=False)
+        dedup_root = self._dedup_dir()
+        if dedup_root is not None and os.path.isdir(dedup_root):
+            keep = {vhost_dir_name(ex.name) for ex in self.exchanges.values()
+                    if ex.type == DEDUP_TYPE}
+            for entry in os.listdir(dedup_root):  # deleted or non-durable exchanges'
+                if entry not in keep:
+                    shutil.rmtree(os.path.join(dedup_root, entry), ignore_errors=True)
+        for ex in self.exchanges.values():
+            if ex.type == DEDUP_TYPE and getattr(ex.routing, "cache", None) is None:
+                self._start_cache(ex, fresh=False)
         queues = defs.list_queues(self.name)
         for q in queues:
             self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
@@ -629,6 +677,8 @@ class VHost:
         for exchange in list(self.exchanges.values()):
             if exchange.type == DELAYED_TYPE:
                 self._stop_holder(exchange, delete=not exchange.durable)
+            elif exchange.type == DEDUP_TYPE:
+                self._stop_cache(exchange, delete=not exchange.durable)
         for queue in list(self.queues.values()):
             queue.terminate(delete=not queue.durable)
         self.queues.clear()

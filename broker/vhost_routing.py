@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from broker.exchange.dedup import TYPE as DEDUP
 from broker.exchange.delayed import TYPE as DELAYED
 from broker.exchange.router import route as route_exchanges
 
@@ -46,12 +47,16 @@ class Routes:
         # whether a binding routes by headers, a delayed exchange's x-delay aside (None: not
         # known since the last change)
         self._bound_headers: bool | None = None
+        # whether the vhost has a deduplicating exchange (None: not known since the last
+        # change)
+        self._dedup: bool | None = None
 
     def topology_changed(self) -> None:
         """Exchanges, bindings, queues or policies changed: cached routes are stale."""
         self._headers_routed = None
         self._bound_headers = None
         self._delaying = None
+        self._dedup = None
         if self._cache:
             self._cache.clear()
 
@@ -79,9 +84,10 @@ class Routes:
         per topology change)."""
         reads = self._headers_routed
         if reads is None:
-            # a delayed exchange reads x-delay even without bindings (broker/delayed/)
-            reads = any(x.routing.reads_headers and (len(x.routing) or x.type == DELAYED)
-                        for x in self._exchanges.values())
+            # a delayed or deduplicating exchange reads its header even without bindings
+            reads = any(x.routing.reads_headers and (
+                len(x.routing) or getattr(x.routing, "always_reads_headers", False))
+                for x in self._exchanges.values())
             self._headers_routed = reads
         return reads
 
@@ -103,6 +109,15 @@ class Routes:
                 getattr(x.routing, "inner", x.routing).reads_headers and len(x.routing)
                 for x in self._exchanges.values())
         return reads
+
+    def deduplicating(self) -> bool:
+        """Some exchange of this vhost is an x-message-deduplication one (recomputed once
+        per topology change): each publish is then routed on its own, since routing decides
+        whether it is a duplicate (runs of alike publishes are not routed once)."""
+        dedup = self._dedup
+        if dedup is None:
+            dedup = self._dedup = any(x.type == DEDUP for x in self._exchanges.values())
+        return dedup
 
     def delaying(self) -> bool:
         """Some exchange of this vhost is an x-delayed-message one (recomputed once per

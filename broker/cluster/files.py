@@ -32,7 +32,8 @@ def replicated(path: str) -> bool:
     workers (docs/multicore.md) worker k's queues live under `worker-<k>/` in the same
     layout, and `queue_workers.json` says which worker's directory holds each durable
     queue. `vhosts/<vhost>/delayed/` holds the delayed exchanges' messages
-    (broker/delayed/store.py)."""
+    (broker/delayed/store.py), `vhosts/<vhost>/dedup/` the deduplication caches kept on
+    disk (broker/dedup/cache.py)."""
     if path == PLACEMENT_FILE:
         return True
     parts = path.split("/")
@@ -40,7 +41,7 @@ def replicated(path: str) -> bool:
         parts = parts[1:]
     if parts[0] != "vhosts" or len(parts) < 3:
         return False
-    return parts[2] in ("queues", "streams", "msg_store_persistent", "delayed")
+    return parts[2] in ("queues", "streams", "msg_store_persistent", "delayed", "dedup")
 
 
 def list_files(data_dir: str) -> list[FileEntry]:

@@ -79,6 +79,7 @@ class DelayedRouting:
 
     __slots__ = ("inner", "holder", "delayed_type")
     reads_headers = True
+    always_reads_headers = True  # x-delay decides even before there is a binding
 
     def __init__(self, arguments: dict | None,
                  make_inner: Callable[[str, dict | None], Routing]) -> None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from broker.errors import CommandInvalid, amqp_error
 from broker.exchange.base import Routing
 from broker.exchange.consistent_hash import ConsistentHashRouting
+from broker.exchange.dedup import TYPE as DEDUP_TYPE
+from broker.exchange.dedup import DedupRouting
 from broker.exchange.default import DefaultRouting
 from broker.exchange.delayed import TYPE as DELAYED_TYPE
 from broker.exchange.delayed import DelayedRouting
@@ -43,15 +45,19 @@ EXCHANGE_TYPES: dict[str, type] = {
     "x-federation-upstream": FederationUpstreamRouting,
     # rabbitmq-delayed-message-exchange's type, built in (broker/exchange/delayed.py)
     DELAYED_TYPE: DelayedRouting,
+    # rabbitmq-message-deduplication's type, built in (broker/exchange/dedup.py)
+    DEDUP_TYPE: DedupRouting,
 }
 # types whose routing table reads the exchange's declare arguments
-_TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting, FederationUpstreamRouting)
+_TAKES_ARGUMENTS = (ConsistentHashRouting, ModulusHashRouting, FederationUpstreamRouting,
+                    DedupRouting)
 
 
 def new_routing(type_name: str, arguments: dict | None = None) -> Routing:
     """Empty routing table of exchange type `type_name` ("direct", "fanout", "topic",
-    "headers", "x-consistent-hash", "x-modulus-hash", "x-delayed-message"); `arguments` (the declare table) are
-    validated by the types that read them (406 from x-consistent-hash and x-delayed-message).
+    "headers", "x-consistent-hash", "x-modulus-hash", "x-delayed-message",
+    "x-message-deduplication"); `arguments` (the declare table) are
+    validated by the types that read them (406 from x-consistent-hash, x-delayed-message and x-message-deduplication).
 
     Raises 503 COMMAND_INVALID "unknown exchange type 'x'" (a connection error) for any other
     name, as RabbitMQ 3.10 does for exchange.declare (verified: type "bogus-zz-type",
