@@ -66,6 +66,12 @@ class DedupBackingQueue:
     def duplicates(self) -> int:
         return self.cache.duplicates
 
+    def stats(self) -> dict[str, int]:
+        """The inner queue's counters, with `dedup_entries` (keys held) and
+        `dedup_duplicates` (publishes refused as duplicates)."""
+        return {**self.inner.stats(), "dedup_entries": len(self.cache),
+                "dedup_duplicates": self.cache.duplicates}
+
     # -- messages in ---------------------------------------------------------------------------
     def publish(self, message: Message, props: MessageProps, delivered: bool = False) -> None:
         self._remember(message)

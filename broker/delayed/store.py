@@ -10,7 +10,8 @@ Owns: the files of one delayed exchange's directory and the in-memory part of it
   a chunk at a time (`readahead` bytes), so a run costs one chunk of memory however many
   messages it holds, and 10 million waiting messages cost the memtable plus a chunk per run.
 - `fired`: the watermark, the largest (due, seq) such that every message up to it was handed
-  out and settled (its targets confirmed it or it had none). Messages are handed out in key
+  out and settled (its targets confirmed it or it had none), in one of two slots written in
+  place in turn (`_Watermark`). Messages are handed out in key
   order, and a new message's key is always above every key handed out (its due time is
   clamped to the last one handed out, its seq is new), so the watermark alone says what is
   done: recovery skips everything at or below it.
@@ -33,6 +34,7 @@ import logging
 import os
 import shutil
 import struct
+import zlib
 from collections import deque
 from collections.abc import Iterator
 
@@ -65,6 +67,60 @@ def decode_entry(record: bytes) -> tuple[int, int, int, Message]:
     properties stay encoded until read."""
     due, seq, msg_id, flags = _ENTRY.unpack_from(record)
     return due, seq, flags, storage_codec.decode_lazy(msg_id, memoryview(record)[_ENTRY.size:])
+
+
+class _Watermark:
+    """The `fired` file: two 32-byte slots, each `counter:u64 | due:u64 | seq:u64 |
+    CRC32:u32 | pad`, written in place in turn (one pwrite, no rewrite and no fsync in the
+    loop: `take_sync_fd` hands the fsync to the holder's thread). Reading takes the valid
+    slot with the larger counter, so a torn write leaves the other one."""
+
+    _SLOT = struct.Struct(">QQQI4x")
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, FIRED)
+        self._counter = 0
+        self._dirty = False
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def load(self) -> Key | None:
+        data = os.pread(self._fd, 2 * self._SLOT.size, 0)
+        best: tuple[int, Key] | None = None
+        for i in range(len(data) // self._SLOT.size):
+            counter, due, seq, crc = self._SLOT.unpack_from(data, i * self._SLOT.size)
+            if crc == zlib.crc32(_KEY.pack(counter, due) + seq.to_bytes(8, "big")) and (
+                    best is None or counter > best[0]):
+                best = (counter, (due, seq))
+        if best is None:
+            return None
+        self._counter = best[0]
+        return best[1]
+
+    def write(self, key: Key) -> None:
+        self._counter += 1
+        counter = self._counter
+        data = self._SLOT.pack(counter, key[0], key[1],
+                               zlib.crc32(_KEY.pack(counter, key[0]) + key[1].to_bytes(8, "big")))
+        offset = (counter % 2) * self._SLOT.size
+        os.pwrite(self._fd, data, offset)
+        replication_hook.appended(self.path, offset, data)
+        self._dirty = True
+
+    def take_sync_fd(self) -> int:
+        if not self._dirty:
+            return -1
+        self._dirty = False
+        return os.dup(self._fd)
+
+    def sync(self) -> None:
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class _Run:
@@ -147,21 +203,20 @@ class DelayStore:
         self._unsettled_mem: dict[Key, bytes] = {}  # handed out of the memtable: their records
         self._pending: list[bytes] = []  # journal records not yet written
         self._journal: RecordLog | None = None
-        self._fired: RecordLog | None = None
+        self._fired: _Watermark | None = None
         self._watermark_moved = False  # since the last commit
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
             self._journal = RecordLog(directory, JOURNAL)
-            self._fired = RecordLog(directory, FIRED)
+            self._fired = _Watermark(directory)
             self._recover()
 
     # -- recovery --------------------------------------------------------------------------
     def _recover(self) -> None:
         assert self._journal is not None and self._fired is not None and self.directory
-        marks = self._fired.load()
-        if marks:
-            self.watermark = _KEY.unpack(marks[-1][:_KEY.size])
-        self._fired.rewrite([_KEY.pack(*self.watermark)])
+        mark = self._fired.load()
+        if mark is not None:
+            self.watermark = mark
         self._floor = self.watermark[0]
         max_seq = self.watermark[1]
         for name in sorted(os.listdir(self.directory)):
@@ -326,9 +381,7 @@ class DelayStore:
             return
         self._watermark_moved = False
         if self._fired is not None:
-            self._fired.append(_KEY.pack(*self.watermark))
-            if self._fired.records > 4096:
-                self._fired.rewrite([_KEY.pack(*self.watermark)])
+            self._fired.write(self.watermark)
         self._drop_spent_runs()
 
     def _drop_spent_runs(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -232,6 +232,39 @@ class BrokerCollector:
         yield waiting
         for fam, _key in counters:
             yield fam
+        yield from self._deduplicated(labels)
+
+    def _deduplicated(self, labels: list[str]) -> Iterator[Metric]:
+        """x-message-deduplication exchanges and queues (issue 50; RabbitMQ exports none):
+        publishes dropped as duplicates."""
+        b = self.broker
+        xs = CounterMetricFamily("pybroker_exchange_messages_deduplicated",
+                                 "Publishes a deduplicating exchange routed nowhere as "
+                                 "duplicates", labels=labels)
+        qs = CounterMetricFamily("pybroker_queue_messages_deduplicated",
+                                 "Publishes a deduplicating queue refused as duplicates",
+                                 labels=["vhost", "queue"] if self.per_object else [])
+        x_total = q_total = 0
+        for vname in sorted(b.vhosts):
+            v = b.vhosts[vname]
+            for x in v.dedup_exchanges():
+                cache: Any = getattr(x.routing, "cache", None)
+                n = cache.duplicates if cache is not None else 0
+                x_total += n
+                if self.per_object:
+                    xs.add_metric([vname, x.name], n)
+            for q in v.queues.values():
+                n = getattr(q.bq, "duplicates", None)
+                if n is None:
+                    continue
+                q_total += n
+                if self.per_object:
+                    qs.add_metric([vname, q.name], n)
+        if not self.per_object:
+            xs.add_metric([], x_total)
+            qs.add_metric([], q_total)
+        yield xs
+        yield qs
 
     def _churn(self) -> Iterator[Metric]:
         b = self.broker

@@ -116,6 +116,9 @@ def queue(broker: StartedBroker, sampler: RateSampler, q: QueueProcess, policy: 
         "message_bytes_paged_out": max(0, stats.get("bytes", 0) - ram_bytes),
         "recoverable_slaves": None,  # no mirrors: RabbitMQ shows null for a classic queue
     }
+    if "dedup_entries" in stats:  # x-message-deduplication (broker/dedup/queue.py)
+        out["messages_deduplicated"] = stats["dedup_duplicates"]
+        out["backing_queue_status"]["cache_info"] = {"entries": stats["dedup_entries"]}
     if q.exclusive_owner is not None:
         out["owner_pid_details"] = connection_details(q.exclusive_owner)
     if q.queue_type == "quorum":
@@ -194,6 +197,12 @@ def exchange(x: Exchange, vhost: str, user: str = "",
     holder = getattr(x.routing, "holder", None)
     if holder is not None:  # an x-delayed-message exchange (broker/delayed/)
         out.update(delayed_fields(holder.stats()))
+    cache = getattr(x.routing, "cache", None)
+    if cache is not None:  # an x-message-deduplication exchange (broker/dedup/)
+        # the plugin's `cache_info` (entries and the size limit), and beyond it the count
+        # of publishes dropped as duplicates
+        out["cache_info"] = {"entries": len(cache), "size": cache.size}
+        out["messages_deduplicated"] = cache.duplicates
     return out
 
 

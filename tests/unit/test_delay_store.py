@@ -144,3 +144,27 @@ def test_memory_only_without_a_directory() -> None:
     store.flush()
     store.sync()
     assert _ids(store.pop_due(10, 10)) == [1, 2]
+
+
+def test_a_torn_watermark_slot_leaves_the_other(tmp_path) -> None:
+    """The watermark is written in place, in two slots in turn: a torn write of one (a
+    crash mid-write) falls back to the other, the one before it."""
+    from broker.delayed.store import FIRED
+
+    path = str(tmp_path / "x")
+    store = DelayStore(path)
+    for i in range(4):
+        store.add(10_000 + i, _msg(i))
+    store.flush()
+    for key, _f, _m in store.pop_due(10**12, 10):
+        store.settle(key)
+        store.commit()  # one watermark write per message: slots 1, 0, 1, 0
+    store.close()
+    fired = os.path.join(path, FIRED)
+    with open(fired, "r+b") as f:
+        f.seek(0)  # the last write went to slot 0: tear it
+        f.write(b"\xff" * 10)
+    again = DelayStore(path)
+    assert again.watermark == (10_002, 3)  # the third message's key, from slot 1
+    assert _ids(again.pop_due(10**12, 10)) == [3]
+    again.close()
