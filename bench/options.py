@@ -66,6 +66,10 @@ class Scenario:
     # exchange holds it D ms); with -t x-delayed-message the exchange is declared with
     # x-delayed-type direct. The consumer's latency is then the lateness (from the due time).
     delay_ms: int = 0
+    # (bench) --dedup-header: every message carries x-deduplication-header = its own id
+    # (distinct; the message_id property too), to measure deduplication's cost per publish;
+    # with -t x-message-deduplication the exchange gets x-cache-size 1 000 000
+    dedup_header: bool = False
     json: str | None = None  # --json FILE
     resend: bool = False  # (bench) republish nacked and timed-out messages
     confirm_timeout: float = 30.0  # --confirm-timeout: give up (or resend) after (s)
@@ -120,13 +124,16 @@ class Scenario:
 
 
 def parse_queue_args(text: str) -> tuple[tuple[str, Any], ...]:
-    """'x-max-length=10,x-queue-type=quorum' -> (('x-max-length', 10), ...); ints converted."""
+    """'x-max-length=10,x-queue-type=quorum' -> (('x-max-length', 10), ...); ints converted,
+    and true/false to booleans (x-message-deduplication=true, x-single-active-consumer=true),
+    as PerfTest's --queue-args does."""
     out: list[tuple[str, Any]] = []
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep:
             raise argparse.ArgumentTypeError(f"--queue-args item {item!r} is not key=value")
-        out.append((key, int(value) if value.lstrip("-").isdigit() else value))
+        out.append((key, int(value) if value.lstrip("-").isdigit() else
+                    {"true": True, "false": False}.get(value, value)))
     return tuple(out)
 
 
@@ -171,6 +178,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a("--delay-ms", type=int,
       help="(bench) x-delay header in ms on every message (an x-delayed-message exchange, "
            "-t x-delayed-message, holds it that long); latencies count from the due time")
+    a("--dedup-header", action="store_true", default=None,
+      help="(bench) x-deduplication-header = the message's own id on every message")
     a("--json", help="write the result document to FILE")
     a("--resend", action="store_true", default=None, help="(bench) republish nacked/timed out")
     a("--confirm-timeout", type=float, help="seconds to wait for a confirm (default 30)")

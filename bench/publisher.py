@@ -48,6 +48,7 @@ class Publisher:
             message_id=bool(sc.message_id),
             properties=sc.properties or "none",
             delay_ms=sc.delay_ms,
+            dedup_header=sc.dedup_header,
         )
         self.window = sc.confirm
         self.next_seq = 0

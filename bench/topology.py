@@ -153,7 +153,8 @@ async def declare(uri: URI, plan: Plan) -> None:
         ch = await conn.channel()
         for name, kind, durable in plan.exchanges:
             # a delayed exchange (issue 50) routes as a direct one once messages are due
-            args = {"x-delayed-type": "direct"} if kind == "x-delayed-message" else None
+            args = ({"x-delayed-type": "direct"} if kind == "x-delayed-message" else
+                    {"x-cache-size": 1_000_000} if kind == "x-message-deduplication" else None)
             await ch.rpc(
                 commands.Exchange.Declare(exchange=name, exchange_type=kind, durable=durable,
                                           arguments=args),

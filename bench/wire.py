@@ -129,7 +129,8 @@ class PublishTemplate:
     whose task id (in three places) is distinct per message. ``delay_ms``: the header
     ``x-delay`` with that value (a delayed exchange holds the message that long), and the
     body's timestamp is the due time (send time + delay): the consumer then measures
-    lateness.
+    lateness. ``dedup_header``: the header ``x-deduplication-header`` carries the message's
+    own id (a deduplicating exchange or queue then sees no duplicate).
     """
 
     def __init__(
@@ -146,6 +147,7 @@ class PublishTemplate:
         message_id: bool = False,
         properties: str = "none",
         delay_ms: int = 0,
+        dedup_header: bool = False,
     ) -> None:
         if body_size < BODY_HEADER_SIZE:
             raise ValueError(f"body size must be >= {BODY_HEADER_SIZE} bytes, got {body_size}")
@@ -162,8 +164,10 @@ class PublishTemplate:
         else:
             props = commands.Basic.Properties(delivery_mode=2 if persistent else 1,
                                               priority=priority)
-        if message_id:
+        if message_id or dedup_header:
             props.message_id = _ID_PLACEHOLDER
+        if dedup_header:  # the same 16 hex digits as the message_id, distinct per message
+            props.headers = {**(props.headers or {}), "x-deduplication-header": _ID_PLACEHOLDER}
         if delay_ms:  # an x-delayed-message exchange holds it (issue 50)
             props.headers = {**(props.headers or {}), "x-delay": delay_ms}
         head = frame.marshal(header.ContentHeader(0, body_size, props), channel)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
-from broker.delayed.store import DelayStore, Key
+from broker.delayed.store import DelayStore, Key, SpillJob
 from broker.exchange.delayed import delay_from, delay_of, swapped_delay
 from broker.mailbox import Process
 from broker.message import Message, new_msg_id
@@ -65,6 +65,7 @@ class DelayVHost(Protocol):
 FIRE = 100  # (FIRE,) the timer: publish what is due
 SYNCED = 101  # (SYNCED, [(channel, seq)]) the fsync of those publishes' records finished
 TARGET = 102  # (TARGET, "confirm" | "reject", queue, [fire seq]) a target queue's answer
+SPILLED = 103  # (SPILLED, job, exception | None) a SpillJob's thread is done
 FIRE_BATCH = 1024  # due messages published per loop turn (others wait a turn)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -127,6 +128,8 @@ class DelayedMessages(Process):
             self._target_answer(msg[2], msg[3])
         elif kind == SYNCED:
             self._release(msg[1])
+        elif kind == SPILLED:
+            self._spilled(msg[1], msg[2])
 
     def _take(self, channel: ChannelFacade | None, message: Message, seq: int | None) -> None:
         held, delay, flags = _to_hold(message)
@@ -144,7 +147,10 @@ class DelayedMessages(Process):
         if self.deleted:
             return
         store = self.store
-        store.flush()
+        job = store.flush(background=True)
+        if job is not None:  # the memtable passed its bound: a sorted run, in a thread
+            future = self._loop.run_in_executor(None, job.write)
+            future.add_done_callback(lambda f: self.cast((SPILLED, job, f.exception())))
         store.commit()
         if self._unsynced and self._syncing is None:
             self._sync()
@@ -173,6 +179,19 @@ class DelayedMessages(Process):
             channel.cast(("confirm", self, seqs))
         if self._unsynced and self._syncing is None and not self.deleted:
             self._sync()
+
+    def _spilled(self, job: SpillJob, error: BaseException | None) -> None:
+        """A spill's thread is done: read its run from now on (or, after a disk error, keep
+        its messages in memory and their journal on disk)."""
+        if self.deleted:
+            return
+        if error is not None:
+            log.error("delayed exchange '%s' in vhost '%s': writing a sorted run failed; "
+                      "its messages stay in memory", self.name, self.vhost.name,
+                      exc_info=error)
+            self.store.abort_spill(job)
+        else:
+            self.store.finish_spill(job)
 
     # -- due messages --------------------------------------------------------------------------
     def _arm(self) -> None:

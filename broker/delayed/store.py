@@ -2,13 +2,19 @@
 handed out in due order.
 
 Owns: the files of one delayed exchange's directory and the in-memory part of its index:
-- `journal` (broker/quorum/record_log.py frames): every message taken since the last spill,
-  as a record `due ms:u64 | seq:u64 | msg_id:16 | message` (broker/storage_codec.py's form).
-  Its messages are also in memory, in a heap keyed by (due, seq) (the memtable).
-- `run-<n>-<count>-<max seq>`: a sorted run, the memtable written out in (due, seq) order
-  when it passed `memtable_bytes` (then the journal starts again). Runs are read forward
-  a chunk at a time (`readahead` bytes), so a run costs one chunk of memory however many
-  messages it holds, and 10 million waiting messages cost the memtable plus a chunk per run.
+- `journal-<g>` (broker/quorum/record_log.py frames): every message taken since the last
+  spill, as a record `due ms:u64 | seq:u64 | msg_id:16 | flags:u8 | message`
+  (broker/storage_codec.py's form). Its messages are also in memory, in a heap keyed by
+  (due, seq) (the memtable).
+- `run-<n>-<count>-<max seq>-<g>`: a sorted run, the memtable written out in (due, seq)
+  order when it passed `memtable_bytes`, covering journal generations up to g. The spill
+  is done in a thread (`SpillJob`): the memtable's messages stay in memory and are handed
+  out from there meanwhile, new messages go to a new memtable and journal `g + 1`, and
+  journal `g` is deleted once the run is fsynced and renamed into place (so a run under its
+  final name is whole; at start, journals it covers are deleted, others read back). Runs
+  are read forward a chunk at a time (`readahead` bytes), so a run costs one chunk of
+  memory however many messages it holds, and 10 million waiting messages cost the memtable
+  plus a chunk per run.
 - `fired`: the watermark, the largest (due, seq) such that every message up to it was handed
   out and settled (its targets confirmed it or it had none), in one of two slots written in
   place in turn (`_Watermark`). Messages are handed out in key
@@ -171,6 +177,36 @@ class _Run:
         self._f.close()
 
 
+class SpillJob:
+    """One memtable being written as sorted run `number` (covering journals up to
+    `generation`): `write()` in any thread (the sort in chunks of 4 096, so the event loop
+    waits at most a chunk for the GIL), then `DelayStore.finish_spill(job)` in the store's."""
+
+    def __init__(self, directory: str, number: int, generation: int,
+                 entries: list[tuple[int, int, bytes]]) -> None:
+        self.directory = directory
+        self.number = number
+        self.generation = generation
+        self.entries = entries  # a copy of the memtable's heap: nobody else changes it
+        self.name = ""  # the run's file name, once written
+        self.count = len(entries)
+        self.max_seq = 0
+
+    def write(self) -> None:
+        entries = self.entries
+        chunks = [sorted(entries[i:i + 4096]) for i in range(0, len(entries), 4096)]
+        parts = []
+        max_seq = 0
+        for _due, seq, record in heapq.merge(*chunks):
+            parts.append(frame(record))
+            if seq > max_seq:
+                max_seq = seq
+        self.max_seq = max_seq
+        self.name = f"{RUN_PREFIX}{self.number}-{self.count}-{max_seq}-{self.generation}"
+        write_atomically(self.directory, self.name, b"".join(parts), fsync=True)
+        self.entries = []
+
+
 class DelayStore:
     """The waiting messages of one delayed exchange, in `directory` (None: memory only, for
     a broker without a data directory). Single-threaded except `sync_fds`, which only
@@ -202,31 +238,45 @@ class DelayStore:
         self._settled: set[Key] = set()  # of those, the ones settled
         self._unsettled_mem: dict[Key, bytes] = {}  # handed out of the memtable: their records
         self._pending: list[bytes] = []  # journal records not yet written
+        # the memtable being written by a SpillJob: still handed out from (a heap)
+        self._spilling: list[tuple[int, int, bytes]] = []
+        self._spill_job: SpillJob | None = None
+        self._old_journal: RecordLog | None = None  # the journal a SpillJob covers
+        self._spill_last: Key = (0, 0)  # the last key handed out of `_spilling`
+        self._generation = 0  # of the journal written now
         self._journal: RecordLog | None = None
         self._fired: _Watermark | None = None
         self._watermark_moved = False  # since the last commit
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
-            self._journal = RecordLog(directory, JOURNAL)
             self._fired = _Watermark(directory)
             self._recover()
 
     # -- recovery --------------------------------------------------------------------------
     def _recover(self) -> None:
-        assert self._journal is not None and self._fired is not None and self.directory
+        assert self._fired is not None and self.directory
         mark = self._fired.load()
         if mark is not None:
             self.watermark = mark
         self._floor = self.watermark[0]
         max_seq = self.watermark[1]
+        covered = -1  # the newest journal generation a whole run holds
+        journals: list[int] = []
         for name in sorted(os.listdir(self.directory)):
+            if name.startswith(JOURNAL + "-") and name[len(JOURNAL) + 1:].isdigit():
+                journals.append(int(name[len(JOURNAL) + 1:]))
+                continue
             if not name.startswith(RUN_PREFIX) or name.endswith(".tmp"):
+                if name.endswith(".tmp"):  # a spill the crash interrupted: its journal stays
+                    os.unlink(os.path.join(self.directory, name))
                 continue
             try:
-                number, count, run_max = (int(p) for p in name[len(RUN_PREFIX):].split("-"))
+                number, count, run_max, generation = (
+                    int(p) for p in name[len(RUN_PREFIX):].split("-"))
             except ValueError:
                 continue
             self._next_run = max(self._next_run, number + 1)
+            covered = max(covered, generation)
             max_seq = max(max_seq, run_max)
             run = _Run(os.path.join(self.directory, name), number, count, run_max,
                        self.readahead, self.watermark)
@@ -235,15 +285,30 @@ class DelayStore:
                 continue
             self._add_run(run)
         live = []
-        for record in self._journal.load():
-            due, seq = _KEY.unpack_from(record)
-            max_seq = max(max_seq, seq)
-            if (due, seq) > self.watermark:
-                live.append(record)
-                heapq.heappush(self._mem, (due, seq, record))
-                self._mem_bytes += len(record) + ENTRY_OVERHEAD
-                self._count += 1
+        for generation in sorted(journals):
+            path = os.path.join(self.directory, f"{JOURNAL}-{generation}")
+            if generation <= covered:  # its messages are in a run
+                os.unlink(path)
+                replication_hook.deleted(path)
+                continue
+            for record in RecordLog(self.directory, f"{JOURNAL}-{generation}").load():
+                due, seq = _KEY.unpack_from(record)
+                max_seq = max(max_seq, seq)
+                if (due, seq) > self.watermark:
+                    live.append(record)
+                    heapq.heappush(self._mem, (due, seq, record))
+                    self._mem_bytes += len(record) + ENTRY_OVERHEAD
+                    self._count += 1
+            self._generation = max(self._generation, generation)
+        # one journal from now on, holding what the old ones held that is still live
+        self._generation = max(self._generation, covered) + 1
+        self._journal = RecordLog(self.directory, f"{JOURNAL}-{self._generation}")
         self._journal.rewrite(live)
+        for generation in journals:
+            path = os.path.join(self.directory, f"{JOURNAL}-{generation}")
+            if generation != self._generation and os.path.exists(path):
+                os.unlink(path)
+                replication_hook.deleted(path)
         self._next_seq = max_seq + 1
         if self._count:
             log.info("delayed messages in %s: %d waiting, %d sorted runs", self.directory,
@@ -272,38 +337,87 @@ class DelayStore:
             self._pending.append(record)
         return (due, seq)
 
-    def flush(self) -> None:
+    def flush(self, background: bool = False) -> SpillJob | None:
         """Write what `add` took since the last flush (the page cache: survives a killed
-        process), then spill the memtable to a sorted run if it grew past its bound."""
+        process); then, if the memtable grew past its bound and no spill is under way,
+        spill it: at once, or with `background` as a SpillJob returned for the caller to
+        `write()` in a thread and hand back to `finish_spill`."""
         if self._pending and self._journal is not None:
             self._journal.append_many(self._pending)
             self._pending = []
-        if self._mem_bytes > self.memtable_bytes and self.directory is not None:
-            self._spill()
+        if (self._mem_bytes > self.memtable_bytes and self.directory is not None
+                and self._spill_job is None):
+            job = self._start_spill()
+            if background:
+                return job
+            job.write()
+            self.finish_spill(job)
+        return None
 
-    def _spill(self) -> None:
-        """Write the memtable as a sorted run (fsynced), then start the journal again with
-        only the records handed out of the memtable that are not settled yet."""
+    def _start_spill(self) -> SpillJob:
+        """Hand the memtable to a SpillJob and start a new memtable and journal; the old
+        journal (deleted once the run is whole) holds the memtable's messages meanwhile,
+        and the new one the records handed out of memtables that are not settled yet."""
         assert self.directory is not None and self._journal is not None
-        entries = sorted(self._mem)
-        number = self._next_run
+        job = SpillJob(self.directory, self._next_run, self._generation, list(self._mem))
         self._next_run += 1
-        max_seq = max(e[1] for e in entries)
-        name = f"{RUN_PREFIX}{number}-{len(entries)}-{max_seq}"
-        write_atomically(self.directory, name,
-                         b"".join([frame(e[2]) for e in entries]), fsync=True)
-        self._journal.rewrite(list(self._unsettled_mem.values()))
+        self._spilling = self._mem  # still a heap, still handed out from
+        self._spill_last = (0, 0)
+        self._spill_job = job
         self._mem = []
         self._mem_bytes = 0
-        self._count -= len(entries)  # counted again as the run's
-        self._add_run(_Run(os.path.join(self.directory, name), number, len(entries), max_seq,
-                           self.readahead, self.watermark))
+        # still fsynced with the rest (confirms may wait on its last records) until the run
+        # that covers it is whole
+        self._old_journal = self._journal
+        self._generation += 1
+        self._journal = RecordLog(self.directory, f"{JOURNAL}-{self._generation}")
+        self._journal.rewrite(list(self._unsettled_mem.values()))
+        return job
+
+    def finish_spill(self, job: SpillJob) -> None:
+        """`job` wrote its run: read it from the messages not handed out meanwhile, and
+        delete the journal it covers."""
+        assert self.directory is not None and job is self._spill_job
+        self._spill_job = None
+        self._count -= len(self._spilling)  # counted again as the run's
+        self._spilling = []
+        run = _Run(os.path.join(self.directory, job.name), job.number, job.count,
+                   job.max_seq, self.readahead, max(self.watermark, self._spill_last))
+        if run.head is None:
+            self._delete_run(run)
+        else:
+            self._add_run(run)
+        old, self._old_journal = self._old_journal, None
+        if old is not None:
+            old.close()
+        path = os.path.join(self.directory, f"{JOURNAL}-{job.generation}")
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        replication_hook.deleted(path)
+
+    def abort_spill(self, job: SpillJob) -> None:
+        """`job` failed (a disk error, logged by the caller): its messages go back to the
+        memtable, and the journal that holds them stays (read back at the next start)."""
+        if job is not self._spill_job:
+            return
+        self._spill_job = None
+        for entry in self._spilling:
+            self._mem_bytes += len(entry[2]) + ENTRY_OVERHEAD
+        self._mem.extend(self._spilling)
+        heapq.heapify(self._mem)
+        self._spilling = []
+
+    def spilling(self) -> bool:
+        """A SpillJob is under way (the caller must hand it back before `close`)."""
+        return self._spill_job is not None
 
     def sync_fds(self) -> list[int]:
         """Descriptors to fsync for everything written so far (duplicates: the caller
         fsyncs and closes them, in any thread)."""
         fds = []
-        for records in (self._journal, self._fired):
+        for records in (self._journal, self._old_journal, self._fired):
             fd = records.take_sync_fd() if records is not None else -1
             if fd >= 0:
                 fds.append(fd)
@@ -321,21 +435,24 @@ class DelayStore:
     def next_due(self) -> int | None:
         """Due time (ms since the epoch) of the next message, None when none waits."""
         best = None
-        if self._mem:
-            best = self._mem[0][0]
-        if self._run_heads:
-            due = self._run_heads[0][0]
-            if best is None or due < best:
-                best = due
+        for heap in (self._mem, self._spilling, self._run_heads):
+            if heap and (best is None or heap[0][0] < best):
+                best = heap[0][0]
         return best
 
     def pop_due(self, now: int, limit: int) -> list[tuple[Key, int, Message]]:
         """Up to `limit` messages due at or before `now` (ms), in (due, seq) order, as
         (key, flags, message); each must be `settle`d once published."""
         out: list[tuple[Key, int, Message]] = []
-        mem, heads = self._mem, self._run_heads
+        mem, spilling, heads = self._mem, self._spilling, self._run_heads
         while len(out) < limit:
-            if mem and (not heads or (mem[0][0], mem[0][1]) < (heads[0][0], heads[0][1])):
+            if spilling and (not mem or spilling[0] < mem[0]) and (
+                    not heads or (spilling[0][0], spilling[0][1]) < (heads[0][0], heads[0][1])):
+                if spilling[0][0] > now:
+                    break
+                due, seq, record = heapq.heappop(spilling)
+                self._spill_last = (due, seq)
+            elif mem and (not heads or (mem[0][0], mem[0][1]) < (heads[0][0], heads[0][1])):
                 if mem[0][0] > now:
                     break
                 due, seq, record = heapq.heappop(mem)
@@ -415,7 +532,8 @@ class DelayStore:
             runs.append(_Run(run.path, run.number, run.count, run.max_seq, self.readahead,
                              max(self.watermark, run.last)))
         try:
-            streams: list[Iterator[tuple[int, int, bytes]]] = [iter(sorted(self._mem))]
+            streams: list[Iterator[tuple[int, int, bytes]]] = [iter(sorted(self._mem)),
+                                                               iter(sorted(self._spilling))]
             streams.extend(_run_records(r) for r in runs)
             for n, (due, seq, record) in enumerate(heapq.merge(*streams)):
                 if n >= limit:
@@ -433,7 +551,7 @@ class DelayStore:
         self.sync()
         for run in list(self._runs.values()):
             run.close()
-        for records in (self._journal, self._fired):
+        for records in (self._journal, self._old_journal, self._fired):
             if records is not None:
                 records.close()
 
@@ -442,7 +560,7 @@ class DelayStore:
         for run in list(self._runs.values()):
             run.close()
         self._runs.clear()
-        for records in (self._journal, self._fired):
+        for records in (self._journal, self._old_journal, self._fired):
             if records is not None:
                 records.close()
         self._mem = []
