@@ -183,27 +183,27 @@ class SpillJob:
     waits at most a chunk for the GIL), then `DelayStore.finish_spill(job)` in the store's."""
 
     def __init__(self, directory: str, number: int, generation: int,
-                 entries: list[tuple[int, int, bytes]]) -> None:
+                 entries: list[tuple[int, int, bytes]], max_seq: int) -> None:
         self.directory = directory
         self.number = number
         self.generation = generation
         self.entries = entries  # a copy of the memtable's heap: nobody else changes it
         self.name = ""  # the run's file name, once written
         self.count = len(entries)
-        self.max_seq = 0
+        self.max_seq = max_seq
 
     def write(self) -> None:
-        entries = self.entries
-        chunks = [sorted(entries[i:i + 4096]) for i in range(0, len(entries), 4096)]
-        parts = []
-        max_seq = 0
-        for _due, seq, record in heapq.merge(*chunks):
-            parts.append(frame(record))
-            if seq > max_seq:
-                max_seq = seq
-        self.max_seq = max_seq
-        self.name = f"{RUN_PREFIX}{self.number}-{self.count}-{max_seq}-{self.generation}"
-        write_atomically(self.directory, self.name, b"".join(parts), fsync=True)
+        entries = self.entries  # (due, seq, framed record)
+        # sorted in chunks (each one short hold of the GIL), then merged by Timsort, which
+        # finds the sorted chunks and gallops through them: no C call holds the GIL for
+        # long and no Python loop runs per message (the event loop keeps its turns)
+        merged = []
+        for i in range(0, len(entries), 4096):
+            merged.extend(sorted(entries[i:i + 4096]))
+        merged.sort()
+        data = b"".join([e[2] for e in merged])
+        self.name = f"{RUN_PREFIX}{self.number}-{self.count}-{self.max_seq}-{self.generation}"
+        write_atomically(self.directory, self.name, data, fsync=True)
         self.entries = []
 
 
@@ -225,8 +225,9 @@ class DelayStore:
         self.directory = directory
         self.memtable_bytes = memtable_bytes  # spill to a sorted run past this many
         self.readahead = readahead  # bytes read from a run at a time
-        self._mem: list[tuple[int, int, bytes]] = []  # heap of (due, seq, record)
-        self._mem_bytes = 0  # records plus ENTRY_OVERHEAD each
+        # heap of (due, seq, record framed as the journal and runs hold it)
+        self._mem: list[tuple[int, int, bytes]] = []
+        self._mem_bytes = 0  # framed records plus ENTRY_OVERHEAD each
         self._runs: dict[int, _Run] = {}  # number -> run
         self._run_heads: list[tuple[int, int, int]] = []  # heap of (due, seq, run number)
         self._next_run = 0
@@ -236,8 +237,9 @@ class DelayStore:
         self._floor = 0  # due ms of the last key handed out: new keys start there
         self._order: deque[Key] = deque()  # keys handed out, not yet under the watermark
         self._settled: set[Key] = set()  # of those, the ones settled
-        self._unsettled_mem: dict[Key, bytes] = {}  # handed out of the memtable: their records
-        self._pending: list[bytes] = []  # journal records not yet written
+        # handed out of the memtable, not settled: their framed records
+        self._unsettled_mem: dict[Key, bytes] = {}
+        self._pending: list[bytes] = []  # framed journal records not yet written
         # the memtable being written by a SpillJob: still handed out from (a heap)
         self._spilling: list[tuple[int, int, bytes]] = []
         self._spill_job: SpillJob | None = None
@@ -296,8 +298,9 @@ class DelayStore:
                 max_seq = max(max_seq, seq)
                 if (due, seq) > self.watermark:
                     live.append(record)
-                    heapq.heappush(self._mem, (due, seq, record))
-                    self._mem_bytes += len(record) + ENTRY_OVERHEAD
+                    framed = frame(record)
+                    heapq.heappush(self._mem, (due, seq, framed))
+                    self._mem_bytes += len(framed) + ENTRY_OVERHEAD
                     self._count += 1
             self._generation = max(self._generation, generation)
         # one journal from now on, holding what the old ones held that is still live
@@ -329,12 +332,12 @@ class DelayStore:
             due = self._floor
         seq = self._next_seq
         self._next_seq = seq + 1
-        record = encode_entry(due, seq, message, flags)
-        heapq.heappush(self._mem, (due, seq, record))
-        self._mem_bytes += len(record) + ENTRY_OVERHEAD
+        framed = frame(encode_entry(due, seq, message, flags))
+        heapq.heappush(self._mem, (due, seq, framed))
+        self._mem_bytes += len(framed) + ENTRY_OVERHEAD
         self._count += 1
         if self._journal is not None:
-            self._pending.append(record)
+            self._pending.append(framed)
         return (due, seq)
 
     def flush(self, background: bool = False) -> SpillJob | None:
@@ -343,7 +346,7 @@ class DelayStore:
         spill it: at once, or with `background` as a SpillJob returned for the caller to
         `write()` in a thread and hand back to `finish_spill`."""
         if self._pending and self._journal is not None:
-            self._journal.append_many(self._pending)
+            self._journal.append_framed(self._pending)
             self._pending = []
         if (self._mem_bytes > self.memtable_bytes and self.directory is not None
                 and self._spill_job is None):
@@ -359,7 +362,8 @@ class DelayStore:
         journal (deleted once the run is whole) holds the memtable's messages meanwhile,
         and the new one the records handed out of memtables that are not settled yet."""
         assert self.directory is not None and self._journal is not None
-        job = SpillJob(self.directory, self._next_run, self._generation, list(self._mem))
+        job = SpillJob(self.directory, self._next_run, self._generation, list(self._mem),
+                       self._next_seq - 1)
         self._next_run += 1
         self._spilling = self._mem  # still a heap, still handed out from
         self._spill_last = (0, 0)
@@ -371,7 +375,7 @@ class DelayStore:
         self._old_journal = self._journal
         self._generation += 1
         self._journal = RecordLog(self.directory, f"{JOURNAL}-{self._generation}")
-        self._journal.rewrite(list(self._unsettled_mem.values()))
+        self._journal.rewrite([f[_FRAME.size:] for f in self._unsettled_mem.values()])
         return job
 
     def finish_spill(self, job: SpillJob) -> None:
@@ -451,13 +455,15 @@ class DelayStore:
                 if spilling[0][0] > now:
                     break
                 due, seq, record = heapq.heappop(spilling)
+                record = record[_FRAME.size:]
                 self._spill_last = (due, seq)
             elif mem and (not heads or (mem[0][0], mem[0][1]) < (heads[0][0], heads[0][1])):
                 if mem[0][0] > now:
                     break
-                due, seq, record = heapq.heappop(mem)
-                self._mem_bytes -= len(record) + ENTRY_OVERHEAD
-                self._unsettled_mem[(due, seq)] = record
+                due, seq, framed = heapq.heappop(mem)
+                self._mem_bytes -= len(framed) + ENTRY_OVERHEAD
+                self._unsettled_mem[(due, seq)] = framed
+                record = framed[_FRAME.size:]
             elif heads:
                 if heads[0][0] > now:
                     break
@@ -532,8 +538,9 @@ class DelayStore:
             runs.append(_Run(run.path, run.number, run.count, run.max_seq, self.readahead,
                              max(self.watermark, run.last)))
         try:
-            streams: list[Iterator[tuple[int, int, bytes]]] = [iter(sorted(self._mem)),
-                                                               iter(sorted(self._spilling))]
+            streams: list[Iterator[tuple[int, int, bytes]]] = [
+                iter([(d, q, f[_FRAME.size:]) for d, q, f in sorted(self._mem)]),
+                iter([(d, q, f[_FRAME.size:]) for d, q, f in sorted(self._spilling)])]
             streams.extend(_run_records(r) for r in runs)
             for n, (due, seq, record) in enumerate(heapq.merge(*streams)):
                 if n >= limit:

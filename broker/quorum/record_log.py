@@ -96,6 +96,18 @@ class RecordLog:
         self.records += len(payloads)
         self._dirty = True
 
+    def append_framed(self, frames: list[bytes]) -> None:
+        """`append_many` for records already framed by `frame` (one write(2))."""
+        if not frames:
+            return
+        if self._fd < 0:
+            self.rewrite([])
+        data = b"".join(frames)
+        os.write(self._fd, data)
+        replication_hook.appended_fd(self._fd, self.path, data)
+        self.records += len(frames)
+        self._dirty = True
+
     def take_sync_fd(self) -> int:
         """For an fsync in another thread of what was appended since the last sync: a
         duplicate of the file's descriptor (a `rewrite` meanwhile cannot invalidate it; the
