@@ -26,16 +26,34 @@ from typing import Any
 from broker.backing_queue.base import AckTag, BackingQueue, Fetched, MessageProps
 from broker.dedup.cache import DedupCache
 from broker.exchange.dedup import key_of
+from broker.protocol.header_edit import find_header, header_value
 from broker.message import Message
 
 HEADER = "x-deduplication-header"
 
 
+_NAME = HEADER.encode()
+
+
 def dedup_key(message: Message) -> bytes | None:
-    """The message's deduplication key (its `x-deduplication-header`), None without one."""
+    """The message's deduplication key (its `x-deduplication-header`), None without one.
+    Read from the encoded properties where it can be (about 2 µs against 10 for decoding
+    them), as the same typed key `key_of` makes of the decoded value."""
     if not message.has_headers:
         return None
-    headers = message.headers
+    if message.decoded_headers is None:  # still encoded
+        raw = message.wire_properties()
+        if _NAME not in raw:
+            return None
+        where = find_header(raw, HEADER)
+        if where is not None:
+            value = header_value(raw, where)
+            tag = where[0]
+            if isinstance(value, bytes):  # a long string (S) or a byte array (x)
+                return (b"S" if tag == ord("S") else b"x") + value
+            if isinstance(value, int | float):
+                return key_of(value)
+    headers = message.headers  # another type, or a table the walk does not know
     return key_of(headers.get(HEADER)) if headers else None
 
 

@@ -144,3 +144,17 @@ def test_recovered_messages_keep_their_keys() -> None:
     inner = MemoryBackingQueue(("/", "q"), False, None)
     inner.publish(_dm("r"), MessageProps())
     assert DedupBackingQueue(inner, None).is_duplicate(_dm("r"))
+
+
+@pytest.mark.parametrize("value", ["order-1", 7, -3, 2.5, True, [1], None])
+def test_the_key_read_from_encoded_properties_is_the_decoded_ones(value) -> None:
+    """dedup_key reads the header without decoding where it can; the key is the one
+    key_of makes of the decoded value, whatever the type."""
+    from broker.dedup.queue import dedup_key
+
+    props = Properties(headers={"a": 1, "x-deduplication-header": value}, message_id="m")
+    wire = Message("", "q", props, b"x").wire_properties()
+    from_wire = Message.from_wire("", "q", wire, (None, None, None, None, None), b"x")
+    assert dedup_key(from_wire) == key_of(value)
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        assert from_wire.decoded_headers is None  # read without decoding
