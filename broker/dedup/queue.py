@@ -26,8 +26,8 @@ from typing import Any
 from broker.backing_queue.base import AckTag, BackingQueue, Fetched, MessageProps
 from broker.dedup.cache import DedupCache
 from broker.exchange.dedup import key_of
-from broker.protocol.header_edit import find_header, header_value
 from broker.message import Message
+from broker.protocol.header_edit import find_header, header_value
 
 HEADER = "x-deduplication-header"
 
