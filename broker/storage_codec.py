@@ -80,9 +80,9 @@ def encode(message: Message, props_bytes: bytes | None = None) -> bytes:
     )
 
 
-def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
-    """Rebuild the `Message` stored as `data` under `msg_id`; CodecError if malformed."""
-    data = bytes(data)
+def _split(data: bytes) -> tuple[str, str, bytes, int]:
+    """(exchange, routing key, encoded properties, where the body starts) of a version-1
+    record; CodecError if malformed."""
     if len(data) < 7 or data[0] != VERSION:
         raise CodecError(f"not a version-{VERSION} message ({len(data)} bytes)")
     pos = 1
@@ -98,15 +98,20 @@ def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
     pos += 4
     if pos + props_len > len(data) or props_len < 2:
         raise CodecError("truncated properties")
-    props_end = pos + props_len
-    raw_properties = data[pos:props_end]
+    return exchange, routing_key, data[pos:pos + props_len], pos + props_len
+
+
+def decode(msg_id: bytes, data: bytes | memoryview) -> Message:
+    """Rebuild the `Message` stored as `data` under `msg_id`; CodecError if malformed."""
+    data = bytes(data)
+    exchange, routing_key, raw_properties, body_at = _split(data)
     try:
         # the content-header decoder, so a stored message decodes exactly as it did when
         # published (a timestamp pamqp cannot represent included, see protocol/properties.py)
         properties = decode_properties(raw_properties)
     except FrameError as err:
         raise CodecError(f"properties do not decode: {err}") from err
-    return Message(exchange, routing_key, properties, data[props_end:], msg_id=msg_id,
+    return Message(exchange, routing_key, properties, data[body_at:], msg_id=msg_id,
                    raw_properties=raw_properties)
 
 
@@ -115,27 +120,13 @@ def decode_lazy(msg_id: bytes, data: bytes | memoryview) -> Message:
     that is only routed by key and forwarded never decodes them: the delayed exchange's due
     messages, broker/delayed/). CodecError if malformed."""
     data = bytes(data)
-    if len(data) < 7 or data[0] != VERSION:
-        raise CodecError(f"not a version-{VERSION} message ({len(data)} bytes)")
-    ex_len = data[1]
-    exchange = data[2:2 + ex_len].decode()
-    pos = 2 + ex_len
-    rk_len = data[pos]
-    routing_key = data[pos + 1:pos + 1 + rk_len].decode()
-    pos += 1 + rk_len
-    if pos + 4 > len(data):
-        raise CodecError("truncated before the properties length")
-    (props_len,) = _U32.unpack_from(data, pos)
-    pos += 4
-    if pos + props_len > len(data) or props_len < 2:
-        raise CodecError("truncated properties")
-    raw = data[pos:pos + props_len]
+    exchange, routing_key, raw, body_at = _split(data)
     try:
         hot = scan_properties(raw)
     except ValueError as err:
         raise CodecError(f"properties do not decode: {err}") from err
     if hot is None:  # CC/BCC or a deep table: decoded at once, as the wire path does
         return decode(msg_id, data)
-    message = Message.from_wire(exchange, routing_key, raw, hot, data[pos + props_len:])
+    message = Message.from_wire(exchange, routing_key, raw, hot, data[body_at:])
     message.msg_id = msg_id
     return message

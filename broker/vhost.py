@@ -220,6 +220,8 @@ class VHost:
     def _start_holder(self, exchange: Exchange, fresh: bool) -> None:
         """Give delayed exchange `exchange` its holder; `fresh`: a new exchange, whose
         directory may only hold a deleted namesake's leftovers."""
+        if getattr(exchange.routing, "holder", None) is not None:
+            return  # it has one
         directory = self._delayed_dir(exchange.name)
         if fresh and directory is not None and os.path.isdir(directory):
             shutil.rmtree(directory, ignore_errors=True)
@@ -247,6 +249,8 @@ class VHost:
 
     def _start_cache(self, exchange: Exchange, fresh: bool) -> None:
         routing: Any = exchange.routing  # a DedupRouting
+        if routing.cache is not None:
+            return  # it has one
         directory = self._dedup_dir(exchange.name) if routing.persistence == "disk" else None
         if fresh and directory is not None and os.path.isdir(directory):
             shutil.rmtree(directory, ignore_errors=True)  # a deleted namesake's
@@ -577,26 +581,16 @@ class VHost:
                     internal=x.internal, arguments=x.arguments,
                     routing=new_routing(x.type, x.arguments),  # e.g. x-consistent-hash's
                     policy=self.policy_for("exchanges", x.name))  # hash-header, an AE policy
-        delayed_root = self._delayed_dir()
-        if delayed_root is not None and os.path.isdir(delayed_root):
-            keep = {vhost_dir_name(ex.name) for ex in self.exchanges.values()
-                    if ex.type == DELAYED_TYPE}
-            for entry in os.listdir(delayed_root):  # deleted or non-durable exchanges'
-                if entry not in keep:
-                    shutil.rmtree(os.path.join(delayed_root, entry), ignore_errors=True)
-        for ex in self.exchanges.values():
-            if ex.type == DELAYED_TYPE and getattr(ex.routing, "holder", None) is None:
-                self._start_holder(ex, fresh=False)
-        dedup_root = self._dedup_dir()
-        if dedup_root is not None and os.path.isdir(dedup_root):
-            keep = {vhost_dir_name(ex.name) for ex in self.exchanges.values()
-                    if ex.type == DEDUP_TYPE}
-            for entry in os.listdir(dedup_root):  # deleted or non-durable exchanges'
-                if entry not in keep:
-                    shutil.rmtree(os.path.join(dedup_root, entry), ignore_errors=True)
-        for ex in self.exchanges.values():
-            if ex.type == DEDUP_TYPE and getattr(ex.routing, "cache", None) is None:
-                self._start_cache(ex, fresh=False)
+        for kind, root, start in ((DELAYED_TYPE, self._delayed_dir(), self._start_holder),
+                                  (DEDUP_TYPE, self._dedup_dir(), self._start_cache)):
+            mine = [ex for ex in self.exchanges.values() if ex.type == kind]
+            if root is not None and os.path.isdir(root):
+                keep = {vhost_dir_name(ex.name) for ex in mine}
+                for entry in os.listdir(root):  # deleted or non-durable exchanges' files
+                    if entry not in keep:
+                        shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+            for ex in mine:  # the delayed messages or the cache each one had
+                start(ex, fresh=False)
         queues = defs.list_queues(self.name)
         for q in queues:
             self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
