@@ -254,9 +254,12 @@ class BrokerCollector:
                 if self.per_object:
                     xs.add_metric([vname, x.name], n)
             for q in v.queues.values():
+                if q.arguments.get("x-message-deduplication") is not True:
+                    continue
+                # another worker's queue reports its backing queue's counters
                 n = getattr(q.bq, "duplicates", None)
                 if n is None:
-                    continue
+                    n = q.bq.stats().get("dedup_duplicates", 0)
                 q_total += n
                 if self.per_object:
                     qs.add_metric([vname, q.name], n)
