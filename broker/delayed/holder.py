@@ -98,6 +98,8 @@ class DelayedMessages(Process):
         self.publisher = TargetPublisher(self.cast, TARGET)
         self._next_fire = 0
         self._in_flight: dict[int, tuple[Key, set[Hashable]]] = {}  # fire seq -> key, targets
+        # the other workers' holders of this exchange, as last reported: worker -> own_stats
+        self.remote_stats: dict[int, dict[str, Any]] = {}
         # counts for the management API and Prometheus
         self.published = 0  # messages taken and held
         self.routed = 0  # due messages published to at least one queue
@@ -268,13 +270,28 @@ class DelayedMessages(Process):
                 self.store.settle(entry[0])
 
     # -- the management API ---------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
+    def own_stats(self) -> dict[str, Any]:
         """messages_delayed (waiting), the next due time (ms since the epoch, or None), and
-        the counts of messages taken, routed when due, and unroutable when due."""
+        the counts of messages taken, routed when due, and unroutable when due, of this
+        worker's holder alone."""
         return {"messages_delayed": len(self.store),
                 "next_due_ms": self.store.next_due(),
                 "delayed_published": self.published, "delayed_routed": self.routed,
                 "delayed_unroutable": self.unroutable}
+
+    def stats(self) -> dict[str, Any]:
+        """`own_stats`, with those the other workers' holders of the same exchange last
+        reported added (`remote_stats`, filled on worker 0 by broker/workers/api_bridge.py:
+        with `--workers N` each worker holds what its own connections published)."""
+        out = self.own_stats()
+        for other in self.remote_stats.values():
+            for key in ("messages_delayed", "delayed_published", "delayed_routed",
+                        "delayed_unroutable"):
+                out[key] += other[key]
+            due = other["next_due_ms"]
+            if due is not None and (out["next_due_ms"] is None or due < out["next_due_ms"]):
+                out["next_due_ms"] = due
+        return out
 
     def browse(self, limit: int) -> list[tuple[int, Message]]:
         """Up to `limit` waiting messages in due order: (due ms since the epoch, message)."""

@@ -123,7 +123,8 @@ class DedupRouting(FanoutRouting):
     duplicates. `cache` is set by the vhost once the exchange exists (None: nothing is
     deduplicated yet). `ttl_ms`, `size`, `persistence`: the declare arguments."""
 
-    __slots__ = ("cache", "size", "ttl_ms", "persistence", "hash_parts", "key_only")
+    __slots__ = ("cache", "size", "ttl_ms", "persistence", "hash_parts", "key_only",
+                 "remote_duplicates")
     reads_headers = True
     always_reads_headers = True  # the header decides even before there is a binding
 
@@ -156,6 +157,14 @@ class DedupRouting(FanoutRouting):
         # a content key reads the message's properties or body: no route cache then
         self.key_only = not self.hash_parts
         self.cache: Cache | None = None
+        # with --workers N, the duplicates the other workers' caches of this exchange caught,
+        # as last reported (worker -> count; broker/workers/api_bridge.py, on worker 0)
+        self.remote_duplicates: dict[int, int] = {}
+
+    def duplicates(self) -> int:
+        """Publishes dropped as duplicates, by this worker's cache and the others'."""
+        own = getattr(self.cache, "duplicates", 0)
+        return own + sum(self.remote_duplicates.values())
 
     def route(self, routing_key: str, headers: dict | None = None,
               message: object = None) -> dict[Hashable, int]:

@@ -248,8 +248,8 @@ class BrokerCollector:
         for vname in sorted(b.vhosts):
             v = b.vhosts[vname]
             for x in v.dedup_exchanges():
-                cache: Any = getattr(x.routing, "cache", None)
-                n = cache.duplicates if cache is not None else 0
+                routing: Any = x.routing  # a DedupRouting: every worker's duplicates
+                n = routing.duplicates()
                 x_total += n
                 if self.per_object:
                     xs.add_metric([vname, x.name], n)

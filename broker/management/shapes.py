@@ -202,7 +202,7 @@ def exchange(x: Exchange, vhost: str, user: str = "",
         # the plugin's `cache_info` (entries and the size limit), and beyond it the count
         # of publishes dropped as duplicates
         out["cache_info"] = {"entries": len(cache), "size": cache.size}
-        out["messages_deduplicated"] = cache.duplicates
+        out["messages_deduplicated"] = x.routing.duplicates()  # type: ignore[attr-defined]
     return out
 
 

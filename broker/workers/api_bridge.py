@@ -127,7 +127,7 @@ class ApiBridge:
         """A worker's figures for the management API (the owner serves it): its queues'
         (onto their proxies) and its channels' message counts per vhost (whose totals
         never fall: a worker folds closed channels into them first)."""
-        _, queues, vhost_stats, conns, view = record
+        _, queues, vhost_stats, conns, view, delayed = record
         self.rt.tracking.report(peer, conns, view)
         for vhost, name, figures in queues:
             proxy = self.rt.proxies.get((vhost, name))
@@ -138,6 +138,16 @@ class ApiBridge:
             v: Any = self.rt.broker.vhosts.get(vhost)  # a WorkerVHost
             if v is not None:
                 v.remote_stats[peer] = MessageStats.from_dict(fields)
+        for vhost, name, stats in delayed:  # its delayed and deduplicating exchanges'
+            v = self.rt.broker.vhosts.get(vhost)
+            x = v.exchanges.get(name) if v is not None else None
+            if x is None:
+                continue
+            holder = getattr(x.routing, "holder", None)
+            if holder is not None:
+                holder.remote_stats[peer] = stats
+            elif "duplicates" in stats and hasattr(x.routing, "remote_duplicates"):
+                x.routing.remote_duplicates[peer] = stats["duplicates"]
 
     def _send_report(self) -> None:
         """Every collect_statistics_interval: our figures to the owner (not the owner)."""

@@ -45,10 +45,12 @@ def worker_view(broker: Broker, index: int) -> dict[str, Any]:
 
 def build(broker: Broker, serial: Callable[[Any], int], index: int
           ) -> tuple[list[tuple[str, str, dict[str, Any]]], dict[str, dict[str, int]],
-                     list[ConnRow], dict[str, Any]]:
+                     list[ConnRow], dict[str, Any], list[tuple[str, str, dict[str, Any]]]]:
     """(queues [(vhost, name, figures)], vhost -> message counts, connections,
-    `worker_view`) of worker `index` now; `serial(reader)` numbers a connection as the
-    other workers name it (the runtime's)."""
+    `worker_view`, delayed and deduplicating exchanges [(vhost, name, the holder's own
+    stats, or {"duplicates": n})]) of worker
+    `index` now; `serial(reader)` numbers a connection as the other workers name it (the
+    runtime's)."""
     conns: list[ConnRow] = []
     no_rates = RateSampler()
     started = broker.started()
@@ -63,7 +65,13 @@ def build(broker: Broker, serial: Callable[[Any], int], index: int
                 queues.append((vname, q.name, queue_figures(q, None)))
         total = broker.vhost_message_stats(v)
         vhost_stats[vname] = total.as_dict()
-    return queues, vhost_stats, conns, worker_view(broker, index)
+    delayed: list[tuple[str, str, dict[str, Any]]] = [
+        (vname, h.name, h.own_stats()) for vname, v in broker.vhosts.items()
+        for h in v.delayed_holders()]
+    delayed += [(vname, x.name,
+                 {"duplicates": getattr(getattr(x.routing, "cache", None), "duplicates", 0)})
+                for vname, v in broker.vhosts.items() for x in v.dedup_exchanges()]
+    return queues, vhost_stats, conns, worker_view(broker, index), delayed
 
 
 def connection_row(broker: StartedBroker, no_rates: RateSampler, conn: Reader,

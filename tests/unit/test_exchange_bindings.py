@@ -10,8 +10,11 @@ from broker.exchange.direct import DirectRouting
 from broker.exchange.fanout import FanoutRouting
 
 TYPES = sorted(EXCHANGE_TYPES)
-# the declare arguments a type requires (x-federation-upstream: x-max-hops)
-REQUIRED_ARGUMENTS = {"x-federation-upstream": {"x-max-hops": 1}}
+# the declare arguments a type requires (x-federation-upstream: x-max-hops; the delayed and
+# deduplicating exchanges: their underlying type, their cache size)
+REQUIRED_ARGUMENTS = {"x-federation-upstream": {"x-max-hops": 1},
+                      "x-delayed-message": {"x-delayed-type": "direct"},
+                      "x-message-deduplication": {"x-cache-size": 10}}
 
 
 def routing(type_name: str) -> Routing:
