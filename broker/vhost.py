@@ -257,6 +257,7 @@ class VHost:
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
         routing.cache = DedupCache(routing.size, routing.ttl_ms, directory)
+        routing.names = (self.name, exchange.name)  # what other workers know it by
 
     def _stop_cache(self, exchange: Exchange, delete: bool) -> None:
         routing: Any = exchange.routing

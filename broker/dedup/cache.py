@@ -88,6 +88,22 @@ class DedupCache:
         self._evict()
         return True
 
+    def expiry(self, key: bytes) -> int:
+        """When `key` expires (ms since the epoch; NEVER: it does not); KeyError if absent."""
+        return self._keys[key]
+
+    def add(self, key: bytes, expiry: int) -> None:
+        """Hold `key` until `expiry` (ms since the epoch, or NEVER) without counting a
+        duplicate: another worker's cache of the same exchange took it (with `--workers N`,
+        broker/workers/dedup_sharing.py). An expired key is ignored."""
+        if expiry != NEVER and expiry <= _now_ms():
+            return
+        self._keys[key] = expiry
+        self._keys.move_to_end(key)
+        if self._log is not None:
+            self._log.append(_HEAD.pack(_INSERT, expiry) + key)
+        self._evict()
+
     def seen(self, key: bytes) -> bool:
         """Whether `key` is present (a queue's check before it enqueues), counting a hit as
         a duplicate."""

@@ -23,18 +23,27 @@ github.com/noxdafox/rabbitmq-message-deduplication) and its README:
 - Beyond the plugin: `x-deduplication-hash` (an array, or a comma-separated string, of
   property names and/or `body`) keys a message by a hash of those parts when it carries no
   `x-deduplication-header` (content-based deduplication).
+- With `--workers N` every worker routes with its own copy of the exchange and its cache: a
+  key one worker takes goes to the others' caches (`peer_sink`, set by
+  broker/workers/dedup_sharing.py), as the plugin's Mnesia table is replicated to every
+  node, so a publisher that retries through another connection, on another worker, is
+  still deduplicated.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from broker import errors
 from broker.exchange.fanout import FanoutRouting
 
 TYPE = "x-message-deduplication"
+# (vhost, exchange, key, expiry ms since the epoch or -1) of every key a cache takes from a
+# publish: with `--workers N`, how the other workers' caches learn it (None: one process)
+PeerSink = Callable[[str, str, bytes, int], None]
+peer_sink: PeerSink | None = None
 HEADER = "x-deduplication-header"
 # the properties a content-based key may name (AMQP 0-9-1 basic properties), and the body
 HASHABLE = ("body", "content_type", "content_encoding", "headers", "delivery_mode", "priority",
@@ -46,6 +55,8 @@ class Cache(Protocol):
     """What the routing table needs of broker/dedup/cache.py's DedupCache."""
 
     def insert(self, key: bytes, ttl_ms: int | None = None) -> bool: ...
+
+    def expiry(self, key: bytes) -> int: ...
 
 
 def key_of(value: object) -> bytes | None:
@@ -124,7 +135,7 @@ class DedupRouting(FanoutRouting):
     deduplicated yet). `ttl_ms`, `size`, `persistence`: the declare arguments."""
 
     __slots__ = ("cache", "size", "ttl_ms", "persistence", "hash_parts", "key_only",
-                 "remote_duplicates")
+                 "remote_duplicates", "names")
     reads_headers = True
     always_reads_headers = True  # the header decides even before there is a binding
 
@@ -160,6 +171,9 @@ class DedupRouting(FanoutRouting):
         # with --workers N, the duplicates the other workers' caches of this exchange caught,
         # as last reported (worker -> count; broker/workers/api_bridge.py, on worker 0)
         self.remote_duplicates: dict[int, int] = {}
+        # (vhost, exchange) once the vhost gave the exchange its cache: the names a new key
+        # is told to the other workers under (peer_sink)
+        self.names: tuple[str, str] | None = None
 
     def duplicates(self) -> int:
         """Publishes dropped as duplicates, by this worker's cache and the others'."""
@@ -183,4 +197,7 @@ class DedupRouting(FanoutRouting):
                         ttl = None
                 if not cache.insert(key, ttl):
                     return _NOWHERE
+                sink = peer_sink
+                if sink is not None and self.names is not None:
+                    sink(self.names[0], self.names[1], key, cache.expiry(key))
         return self._dests

@@ -36,7 +36,7 @@ from broker.connection_close import CLOSED
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
 from broker.queue_delivery import RUN
 from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
-from broker.workers import federation_watch, queue_requests, remote
+from broker.workers import dedup_sharing, federation_watch, queue_requests, remote
 from broker.workers.api_bridge import ApiBridge
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.connection_tracking import ConnectionTracking
@@ -141,6 +141,7 @@ class WorkerRuntime:
         m.on("fedwatch", lambda peer, record: federation_watch.watch(
             m, self._local_queue, peer, record))
         m.on("wants", lambda peer, record: federation_watch.wanted(self.proxies, peer, record))
+        dedup_sharing.install(m, self.index, self.count, self._vhost)
         m.on_request("op", self._on_op_request)
         m.on_request("snapshot", self._on_snapshot)
         m.on_request("settled", self._on_settled_request)

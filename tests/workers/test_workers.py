@@ -501,3 +501,33 @@ def test_the_unacked_list_covers_every_workers_channels(workers_broker):
     finally:
         for c in conns:
             c.close()
+
+
+def test_a_deduplicating_exchange_drops_a_duplicate_published_through_another_worker(
+        workers_broker):
+    """A publisher that retries through a new connection lands on the other worker: the
+    key its first publish put in worker 0's cache is in worker 1's too (and the other way
+    round), so the retry is confirmed and dropped, as on one process; the duplicates count
+    both workers' drops."""
+    broker = workers_broker(2)
+    first, second = connect(broker, 2)  # workers 0 and 1
+    setup = first.channel()
+    setup.exchange_declare("dd", "x-message-deduplication",
+                           arguments={"x-cache-size": 1000})
+    setup.queue_declare("ddq")
+    setup.queue_bind("ddq", "dd")
+    a, b = first.channel(), second.channel()
+    a.confirm_delivery()
+    b.confirm_delivery()
+    for i in range(20):
+        one, other = (a, b) if i % 2 else (b, a)
+        props = pika.BasicProperties(headers={"x-deduplication-header": f"k{i}"})
+        one.basic_publish("dd", "", b"first %d" % i, props)
+        other.basic_publish("dd", "", b"retry %d" % i, props)  # confirmed, not routed
+    assert setup.queue_declare("ddq", passive=True).method.message_count == 20
+    bodies = [setup.basic_get("ddq", auto_ack=True)[2] for _ in range(20)]
+    assert all(body.startswith(b"first") for body in bodies), bodies
+    wait_for(lambda: broker.api_get("/api/exchanges/%2F/dd").get(
+        "messages_deduplicated") == 20, timeout=15)
+    first.close()
+    second.close()
