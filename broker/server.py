@@ -81,6 +81,10 @@ class Broker:
         # ... the deliveries their channels hold unacked from a queue: (vhost, queue) ->
         # rows of GET /api/queues/{vhost}/{name}/unacked
         self.remote_unacked: Callable[[str, str], Awaitable[list[dict[str, Any]]]] | None = None
+        # ... what the other workers' holders of a delayed exchange hold: (vhost, exchange,
+        # count) -> up to count (due ms, Message) from each, due order
+        self.remote_delayed: Callable[[str, str, int], Awaitable[list[tuple[int, Any]]]] | None \
+            = None
         # ... and its workers' own figures (pid, memory, connections, queues), by index
         self.worker_views: Callable[[], list[dict[str, Any]]] | None = None
         # a worker process: the node process, whose tree (it and every worker) is the

@@ -99,6 +99,10 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
         """... and the deliveries the other workers' channels hold unacked from a queue."""
 
     @property
+    def remote_delayed(self) -> Callable[[str, str, int], Awaitable[list[tuple[int, Any]]]] | None:
+        """... and what the other workers' holders of a delayed exchange hold."""
+
+    @property
     def process_tree(self) -> int | None:
         """A worker process: the node process, whose tree is the broker (Prometheus's
         process figures sum it)."""

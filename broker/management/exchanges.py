@@ -149,8 +149,13 @@ async def delayed(request: web.Request) -> web.Response:
         raise bad_request("count must be an integer") from None
     if not 0 <= count <= 1000:
         raise bad_request("count must be 0..1000")
+    items = holder.call(holder.browse, count)
+    remote = broker(request).remote_delayed
+    if remote is not None:  # --workers N: each worker holds what its connections published
+        items = sorted(items + await remote(_v.name, x.name, count),
+                       key=lambda item: item[0])[:count]
     out = []
-    for position, (due, message) in enumerate(holder.call(holder.browse, count)):
+    for position, (due, message) in enumerate(items):
         out.append({"position": position, "due": shapes.due_stamp(due),
                     "delay": -(message.headers or {}).get("x-delay", 0),
                     **message_json(message, False, 0)})

@@ -58,6 +58,7 @@ class ApiBridge:
         self._timer: asyncio.TimerHandle | None = None  # the next report to the owner
         runtime.mesh.on("report", self._on_report)
         runtime.mesh.on_request("unacked", self._on_unacked)
+        runtime.mesh.on_request("delayed", self._on_delayed)
 
     async def remote_queue_call(self, vhost: str, kind: str, payload: tuple) -> Any:
         """The management API (worker 0) on a queue of another worker: purge, get_n,
@@ -122,6 +123,38 @@ class ApiBridge:
         for done in asked:
             rows += await done
         return rows
+
+    def _on_delayed(self, peer: int, payload: Any, answer: Answer) -> None:
+        """Up to `count` of what our holder of delayed exchange (vhost, name) holds, due
+        order, as (due ms, Message), for worker 0's browse; none when we hold none."""
+        assert self.rt.broker is not None
+        vhost, name, count = payload
+        found = self.rt.broker.vhosts.get(vhost)
+        exchange = found.exchanges.get(name) if found is not None else None
+        holder = getattr(getattr(exchange, "routing", None), "holder", None)
+        answer.reply(holder.call(holder.browse, count) if holder is not None else [])
+
+    async def remote_delayed(self, vhost: str, name: str, count: int) -> list[tuple[int, Any]]:
+        """Worker 0: up to `count` waiting messages of delayed exchange (vhost, name) from
+        every other live worker's holder (each holds what its own connections published),
+        merged in due order."""
+        assert self.rt.broker is not None and self.rt.broker.loop is not None
+        loop = self.rt.broker.loop
+
+        def ask(peer: int) -> asyncio.Future[list[tuple[int, Any]]]:
+            done: asyncio.Future[list[tuple[int, Any]]] = loop.create_future()
+
+            def on_reply(ok: bool, value: Any) -> None:
+                if not done.done():  # a worker that died meanwhile shows none
+                    done.set_result(value if ok else [])
+            self.rt.mesh.request(peer, "delayed", (vhost, name, count), on_reply)
+            return done
+        asked = [ask(peer) for peer in range(self.rt.count) if peer != self.rt.index]
+        items: list[tuple[int, Any]] = []
+        for done in asked:
+            items += await done
+        items.sort(key=lambda item: item[0])
+        return items[:count]
 
     def _on_report(self, peer: int, record: tuple) -> None:
         """A worker's figures for the management API (the owner serves it): its queues'

@@ -598,6 +598,7 @@ class WorkerRuntime:
             self.broker.remote_connections = self.tracking.remote_connections
             self.broker.worker_views = self.tracking.worker_views
             self.broker.remote_unacked = self.api.remote_unacked
+            self.broker.remote_delayed = self.api.remote_delayed
         early, self._early_records = self._early_records, []
         for peer, record in early:
             self._on_queue_record(peer, record)

@@ -175,7 +175,7 @@ def test_a_client_that_reconnects_at_once_declares_its_exclusive_queue_again(
         name = f"again-{round_}"
         owner.channel().queue_declare(name, exclusive=True)
         port = owner._impl._transport._sock.getsockname()[1]
-        conn_name = wait_for(lambda: next((c["name"] for c in broker.api_get(
+        conn_name = wait_for(lambda port=port: next((c["name"] for c in broker.api_get(
             "/api/connections") if c["peer_port"] == port), None), timeout=10)
         ch = other.channel()  # the reconnected client: another connection, another worker
         reply = broker.api.delete(f"http://127.0.0.1:{broker.api_port}/api/connections/"
@@ -529,5 +529,27 @@ def test_a_deduplicating_exchange_drops_a_duplicate_published_through_another_wo
     assert all(body.startswith(b"first") for body in bodies), bodies
     wait_for(lambda: broker.api_get("/api/exchanges/%2F/dd").get(
         "messages_deduplicated") == 20, timeout=15)
+    first.close()
+    second.close()
+
+
+def test_the_delayed_browse_lists_what_every_worker_holds(workers_broker):
+    """Each worker holds the delayed publishes of its own connections; the management
+    API's browse (served by worker 0) lists them all, merged in due order, and the count
+    covers both."""
+    broker = workers_broker(2)
+    first, second = connect(broker, 2)  # workers 0 and 1
+    first.channel().exchange_declare("dx", "x-delayed-message",
+                                     arguments={"x-delayed-type": "direct"})
+    for conn, delays in ((first, (40_000, 20_000)), (second, (30_000, 10_000))):
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for delay in delays:
+            ch.basic_publish("dx", "k", b"%d" % delay,
+                             pika.BasicProperties(headers={"x-delay": delay}))
+    rows = broker.api_get("/api/exchanges/%2F/dx/delayed?count=3")
+    assert [r["payload"] for r in rows] == ["10000", "20000", "30000"]
+    wait_for(lambda: broker.api_get("/api/exchanges/%2F/dx").get("messages_delayed") == 4,
+             timeout=15)
     first.close()
     second.close()
