@@ -12,9 +12,12 @@ Owns: the files of one delayed exchange's directory and the in-memory part of it
   out from there meanwhile, new messages go to a new memtable and journal `g + 1`, and
   journal `g` is deleted once the run is fsynced and renamed into place (so a run under its
   final name is whole; at start, journals it covers are deleted, others read back). Runs
-  are read forward a chunk at a time (`readahead` bytes), so a run costs one chunk of
-  memory however many messages it holds, and 10 million waiting messages cost the memtable
-  plus a chunk per run.
+  are read forward a chunk at a time: `readahead` bytes (64 KiB), less when there are many
+  runs, so that all their chunks together stay within READ_BUDGET (8 MiB; 4 KiB at least).
+  At most `open_runs` (64) runs hold an open file (`_OpenRuns`: the least recently read is
+  closed first, its chunk kept, and opened again at the same offset when that chunk is
+  used up), so 10 million waiting messages cost the memtable and the read budget, and
+  never more than 64 descriptors per exchange.
 - `fired`: the watermark, the largest (due, seq) such that every message up to it was handed
   out and settled (its targets confirmed it or it had none), in one of two slots written in
   place in turn (`_Watermark`). Messages are handed out in key
@@ -41,8 +44,9 @@ import os
 import shutil
 import struct
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from broker import replication_hook, storage_codec
 from broker.durable_io import fsync_dir, write_atomically
@@ -57,6 +61,8 @@ RUN_PREFIX = "run-"
 _ENTRY = struct.Struct(">QQ16sB")  # due ms, seq, msg_id, flags; then storage_codec's bytes
 _KEY = struct.Struct(">QQ")
 _FRAME = struct.Struct(">II")  # record_log's frame head: length, CRC32
+READ_BUDGET = 8 << 20  # bytes of chunks all runs read ahead together (4 KiB each at least)
+MIN_CHUNK = 4 << 10
 ENTRY_OVERHEAD = 120  # bytes of Python objects per memtable entry beside its record
 
 Key = tuple[int, int]  # (due ms since the epoch, seq)
@@ -133,19 +139,20 @@ class _Run:
     """One sorted run file, read forward: `head` is its next (due, seq, record), None at
     the end."""
 
-    __slots__ = ("path", "number", "count", "max_seq", "_f", "_buf", "_pos", "_readahead",
-                 "head", "last")
+    __slots__ = ("path", "number", "count", "max_seq", "_f", "_buf", "_pos", "_offset",
+                 "_open", "head", "last")
 
-    def __init__(self, path: str, number: int, count: int, max_seq: int, readahead: int,
-                 after: Key) -> None:
+    def __init__(self, path: str, number: int, count: int, max_seq: int, after: Key,
+                 open_runs: _OpenRuns) -> None:
         self.path = path
         self.number = number
         self.count = count  # records in the file
         self.max_seq = max_seq
-        self._f = open(path, "rb")  # noqa: SIM115 - held open while the run is read
+        self._f: BinaryIO | None = None  # open while among `open_runs`' most recent
         self._buf = b""
         self._pos = 0
-        self._readahead = readahead
+        self._offset = 0  # where in the file `_buf` ends
+        self._open = open_runs
         self.head: tuple[int, int, bytes] | None = None
         self.last: Key = (-1, -1)  # the last key handed out of it
         self.advance()
@@ -166,15 +173,59 @@ class _Run:
                     due, seq = _KEY.unpack_from(record)
                     self.head = (due, seq, record)
                     return
-            more = self._f.read(self._readahead)
+            f = self._f
+            if f is None:
+                f = self._f = open(self.path, "rb")  # noqa: SIM115 - closed by release()
+                f.seek(self._offset)
+            self._open.used(self)
+            more = f.read(self._open.chunk)
             if not more:
                 self.head = None
+                self.close()
                 return
+            self._offset += len(more)
             self._buf = buf[pos:] + more
             self._pos = 0
 
+    def release(self) -> None:
+        """Close the file, keeping what is left of the chunk (the next read opens it again
+        at `_offset`): `_OpenRuns` makes room for a run being read."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        self._open.forget(self)
+
+
+class _OpenRuns:
+    """The runs holding an open file and a chunk, at most `limit`, least recently read
+    first: reading one more closes the oldest (`_Run.release`)."""
+
+    def __init__(self, limit: int, chunk: int) -> None:
+        self.limit = limit
+        self.chunk = chunk  # bytes a run reads at a time (the store sets it per run count)
+        self._runs: OrderedDict[int, _Run] = OrderedDict()  # id(run) -> run
+
+    def used(self, run: _Run) -> None:
+        runs = self._runs
+        key = id(run)
+        if key in runs:
+            runs.move_to_end(key)
+            return
+        runs[key] = run
+        while len(runs) > self.limit:
+            _, oldest = runs.popitem(last=False)
+            oldest.release()
+
+    def forget(self, run: _Run) -> None:
+        self._runs.pop(id(run), None)
+
+    def __len__(self) -> int:
+        return len(self._runs)
 
 
 class SpillJob:
@@ -221,10 +272,11 @@ class DelayStore:
     """
 
     def __init__(self, directory: str | None, *, memtable_bytes: int = 8 << 20,
-                 readahead: int = 64 << 10) -> None:
+                 readahead: int = 64 << 10, open_runs: int = 64) -> None:
         self.directory = directory
         self.memtable_bytes = memtable_bytes  # spill to a sorted run past this many
         self.readahead = readahead  # bytes read from a run at a time
+        self.open_runs = _OpenRuns(open_runs, readahead)  # runs with an open file
         # heap of (due, seq, record framed as the journal and runs hold it)
         self._mem: list[tuple[int, int, bytes]] = []
         self._mem_bytes = 0  # framed records plus ENTRY_OVERHEAD each
@@ -264,7 +316,9 @@ class DelayStore:
         max_seq = self.watermark[1]
         covered = -1  # the newest journal generation a whole run holds
         journals: list[int] = []
-        for name in sorted(os.listdir(self.directory)):
+        names = sorted(os.listdir(self.directory))
+        self._size_chunks(sum(1 for n in names if n.startswith(RUN_PREFIX)))
+        for name in names:
             if name.startswith(JOURNAL + "-") and name[len(JOURNAL) + 1:].isdigit():
                 journals.append(int(name[len(JOURNAL) + 1:]))
                 continue
@@ -281,7 +335,7 @@ class DelayStore:
             covered = max(covered, generation)
             max_seq = max(max_seq, run_max)
             run = _Run(os.path.join(self.directory, name), number, count, run_max,
-                       self.readahead, self.watermark)
+                       self.watermark, self.open_runs)
             if run.head is None:
                 self._delete_run(run)
                 continue
@@ -317,8 +371,13 @@ class DelayStore:
             log.info("delayed messages in %s: %d waiting, %d sorted runs", self.directory,
                      self._count, len(self._runs))
 
+    def _size_chunks(self, runs: int) -> None:
+        """Chunks of `readahead` bytes, less with many runs: READ_BUDGET in all."""
+        self.open_runs.chunk = max(MIN_CHUNK, min(self.readahead, READ_BUDGET // max(1, runs)))
+
     def _add_run(self, run: _Run) -> None:
         self._runs[run.number] = run
+        self._size_chunks(len(self._runs))
         self._count += run.count
         assert run.head is not None
         heapq.heappush(self._run_heads, (run.head[0], run.head[1], run.number))
@@ -386,7 +445,7 @@ class DelayStore:
         self._count -= len(self._spilling)  # counted again as the run's
         self._spilling = []
         run = _Run(os.path.join(self.directory, job.name), job.number, job.count,
-                   job.max_seq, self.readahead, max(self.watermark, self._spill_last))
+                   job.max_seq, max(self.watermark, self._spill_last), self.open_runs)
         if run.head is None:
             self._delete_run(run)
         else:
@@ -515,6 +574,7 @@ class DelayStore:
     def _delete_run(self, run: _Run) -> None:
         run.close()
         self._runs.pop(run.number, None)
+        self._size_chunks(len(self._runs))
         try:
             os.unlink(run.path)
         except FileNotFoundError:
@@ -534,9 +594,11 @@ class DelayStore:
         management API's browse): the memtable's and the runs' next ones merged. Reads the
         run files again from their start."""
         runs = []
+        # this browse's own: as many files at most, chunks of the same size
+        opened = _OpenRuns(self.open_runs.limit, self.open_runs.chunk)
         for run in self._runs.values():
-            runs.append(_Run(run.path, run.number, run.count, run.max_seq, self.readahead,
-                             max(self.watermark, run.last)))
+            runs.append(_Run(run.path, run.number, run.count, run.max_seq,
+                             max(self.watermark, run.last), opened))
         try:
             streams: list[Iterator[tuple[int, int, bytes]]] = [
                 iter([(d, q, f[_FRAME.size:]) for d, q, f in sorted(self._mem)]),

@@ -221,3 +221,63 @@ def test_a_crash_after_the_run_was_written_reads_the_run_not_the_journal(tmp_pat
     got = _ids(again.pop_due(10**12, 10**6))
     assert len(got) == len(set(got)) == n
     again.close()
+
+
+def _open_run_files(directory: str) -> int:
+    """Descriptors of this process open on run files of `directory`."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(directory) and os.path.basename(target).startswith("run-"):
+            n += 1
+    return n
+
+
+def test_at_most_open_runs_runs_hold_a_file_however_many_there_are(tmp_path) -> None:
+    """Twenty runs whose due times interleave (every run is read at every step, the worst
+    case for a cache of open files), three open at most: every message still comes out
+    once, in due order, with never more than three run files open; the same after a
+    restart."""
+    path = str(tmp_path / "x")
+    store = DelayStore(path, memtable_bytes=16_000, readahead=512, open_runs=3)
+    dues = _fill(store, 3_000)
+    store.sync()
+    assert len(store._runs) >= 20
+    assert _open_run_files(path) <= 3
+    out = []
+    while len(store):
+        batch = store.pop_due(10**12, 37)
+        assert _open_run_files(path) <= 3 and len(store.open_runs) <= 3
+        for key, _f, _m in batch[:20]:
+            store.settle(key)
+        out += batch
+    keys = [k for k, _f, _m in out]
+    assert keys == sorted(keys)
+    assert sorted(_ids(out)) == list(range(3_000))
+    assert all(dues[i] == k[0] for i, (k, _f, _m) in zip(_ids(out), out, strict=True))
+    store.commit()
+    store.close()
+    again = DelayStore(path, memtable_bytes=16_000, readahead=512, open_runs=3)
+    assert _open_run_files(path) <= 3
+    rest = again.pop_due(10**12, 10**6)
+    assert [k for k, _f, _m in rest] == sorted(k for k, _f, _m in rest)
+    # the watermark stopped at the first batch's first unsettled message: the rest again
+    assert len(rest) == len({k for k, _f, _m in rest}) == 3_000 - 20
+    assert [k for k, _f, _m in again.peek(5)] == []  # everything was handed out
+    again.close()
+
+
+def test_a_browse_of_many_runs_opens_at_most_open_runs_files(tmp_path) -> None:
+    path = str(tmp_path / "x")
+    store = DelayStore(path, memtable_bytes=16_000, readahead=512, open_runs=2)
+    _fill(store, 2_000)
+    seen = []
+    for key, _message in store.peek(500):
+        seen.append(key)
+        assert _open_run_files(path) <= 4  # the store's two and the browse's two
+    assert seen == sorted(seen) and len(seen) == 500
+    assert len(store) == 2_000  # nothing handed out
+    store.close()
