@@ -35,6 +35,7 @@ from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
 from broker.delayed.store import DelayStore, Key, SpillJob
 from broker.exchange.delayed import delay_from, delay_of, swapped_delay
+from broker.loop_lag import Histogram
 from broker.mailbox import Process
 from broker.message import Message, new_msg_id
 from broker.protocol.encoding import LongLong, SignedInt, encode_properties
@@ -104,6 +105,8 @@ class DelayedMessages(Process):
         self.published = 0  # messages taken and held
         self.routed = 0  # due messages published to at least one queue
         self.unroutable = 0  # due messages no binding (nor alternate exchange) took
+        # how late each due message went out (s: handed out minus due, 1 ms resolution)
+        self.lateness = Histogram()
         if len(self.store):
             loop.call_soon(self.cast, (FIRE,))  # recovered: what is overdue goes at once
 
@@ -221,8 +224,11 @@ class DelayedMessages(Process):
         one loop turn (a FIRE to ourselves), so other processes get theirs."""
         if self.deleted:
             return
-        due = self.store.pop_due(_now_ms(), FIRE_BATCH)
+        now = _now_ms()
+        due = self.store.pop_due(now, FIRE_BATCH)
+        observe = self.lateness.observe
         for key, flags, message in due:
+            observe((now - key[0]) / 1000.0)
             self._publish_due(key, flags, message)
         if len(due) == FIRE_BATCH and not self._fire_scheduled:
             self._fire_scheduled = True
@@ -272,12 +278,15 @@ class DelayedMessages(Process):
     # -- the management API ---------------------------------------------------------------------
     def own_stats(self) -> dict[str, Any]:
         """messages_delayed (waiting), the next due time (ms since the epoch, or None), and
-        the counts of messages taken, routed when due, and unroutable when due, of this
-        worker's holder alone."""
+        the counts of messages taken, routed when due, and unroutable when due, and
+        `lateness` (how late due messages went out: per-bucket counts of loop_lag.BUCKETS
+        plus +Inf, sum and max in s), of this worker's holder alone."""
+        late = self.lateness
         return {"messages_delayed": len(self.store),
                 "next_due_ms": self.store.next_due(),
                 "delayed_published": self.published, "delayed_routed": self.routed,
-                "delayed_unroutable": self.unroutable}
+                "delayed_unroutable": self.unroutable,
+                "lateness": {"counts": list(late.counts), "sum": late.sum, "max": late.max}}
 
     def stats(self) -> dict[str, Any]:
         """`own_stats`, with those the other workers' holders of the same exchange last
@@ -291,7 +300,14 @@ class DelayedMessages(Process):
             due = other["next_due_ms"]
             if due is not None and (out["next_due_ms"] is None or due < out["next_due_ms"]):
                 out["next_due_ms"] = due
+            mine, theirs = out["lateness"], other.get("lateness")
+            if theirs is not None:
+                mine["counts"] = [a + b for a, b in zip(mine["counts"], theirs["counts"],
+                                                        strict=True)]
+                mine["sum"] += theirs["sum"]
+                mine["max"] = max(mine["max"], theirs["max"])
         return out
+
 
     def browse(self, limit: int) -> list[tuple[int, Message]]:
         """Up to `limit` waiting messages in due order: (due ms since the epoch, message)."""
@@ -369,3 +385,13 @@ def _fsync_all(fds: list[int]) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def lateness_histogram(lateness: dict[str, Any]) -> Histogram:
+    """A `stats()["lateness"]` as a loop_lag.Histogram (for Prometheus)."""
+    hist = Histogram()
+    hist.counts = list(lateness["counts"])
+    hist.sum = lateness["sum"]
+    hist.count = sum(hist.counts)
+    hist.max = lateness["max"]
+    return hist

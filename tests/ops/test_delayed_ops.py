@@ -78,3 +78,33 @@ def test_prometheus_counts_per_exchange_and_in_total(metrics_url, held) -> None:
     published = {s.labels.get("exchange"): s.value for s in _samples(
         metrics_url + "/metrics/per-object", "pybroker_exchange_messages_delayed_published")}
     assert published.get(held) == 3
+
+
+def test_prometheus_shows_how_late_due_messages_went_out(metrics_url, ch) -> None:
+    """`pybroker_exchange_delayed_lateness_seconds`: one observation per due message sent,
+    how long after its due time (a histogram, per exchange and summed)."""
+    x = f"opslate-{uuid.uuid4().hex[:8]}"
+    ch.exchange_declare(x, "x-delayed-message", arguments={"x-delayed-type": "fanout"})
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, x)
+    for _ in range(5):
+        ch.basic_publish(x, "", b"m", pika.BasicProperties(headers={"x-delay": 200}))
+    deadline = time.monotonic() + 15
+    while ch.queue_declare(q, passive=True).method.message_count < 5:
+        assert time.monotonic() < deadline, "the five did not come due"
+        time.sleep(0.1)
+    while True:
+        per = [s for s in _samples(metrics_url + "/metrics/per-object",
+                                   "pybroker_exchange_delayed_lateness_seconds_count")
+               if s.labels.get("exchange") == x]
+        if (per and per[0].value == 5) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert per and per[0].value == 5
+    buckets = {s.labels["le"]: s.value for s in _samples(
+        metrics_url + "/metrics/per-object", "pybroker_exchange_delayed_lateness_seconds_bucket")
+        if s.labels.get("exchange") == x}
+    assert buckets["+Inf"] == 5 and buckets["1.0"] == 5  # none a second late
+    total = _samples(metrics_url + "/metrics", "pybroker_exchange_delayed_lateness_seconds_count")
+    assert total and total[0].value >= 5
+    ch.exchange_delete(x)
