@@ -140,11 +140,14 @@ def _publish_frames(queue: str, body: bytes, channel: int = 1) -> bytes:
         frame.marshal(pbody.ContentBody(body), channel)))
 
 
-def _greedy_flood(uri: str, queues: tuple[str, str], seconds: float) -> None:
+def _greedy_flood(uri: str, queues: tuple[str, str], seconds: float,
+                  ready: Any = None) -> None:
     """Full speed, no confirms, 100 to one queue then 100 to the other, as pre-encoded
     frames written with blocking sends on the channel pika opened: TCP back-pressure (and a
     broker that stops reading) is the only brake."""
     conn = pika.BlockingConnection(pika.URLParameters(uri))
+    if ready is not None:
+        ready.set()
     conn.channel()  # channel 1
     sock = conn._impl._transport._sock  # noqa: SLF001 - raw writes, pika is too slow a flood
     sock.setblocking(True)
@@ -156,10 +159,12 @@ def _greedy_flood(uri: str, queues: tuple[str, str], seconds: float) -> None:
     os._exit(0)  # the broker may hold much of it unconsumed: no clean close to wait for
 
 
-def _never_acks(uri: str, queue: str, seconds: float) -> None:
+def _never_acks(uri: str, queue: str, seconds: float, ready: Any = None) -> None:
     """basic.qos 0 (unlimited) and manual acks that never come: every delivery stays
     unacked, so the queue pushes everything it gets at this consumer's socket."""
     conn = pika.BlockingConnection(pika.URLParameters(uri))
+    if ready is not None:
+        ready.set()
     ch = conn.channel()
     ch.basic_qos(prefetch_count=0)
     ch.basic_consume(queue, lambda *a: None, auto_ack=False)
@@ -169,9 +174,11 @@ def _never_acks(uri: str, queue: str, seconds: float) -> None:
     os._exit(0)
 
 
-def _trickle_reader(uri: str, queue: str, seconds: float) -> None:
+def _trickle_reader(uri: str, queue: str, seconds: float, ready: Any = None) -> None:
     """No-ack consumer with a 4 KiB receive buffer that reads 1 KiB every 50 ms."""
     conn = pika.BlockingConnection(pika.URLParameters(uri))
+    if ready is not None:
+        ready.set()
     ch = conn.channel()
     ch.basic_consume(queue, lambda *a: None, auto_ack=True)
     sock = conn._impl._transport._sock  # noqa: SLF001 - a slow reader on purpose
@@ -197,18 +204,47 @@ def _drain(uri: str, queue: str, seconds: float) -> None:
 
 
 def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
-        seconds: float = 15.0, every_ms: float = 5.0, shape: str = "slow") -> dict[str, Any]:
-    """One measurement of `shape` ("slow" or "greedy", as the module says): the bystander's
-    round trips in ms {p50, p99, max, count}, one every `every_ms` ms (after the previous
-    one came back). `flood` and `backlog` apply to "slow" only."""
+        seconds: float = 15.0, every_ms: float = 5.0, shape: str = "slow",
+        placement: str = "any") -> dict[str, Any]:
+    """One measurement of `shape` ("slow", "greedy", or "none": the bystander alone): the
+    bystander's round trips in ms {p50, p99, max, count}, one every `every_ms` ms (after
+    the previous one came back). `flood` and `backlog` apply to "slow" only.
+
+    `placement` "apart" (a broker with `--workers 2`, greedy or none): the bystander's
+    connection and queue on worker 1, the flood's three connections and two queues on worker
+    0. The node hands a connection to the worker with the fewest (ties: the lowest index)
+    and a queue goes to the worker with the fewest queues (ties: the declaring connection's,
+    broker/workers/placement.py), so: the admin connection (worker 0), the bystander's
+    (worker 1), the bystander's queue declared on it (worker 1), the flood's queues on the
+    admin's (worker 0 twice), then each flood connection (worker 0) followed by an idle
+    filler connection (worker 1) to even the counts again. "any": in the order the
+    processes connect."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
     admin = pika.BlockingConnection(pika.URLParameters(uri))
     ch = admin.channel()
-    for q in (a, b, c):
+    apart = placement == "apart"
+    by = pika.BlockingConnection(pika.URLParameters(uri)) if apart else None
+    if by is not None:
+        by.channel().queue_declare(c, auto_delete=False)
+    for q in ((a, b) if apart else (a, b, c)):
         ch.queue_declare(q, auto_delete=False)
     ctx = mp.get_context("spawn")
-    if shape == "greedy":
+    fillers: list[pika.BlockingConnection] = []
+    if shape == "none":
+        procs: list[Any] = []
+    elif apart:
+        procs = []
+        for target, args in ((_never_acks, (uri, a, seconds)),
+                             (_trickle_reader, (uri, b, seconds)),
+                             (_greedy_flood, (uri, (a, b), seconds))):
+            ready = ctx.Event()
+            procs.append(ctx.Process(target=target, args=(*args, ready)))
+            procs[-1].start()
+            if not ready.wait(30):
+                raise RuntimeError("a flood connection did not open")
+            fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))
+    elif shape == "greedy":
         procs = [ctx.Process(target=_never_acks, args=(uri, a, seconds)),
                  ctx.Process(target=_trickle_reader, args=(uri, b, seconds)),
                  ctx.Process(target=_greedy_flood, args=(uri, (a, b), seconds))]
@@ -218,14 +254,16 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
         procs = [ctx.Process(target=_slow_consumer, args=(uri, a, seconds)),
                  ctx.Process(target=_flood, args=(uri, a, flood, seconds)),
                  ctx.Process(target=_drain, args=(uri, b, seconds))]
-    by = pika.BlockingConnection(pika.URLParameters(uri))
+    if by is None:
+        by = pika.BlockingConnection(pika.URLParameters(uri))
     bch = by.channel()
-    if shape == "greedy":
+    if shape in ("greedy", "none"):
         bch.confirm_delivery()
     got: list[float] = []
     bch.basic_consume(c, lambda *args: got.append(time.monotonic()), auto_ack=True)
     for p in procs:
-        p.start()
+        if not apart:
+            p.start()
     time.sleep(1.0)  # let the flood and the drain get going
     rtts = []
     deadline = time.monotonic() + seconds - 2
@@ -244,6 +282,8 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
         if p.is_alive():
             p.kill()
     by.close()
+    for filler in fillers:
+        filler.close()
     for q in (a, b, c):
         ch.queue_delete(q)
     admin.close()
@@ -258,8 +298,12 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("uris", nargs="+")
-    p.add_argument("--shape", choices=("slow", "greedy"), default="slow",
-                   help="slow: issue 26's flood; greedy: issue 49's (see above)")
+    p.add_argument("--shape", choices=("slow", "greedy", "none"), default="slow",
+                   help="slow: issue 26's flood; greedy: issue 49's; none: the bystander "
+                        "alone (see above)")
+    p.add_argument("--placement", choices=("any", "apart"), default="any",
+                   help="apart: with --workers 2, the flood on worker 0 and the bystander "
+                        "on worker 1 (see run())")
     p.add_argument("--flood", type=int, default=120_000)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=15.0)
@@ -276,7 +320,8 @@ def main(argv: list[str]) -> int:
         for uri in ns.uris:
             load_before = list(wait_quiet(ns.quiet_load)) if ns.quiet_load else \
                 list(os.getloadavg())
-            res = run(uri, ns.flood, ns.backlog, ns.seconds, ns.every_ms, ns.shape)
+            res = run(uri, ns.flood, ns.backlog, ns.seconds, ns.every_ms, ns.shape,
+                      ns.placement)
             res["load_before"] = [round(x, 2) for x in load_before]
             res["round"] = rnd
             runs[uri].append(res)
@@ -293,7 +338,8 @@ def main(argv: list[str]) -> int:
                 f"{k} {v['median']} ({v['min']}-{v['max']}) ms" for k, v in fig.items()))
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"format": "bench-fairness/1", "shape": ns.shape, "every_ms": ns.every_ms,
+            json.dump({"format": "bench-fairness/1", "shape": ns.shape,
+                       "placement": ns.placement, "every_ms": ns.every_ms,
                        "seconds": ns.seconds, "flood": ns.flood, "backlog": ns.backlog,
                        "runs": runs, "summary": summary}, f, indent=1)
     return 0

@@ -1,0 +1,41 @@
+"""bench.fairness's `--placement apart` against a real `--workers 2` broker: the greedy
+flood's two queues land on worker 0 and the bystander's on worker 1, and the bystander's
+round trips are measured (issue 49: is a flood on one worker invisible on another?)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bench import fairness
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_the_flood_and_the_bystander_run_on_different_workers(workers_broker):
+    broker = workers_broker(2)
+    seen: list[list[tuple[int, int, int]]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # the per-worker view while the run goes on
+        while not stop.is_set():
+            nodes = broker.api_get("/api/nodes")
+            seen.append([(w["index"], w["queues"], w["connections"])
+                         for w in nodes[0].get("workers", [])])
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        res = fairness.run(broker.url, seconds=5.0, every_ms=20, shape="greedy",
+                           placement="apart")
+    finally:
+        stop.set()
+        watcher.join()
+    assert res["count"] > 20
+    assert 0 < res["p50"] <= res["p99"] <= res["max"]
+    # at some point during the run: worker 0 holds the flood's two queues and the admin,
+    # the three flood connections; worker 1 the bystander's queue, the bystander and three
+    # idle fillers
+    assert [(0, 2, 4), (1, 1, 4)] in seen, seen
