@@ -6,9 +6,10 @@
 #   2. deduplication's cost per publish: a fanout exchange against x-message-deduplication
 #      (every message its own x-deduplication-header), and a queue without and with
 #      x-message-deduplication (the same messages);
-#   3. lateness (once, 4 minutes): 1 000 000 persistent messages published at 10 000 msg/s
-#      with x-delay 110 s, so that from 110 s they fall due at 10 000 msg/s while up to a
-#      million wait; the consumer's latency is counted from each message's due time.
+#   3. lateness (LATENESS_ROUNDS rounds, 8 minutes each): 1 000 000 persistent messages
+#      published at 10 000 msg/s with x-delay 110 s, so that from 110 s they fall due at
+#      10 000 msg/s while up to a million wait; the consumer's latency is counted from each
+#      message's due time; a consumer with manual acks, then a no-ack one.
 #   4. memory of 10 million waiting messages (python -m bench.delayed_memory).
 set -euo pipefail
 out=${1:?OUTDIR}; rounds=${2:-3}
@@ -48,10 +49,17 @@ for r in $(seq "$rounds"); do
 done
 fi
 if [ "${SKIP_LATENESS:-}" != 1 ]; then
-quiet
-python3 -m bench --uri $U -t x-delayed-message -e dxl -u dlq --delay-ms 110000 -f persistent \
-  -x 1 -y 1 -c 200 -q 200 -A 50 -r 10000 -z 100 --drain-timeout 30 --quiet \
-  --json "$out/lateness-1M.json" > /dev/null 2>&1
+# alternated: a consumer with manual acks (prefetch 200, multiple ack every 50) and a no-ack
+# one; each on a new exchange and queue
+for r in $(seq "${LATENESS_ROUNDS:-1}"); do
+  for mode in manual auto; do
+    if [ $mode = manual ]; then C="-q 200 -A 50"; else C="-a"; fi
+    quiet
+    python3 -m bench --uri $U -t x-delayed-message -e dxl$mode$r -u dlq$mode$r \
+      --delay-ms 110000 -f persistent -x 1 -y 1 -c 200 $C -r 10000 -z 100 \
+      --drain-timeout 30 --quiet --json "$out/lateness-1M-$mode-$r.json" > /dev/null 2>&1
+  done
+done
 fi
 if [ "${SKIP_MEMORY:-}" != 1 ]; then
 python3 -m bench.delayed_memory 10000000 --json "$out/memory-10M.json" | tail -n 1
