@@ -12,8 +12,9 @@ Owns: the files of one delayed exchange's directory and the in-memory part of it
   out from there meanwhile, new messages go to a new memtable and journal `g + 1`, and
   journal `g` is deleted once the run is fsynced and renamed into place (so a run under its
   final name is whole; at start, journals it covers are deleted, others read back). Runs
-  are read forward a chunk at a time: `readahead` bytes (64 KiB), less when there are many
-  runs, so that all their chunks together stay within READ_BUDGET (8 MiB; 4 KiB at least).
+  are read forward a chunk at a time: 4 KiB first (its head), then `readahead` bytes
+  (64 KiB), less when there are many runs, so that all their chunks together stay within
+  READ_BUDGET (8 MiB; 4 KiB at least).
   At most `open_runs` (64) runs hold an open file (`_OpenRuns`: the least recently read is
   closed first, its chunk kept, and opened again at the same offset when that chunk is
   used up), so 10 million waiting messages cost the memtable and the read budget, and
@@ -140,7 +141,7 @@ class _Run:
     the end."""
 
     __slots__ = ("path", "number", "count", "max_seq", "_f", "_buf", "_pos", "_offset",
-                 "_open", "head", "last")
+                 "_open", "_chunk", "head", "last")
 
     def __init__(self, path: str, number: int, count: int, max_seq: int, after: Key,
                  open_runs: _OpenRuns) -> None:
@@ -152,6 +153,9 @@ class _Run:
         self._buf = b""
         self._pos = 0
         self._offset = 0  # where in the file `_buf` ends
+        # the first read is small: a new run's turn may be hours away, and its first
+        # record is all the heap needs until then; later reads take the store's chunk
+        self._chunk = MIN_CHUNK
         self._open = open_runs
         self.head: tuple[int, int, bytes] | None = None
         self.last: Key = (-1, -1)  # the last key handed out of it
@@ -178,7 +182,8 @@ class _Run:
                 f = self._f = open(self.path, "rb")  # noqa: SIM115 - closed by release()
                 f.seek(self._offset)
             self._open.used(self)
-            more = f.read(self._open.chunk)
+            more = f.read(self._chunk)
+            self._chunk = self._open.chunk
             if not more:
                 self.head = None
                 self.close()
