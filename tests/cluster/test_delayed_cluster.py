@@ -1,7 +1,8 @@
 """Delayed messages and a deduplication cache on disk survive the loss of the leader (issue
 50): a follower in the ISR holds the delayed exchange's and the cache's files as it holds a
 queue's, and when it takes over it sends every confirmed delayed message when due (none
-early, none lost) and still refuses the keys it had seen."""
+early, none lost) and still refuses the keys it had seen; a deduplicating queue's messages
+keep their keys on the new leader (it rebuilds them from the queue it recovers)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def test_delayed_messages_and_a_disk_cache_survive_kill_9_of_the_leader(tmp_path
             ch.queue_bind("due", "later", "k")
             ch.queue_declare("unique", durable=True)
             ch.queue_bind("unique", "once")
+            ch.queue_declare("kept", durable=True,
+                             arguments={"x-message-deduplication": True})
             sent = time.time()
             for i in range(50):
                 ch.basic_publish("later", "k", b"%d" % i, pika.BasicProperties(
@@ -34,6 +37,9 @@ def test_delayed_messages_and_a_disk_cache_survive_kill_9_of_the_leader(tmp_path
             for i in range(10):
                 ch.basic_publish("once", "", b"first-%d" % i, pika.BasicProperties(
                     delivery_mode=2, headers={"x-deduplication-header": f"key-{i}"}))
+            for i in range(5):
+                ch.basic_publish("", "kept", b"first-%d" % i, pika.BasicProperties(
+                    delivery_mode=2, headers={"x-deduplication-header": f"q-{i}"}))
         a.kill()
         takes_over(b, etcd, prefix)
         with pika.BlockingConnection(pika.URLParameters(b.url)) as conn:
@@ -42,7 +48,11 @@ def test_delayed_messages_and_a_disk_cache_survive_kill_9_of_the_leader(tmp_path
             for i in range(10):  # the keys the old leader saw are still duplicates
                 ch.basic_publish("once", "", b"again-%d" % i, pika.BasicProperties(
                     delivery_mode=2, headers={"x-deduplication-header": f"key-{i}"}))
+            for i in range(5):  # so are those of the queue's messages still there
+                ch.basic_publish("", "kept", b"again-%d" % i, pika.BasicProperties(
+                    delivery_mode=2, headers={"x-deduplication-header": f"q-{i}"}))
         assert drain(b, "unique") == [b"first-%d" % i for i in range(10)]
+        assert drain(b, "kept") == [b"first-%d" % i for i in range(5)]
         got: list[bytes] = []
         first_at = None
         deadline = time.monotonic() + 30
