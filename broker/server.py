@@ -43,6 +43,7 @@ from broker.vhost import VHost
 if TYPE_CHECKING:
     from broker.backing_queue.base import BackingQueue
     from broker.management.app import ManagementServer
+    from broker.message import Message
     from broker.serving import ServingBroker
     from broker.started import ReportedConnection, StartedBroker
 
@@ -83,8 +84,8 @@ class Broker:
         self.remote_unacked: Callable[[str, str], Awaitable[list[dict[str, Any]]]] | None = None
         # ... what the other workers' holders of a delayed exchange hold: (vhost, exchange,
         # count) -> up to count (due ms, Message) from each, due order
-        self.remote_delayed: Callable[[str, str, int], Awaitable[list[tuple[int, Any]]]] | None \
-            = None
+        self.remote_delayed: \
+            Callable[[str, str, int], Awaitable[list[tuple[int, Message]]]] | None = None
         # ... and its workers' own figures (pid, memory, connections, queues), by index
         self.worker_views: Callable[[], list[dict[str, Any]]] | None = None
         # a worker process: the node process, whose tree (it and every worker) is the

@@ -19,6 +19,7 @@ from broker.serving import ServingBroker
 if TYPE_CHECKING:
     from broker.federation.supervisor import Federation
     from broker.loop_lag import LoopLagProbe
+    from broker.message import Message
     from broker.reader import Reader  # noqa: F401  (named as a string in the base below)
     from broker.shovel.supervisor import Shovels
     from broker.stats import MessageStats
@@ -99,7 +100,8 @@ class StartedBroker(ServingBroker["Reader"], Protocol):
         """... and the deliveries the other workers' channels hold unacked from a queue."""
 
     @property
-    def remote_delayed(self) -> Callable[[str, str, int], Awaitable[list[tuple[int, Any]]]] | None:
+    def remote_delayed(self) -> Callable[[str, str, int],
+                                         Awaitable[list[tuple[int, Message]]]] | None:
         """... and what the other workers' holders of a delayed exchange hold."""
 
     @property

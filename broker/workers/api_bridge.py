@@ -24,6 +24,7 @@ from broker.workers.mesh import Answer, Mesh
 from broker.workers.remote import RemoteQueue
 
 if TYPE_CHECKING:
+    from broker.message import Message
     from broker.server import Broker
     from broker.workers.connection_tracking import ConnectionTracking
 
@@ -134,15 +135,16 @@ class ApiBridge:
         holder = getattr(getattr(exchange, "routing", None), "holder", None)
         answer.reply(holder.call(holder.browse, count) if holder is not None else [])
 
-    async def remote_delayed(self, vhost: str, name: str, count: int) -> list[tuple[int, Any]]:
+    async def remote_delayed(self, vhost: str, name: str, count: int
+                             ) -> list[tuple[int, Message]]:
         """Worker 0: up to `count` waiting messages of delayed exchange (vhost, name) from
         every other live worker's holder (each holds what its own connections published),
         merged in due order."""
         assert self.rt.broker is not None and self.rt.broker.loop is not None
         loop = self.rt.broker.loop
 
-        def ask(peer: int) -> asyncio.Future[list[tuple[int, Any]]]:
-            done: asyncio.Future[list[tuple[int, Any]]] = loop.create_future()
+        def ask(peer: int) -> asyncio.Future[list[tuple[int, Message]]]:
+            done: asyncio.Future[list[tuple[int, Message]]] = loop.create_future()
 
             def on_reply(ok: bool, value: Any) -> None:
                 if not done.done():  # a worker that died meanwhile shows none
@@ -150,7 +152,7 @@ class ApiBridge:
             self.rt.mesh.request(peer, "delayed", (vhost, name, count), on_reply)
             return done
         asked = [ask(peer) for peer in range(self.rt.count) if peer != self.rt.index]
-        items: list[tuple[int, Any]] = []
+        items: list[tuple[int, Message]] = []
         for done in asked:
             items += await done
         items.sort(key=lambda item: item[0])

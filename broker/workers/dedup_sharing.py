@@ -19,15 +19,18 @@ duplicate.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.exchange import dedup
 from broker.workers.mesh import Mesh
 
+if TYPE_CHECKING:
+    from broker.vhost import VHost
+
 KIND = "dedup_keys"
 
 
-def install(mesh: Mesh, index: int, count: int, vhost: Callable[[str], Any]) -> None:
+def install(mesh: Mesh, index: int, count: int, vhost: Callable[[str], VHost | None]) -> None:
     """Send the keys this worker's caches take to the `count - 1` other workers, and add
     theirs to this worker's caches (`vhost(name)`: this worker's vhost of that name, or
     None)."""
