@@ -108,22 +108,27 @@ class ApiBridge:
 
     async def remote_unacked(self, vhost: str, name: str) -> list[dict[str, Any]]:
         """Worker 0: every other live worker's unacked rows for queue (vhost, name)."""
+        return await self._gather("unacked", (vhost, name))
+
+    async def _gather(self, kind: str, payload: tuple) -> list[Any]:
+        """Worker 0: request `kind` of every other worker at once and join the lists they
+        answer (a worker that died meanwhile answers none)."""
         assert self.rt.broker is not None and self.rt.broker.loop is not None
         loop = self.rt.broker.loop
 
-        def ask(peer: int) -> asyncio.Future[list[dict[str, Any]]]:
-            done: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+        def ask(peer: int) -> asyncio.Future[list[Any]]:
+            done: asyncio.Future[list[Any]] = loop.create_future()
 
             def on_reply(ok: bool, value: Any) -> None:
-                if not done.done():  # a worker that died meanwhile holds none any more
+                if not done.done():
                     done.set_result(value if ok else [])
-            self.rt.mesh.request(peer, "unacked", (vhost, name), on_reply)
+            self.rt.mesh.request(peer, kind, payload, on_reply)
             return done
         asked = [ask(peer) for peer in range(self.rt.count) if peer != self.rt.index]
-        rows: list[dict[str, Any]] = []
+        out: list[Any] = []
         for done in asked:
-            rows += await done
-        return rows
+            out += await done
+        return out
 
     def _on_delayed(self, peer: int, payload: Any, answer: Answer) -> None:
         """Up to `count` of what our holder of delayed exchange (vhost, name) holds, due
@@ -140,21 +145,7 @@ class ApiBridge:
         """Worker 0: up to `count` waiting messages of delayed exchange (vhost, name) from
         every other live worker's holder (each holds what its own connections published),
         merged in due order."""
-        assert self.rt.broker is not None and self.rt.broker.loop is not None
-        loop = self.rt.broker.loop
-
-        def ask(peer: int) -> asyncio.Future[list[tuple[int, Message]]]:
-            done: asyncio.Future[list[tuple[int, Message]]] = loop.create_future()
-
-            def on_reply(ok: bool, value: Any) -> None:
-                if not done.done():  # a worker that died meanwhile shows none
-                    done.set_result(value if ok else [])
-            self.rt.mesh.request(peer, "delayed", (vhost, name, count), on_reply)
-            return done
-        asked = [ask(peer) for peer in range(self.rt.count) if peer != self.rt.index]
-        items: list[tuple[int, Message]] = []
-        for done in asked:
-            items += await done
+        items = await self._gather("delayed", (vhost, name, count))
         items.sort(key=lambda item: item[0])
         return items[:count]
 
