@@ -53,6 +53,13 @@ class Histogram:
         if value > self.max:
             self.max = value
 
+    def merge(self, other: Histogram) -> None:
+        """Add `other`'s observations to these (another worker's, another exchange's)."""
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.sum += other.sum
+        self.count += other.count
+        self.max = max(self.max, other.max)
+
     def cumulative(self) -> list[tuple[str, int]]:
         """[(upper bound as Prometheus writes it, cumulative count)], +Inf last."""
         out, total = [], 0

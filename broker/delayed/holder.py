@@ -279,14 +279,15 @@ class DelayedMessages(Process):
     def own_stats(self) -> dict[str, Any]:
         """messages_delayed (waiting), the next due time (ms since the epoch, or None), and
         the counts of messages taken, routed when due, and unroutable when due, and
-        `lateness` (how late due messages went out: per-bucket counts of loop_lag.BUCKETS
-        plus +Inf, sum and max in s), of this worker's holder alone."""
-        late = self.lateness
+        `lateness` (a copy of the Histogram of how late due messages went out, s), of
+        this worker's holder alone."""
+        late = Histogram()
+        late.merge(self.lateness)
         return {"messages_delayed": len(self.store),
                 "next_due_ms": self.store.next_due(),
                 "delayed_published": self.published, "delayed_routed": self.routed,
                 "delayed_unroutable": self.unroutable,
-                "lateness": {"counts": list(late.counts), "sum": late.sum, "max": late.max}}
+                "lateness": late}
 
     def stats(self) -> dict[str, Any]:
         """`own_stats`, with those the other workers' holders of the same exchange last
@@ -300,12 +301,7 @@ class DelayedMessages(Process):
             due = other["next_due_ms"]
             if due is not None and (out["next_due_ms"] is None or due < out["next_due_ms"]):
                 out["next_due_ms"] = due
-            mine, theirs = out["lateness"], other.get("lateness")
-            if theirs is not None:
-                mine["counts"] = [a + b for a, b in zip(mine["counts"], theirs["counts"],
-                                                        strict=True)]
-                mine["sum"] += theirs["sum"]
-                mine["max"] = max(mine["max"], theirs["max"])
+            out["lateness"].merge(other["lateness"])
         return out
 
 
@@ -385,13 +381,3 @@ def _fsync_all(fds: list[int]) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def lateness_histogram(lateness: dict[str, Any]) -> Histogram:
-    """A `stats()["lateness"]` as a loop_lag.Histogram (for Prometheus)."""
-    hist = Histogram()
-    hist.counts = list(lateness["counts"])
-    hist.sum = lateness["sum"]
-    hist.count = sum(hist.counts)
-    hist.max = lateness["max"]
-    return hist

@@ -22,7 +22,6 @@ from prometheus_client.core import (
 )
 
 from broker import __version__, replication_hook
-from broker.delayed.holder import lateness_histogram
 from broker.loop_lag import Histogram
 from broker.management import overview, shapes
 from broker.memory_monitor import tree_cpu_seconds
@@ -240,14 +239,12 @@ class BrokerCollector:
             "time, 1 ms resolution)", labels=labels)
         if self.per_object:
             for vname, name, stats in rows:
-                hist = lateness_histogram(stats["lateness"])
+                hist = stats["lateness"]
                 lateness.add_metric([vname, name], hist.cumulative(), hist.sum)
         else:
             total = Histogram()
             for _v, _n, stats in rows:
-                hist = lateness_histogram(stats["lateness"])
-                total.counts = [a + b for a, b in zip(total.counts, hist.counts, strict=True)]
-                total.sum += hist.sum
+                total.merge(stats["lateness"])
             lateness.add_metric([], total.cumulative(), total.sum)
         yield lateness
         yield from self._deduplicated(labels)
