@@ -196,6 +196,9 @@ class PersistConfirms:
         """A publish that owes `channel` a confirm for `seq` was enqueued here."""
         if self._persists and (message.persistent or self._persist_all):
             props.needs_confirming = True
+            # a publisher that only forgets on confirm (a delayed exchange's holder) lets the
+            # confirm ride the queue's periodic sync, or the ack, not a per-turn fsync
+            props.lazy_confirm = getattr(channel, "lazy_confirms", False)
             self._unconfirmed.setdefault(message.msg_id, []).append((channel, seq))
         else:
             self._owe(channel, seq)

@@ -35,6 +35,10 @@ class MessageProps:
     needs_confirming: the publisher waits for a confirm that depends on this queue (persistent
       message, durable queue, `persist` mode): the backing queue reports the msg_id through
       `drain_confirmed` once it is safely written (fsynced).
+    lazy_confirm: with needs_confirming, the confirm may wait for the queue's periodic
+      index sync (SYNC_INTERVAL) or the message's ack, whichever comes first, instead of
+      an fsync at the end of this loop turn: for a publisher that only needs to know when
+      it may forget (a delayed exchange's holder), not a client waiting on the wire.
     skip_persist: treat a persistent message as transient (confirm modes `ack`, `ack-lite`:
       the publisher resends what was never confirmed, so nothing is written before delivery;
       under memory pressure it pages to the transient store).
@@ -43,6 +47,7 @@ class MessageProps:
 
     expiry: int | None = None
     needs_confirming: bool = False
+    lazy_confirm: bool = False
     # confirm modes `ack`/`ack-lite` (docs/architecture.md §6): a persistent message whose confirm
     # waits for a consumer is kept like a transient one (never written before delivery)
     skip_persist: bool = False

@@ -104,7 +104,7 @@ class VqDisk:
         self._qi.publish(
             ms.seq_id,
             PubRecord(ms.msg_id, ms.is_persistent, expiry * 1000 if expiry else 0, ms.size, embedded),
-            confirm, ms.is_delivered,
+            confirm, ms.is_delivered, ms.props.lazy_confirm,
         )
         ms.index_on_disk = True
 

@@ -17,7 +17,10 @@ delay, so the underlying type's bindings at that time decide where it goes (exch
 exchange bindings and the exchange's alternate exchange included); with no route it is
 dropped. Beyond the plugin: a publisher confirm means the message is on disk; a due message
 is forgotten only once every queue it went to confirmed it (a broker killed in between
-publishes it again after the restart); waiting messages cost bounded memory.
+publishes it again after the restart); waiting messages cost bounded memory. A classic
+target confirms a due message lazily (TargetPublisher lazy_confirms): once its periodic
+200 ms index sync covers it, or once a consumer acked it; a message acked before that sync
+is never written by the queue at all, as a client's would be (the holder still has it).
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class DelayedMessages(Process):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None  # ms since the epoch the timer is set for
         self._fire_scheduled = False
-        self.publisher = TargetPublisher(self.cast, TARGET)
+        self.publisher = TargetPublisher(self.cast, TARGET, lazy_confirms=True)
         self._next_fire = 0
         self._in_flight: dict[int, tuple[Key, set[Hashable]]] = {}  # fire seq -> key, targets
         # the other workers' holders of this exchange, as last reported: worker -> own_stats

@@ -147,6 +147,8 @@ class QueueIndex:
         # confirm-owed publishes since the last sync(): seq_id -> msg_id (an ack dropping the
         # unwritten publish removes it; a dict keeps that O(1))
         self._unconfirmed: dict[int, bytes] = {}
+        # ...of which lazy (publish(lazy=True)): they do not make needs_sync() true
+        self._lazy: set[int] = set()
         # (journal pieces to write, msg_ids to confirm after the fsync) for the worker
         self._sync_queue: list[tuple[list[Any], list[bytes]] | None] = []  # None: truncate
         self._syncing = False  # an fsync job is running
@@ -269,10 +271,12 @@ class QueueIndex:
 
     # -- entries ---------------------------------------------------------------------------
     def publish(self, seq_id: int, pub: PubRecord, confirm: bool = False,
-                delivered: bool = False) -> None:
+                delivered: bool = False, lazy: bool = False) -> None:
         """Record a publish (PubRecord: msg_id, is_persistent, expiry µs, size, embedded),
         and with `delivered` its deliver entry too (publish_delivered: one call, not two).
-        With confirm, pub.msg_id goes to on_sync after the next fsync covering it."""
+        With confirm, pub.msg_id goes to on_sync after the next fsync covering it; with
+        `lazy` too, that confirm does not make `needs_sync()` true: it waits for the queue's
+        periodic sync (or an ack that drops the unwritten publish), not the next loop turn."""
         self._pending[seq_id] = pub
         e = self._journal.get(seq_id)
         if e is None:
@@ -286,6 +290,8 @@ class QueueIndex:
         self._journal_bytes += len(pub.embedded)
         if confirm:
             self._unconfirmed[seq_id] = pub.msg_id
+            if lazy:
+                self._lazy.add(seq_id)
         self._count_entry(2 if delivered else 1)
 
     def deliver(self, seq_ids: Iterable[int]) -> None:
@@ -337,6 +343,7 @@ class QueueIndex:
         self._seg_unacked[segment_of(seq_id)] -= 1
         if self._unconfirmed:
             self._unconfirmed.pop(seq_id, None)
+            self._lazy.discard(seq_id)
 
     def _count_entry(self, n: int = 1) -> None:
         self._journal_count += n
@@ -403,8 +410,8 @@ class QueueIndex:
         _write_all(self._fd, parts, self._journal_path)
 
     def needs_sync(self) -> bool:
-        """True while msg_ids published with confirm=True wait for an fsync."""
-        return bool(self._unconfirmed)
+        """True while msg_ids published with confirm=True (and not lazy) wait for an fsync."""
+        return len(self._unconfirmed) > len(self._lazy)
 
     def sync(self) -> None:
         """Write what is buffered and fsync the journal, both on a worker thread (the write
@@ -416,6 +423,7 @@ class QueueIndex:
             self.flush()
             self._dirty = False
             ready, self._unconfirmed = list(self._unconfirmed.values()), {}
+            self._lazy = set()
             if self.on_sync is not None and ready:
                 self.on_sync(ready)
             return
@@ -424,6 +432,7 @@ class QueueIndex:
             return
         self._dirty = False
         batch, self._unconfirmed = list(self._unconfirmed.values()), {}
+        self._lazy = set()
         self._submit((parts, batch))
 
     def _submit(self, job: tuple[list[Any], list[bytes]] | None) -> None:
@@ -523,6 +532,7 @@ class QueueIndex:
         self._journal_bytes = 0
         self._dirty = False
         ready, self._unconfirmed = list(self._unconfirmed.values()), {}
+        self._lazy = set()
         if ready and self.on_sync is not None:
             self.on_sync(ready)
 

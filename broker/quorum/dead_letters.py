@@ -65,13 +65,18 @@ class DeadLetterSource(Protocol):
 class TargetPublisher:
     """What a target queue takes for the publishing channel of a dead-lettered copy: its
     confirms and rejects come back to the source queue's mailbox as (DLX_EVENT, kind,
-    queue, seqs); it never consumes and needs no credit."""
+    queue, seqs); it never consumes and needs no credit. `lazy_confirms`: its confirms may
+    wait for a classic target's periodic index sync (200 ms) or the message's ack, rather
+    than an fsync per loop turn (MessageProps.lazy_confirm); a delayed exchange's holder
+    asks for that, since it only needs to know when it may forget a due message."""
 
     number = 0
 
-    def __init__(self, post: Callable[[tuple], None], event: int) -> None:
+    def __init__(self, post: Callable[[tuple], None], event: int, *,
+                 lazy_confirms: bool = False) -> None:
         self._post = post
         self._event = event
+        self.lazy_confirms = lazy_confirms
 
     @property
     def conn(self) -> Any:  # a queue names a channel's connection only for its consumers

@@ -442,6 +442,37 @@ def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_pa
     qi.terminate(1, 10, 3)
 
 
+def test_lazy_confirms_wait_for_a_sync_and_an_acked_one_is_never_written(tmp_path):
+    """A lazy confirm (a delayed exchange's holder) does not ask for the next loop turn's
+    fsync; the periodic sync still reports it; one acked first is dropped unwritten."""
+    got: list[list[bytes]] = []
+    done = threading.Event()
+
+    def on_sync(ids):
+        got.append(ids)
+        done.set()
+
+    qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
+    qi.publish(0, pub(0), confirm=True, lazy=True)
+    qi.publish(1, pub(1), confirm=True, lazy=True)
+    assert not qi.needs_sync()
+    qi.publish(2, pub(2), confirm=True)
+    assert qi.needs_sync()  # an eager one still asks
+    qi.deliver([2])
+    qi.ack([2])
+    assert not qi.needs_sync()
+    qi.deliver([0])
+    qi.ack([0])  # acked before any sync: dropped unwritten, never reported
+    qi.sync()  # the queue's 200 ms tick
+    assert done.wait(5)
+    qi.wait_for_sync()
+    assert got == [[mid(1)]]
+    assert not qi.needs_sync()
+    qi.terminate(1, 10, 3)
+    qi = new_index(tmp_path)  # only seq 1 was ever kept
+    assert [(e.seq_id, e.pub.msg_id) for e in qi.read(0, 16384)] == [(1, mid(1))]
+
+
 def test_crash_after_unwritten_acks_recovers_every_unacked_publish(tmp_path):
     qi = new_index(tmp_path, max_journal_entries=40)
     survivors = []
