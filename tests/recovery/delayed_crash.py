@@ -123,6 +123,36 @@ def run_once(data_dir: Path, n: int, rng: random.Random, lead: float | None = No
             "lateness_max_ms": round(lateness[-1] * 1000, 1)}
 
 
+def run_firing(data_dir: Path, n: int, rng: random.Random, spread: float = 4.0) -> dict:
+    """Kill -9 while messages fall due into a queue nobody consumes: half way through
+    `spread` s of due times, so that some were sent to the queue moments before (the queue
+    confirms them to the holder lazily, at its 200 ms index sync). After the restart every
+    confirmed message must be in the queue at least once; a message whose queue wrote it
+    but whose holder had not yet recorded that comes twice (at least once, as documented).
+    Raises AssertionError on a loss."""
+    lead = 4.0 + n / 1500
+    b = BrokerProcess(data_dir).start()
+    try:
+        started = time.time()
+        confirmed = asyncio.run(_publish(b.url, n, started + lead, spread, rng))
+        assert time.time() < started + lead, "publishing outlasted the delays: raise lead"
+        time.sleep(max(0.0, started + lead + spread / 2 - time.time()))
+    finally:
+        b.kill()
+    b2 = BrokerProcess(data_dir).start()
+    try:
+        time.sleep(max(0.0, started + lead + spread - time.time()) + 1.0)
+        got, extra = asyncio.run(_collect(b2.url, len(confirmed) * 2, 10 + n / 1000))
+    finally:
+        assert b2.stop() == 0, b2.output()
+    ids = [i for _t, i in got]
+    missing = set(confirmed) - set(ids)
+    assert not missing, f"confirmed but lost: {sorted(missing)[:10]} ({len(missing)})"
+    assert not extra
+    return {"confirmed": len(confirmed), "delivered": len(ids),
+            "twice": len(ids) - len(set(ids))}
+
+
 def main(n: int) -> int:
     with tempfile.TemporaryDirectory() as d:
         print(run_once(Path(d), n, random.Random()), flush=True)
