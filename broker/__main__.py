@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig, load_config
-from broker.gc_pacing import GcPacer
+from broker.gc_pacing import BUSY_WITHIN_S, GcPacer
 from broker.listeners import ListenerError
 from broker.server import Broker
 from broker.workers.spec import check_placements
@@ -79,7 +79,7 @@ async def _serve(broker: Broker) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
-    pacer = GcPacer(busy=broker.loop_lag.is_busy) if broker.config.gc_pacing else None
+    pacer = GcPacer(busy=lambda: broker.loop_lag.was_busy_within(BUSY_WITHIN_S)) if broker.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
     await stop.wait()

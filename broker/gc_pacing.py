@@ -83,6 +83,7 @@ FULL_EVERY_S = 300.0  # the longest unfrozen cyclic garbage waits for a full col
 FULL_CHEAP_EVERY_S = 10.0  # cheap full collections at most this often
 USEFUL_COLLECTED = 1_000  # a full pass freeing fewer objects than this was not worth its pause
 DEEP_EVERY_S = 3600.0  # the longest frozen cyclic garbage waits for a deep pass
+BUSY_WITHIN_S = 5.0  # a forced long pass waits if the loop was saturated this recently
 NO_AUTOMATIC_PASS = 1 << 30  # CPython's third threshold while pacing: never reached
 
 
@@ -170,7 +171,10 @@ class GcPacer:
                 self.busy is not None and self.busy()):
             # a flood is under way (issue 49: a forced pass over the 2 million objects a
             # greedy consumer's unacked messages keep took 979 ms, the bystander's worst
-            # round trip): most floods end, their messages go, and the pass is cheap then
+            # round trip): most floods end, their messages go, and the pass is cheap then.
+            # `busy` looks back BUSY_WITHIN_S (LoopLagProbe.was_busy_within): on 29 Nov a
+            # 106 ms pass still fell inside a greedy flood whose loop was below the busy
+            # load at the one instant the tick asked
             return
         if since >= self.full_every_s or cheap:
             t0 = time.perf_counter()

@@ -86,6 +86,7 @@ class LoopLagProbe:
         self.busy = busy_load <= 0  # load >= busy_load
         self._cpu = 0.0  # thread CPU seconds at the last tick
         self._at = 0.0  # loop time of the last tick
+        self._busy_at = float("-inf")  # loop time of the last tick that found it busy
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -99,6 +100,15 @@ class LoopLagProbe:
         """Was the loop saturated over the last intervals (see `busy`)?"""
         return self.busy
 
+    def was_busy_within(self, seconds: float) -> bool:
+        """Was the loop saturated at any tick of the last `seconds` s? A flood's load
+        dips below BUSY_LOAD between bursts (TCP back-pressure, a slice's wait), so a
+        decision that costs the loop a long pause asks this, not the instant `busy`."""
+        if self.busy:
+            return True
+        loop = self._loop
+        return loop is not None and loop.time() - self._busy_at <= seconds
+
     def _tick(self) -> None:
         loop = self._loop
         assert loop is not None
@@ -109,6 +119,8 @@ class LoopLagProbe:
         if wall > 0:
             self.load = 0.5 * self.load + 0.5 * min(1.0, (cpu - self._cpu) / wall)
             self.busy = self.load >= self.busy_load
+            if self.busy:
+                self._busy_at = now
         self._cpu = cpu
         self._at = now
         self._due = now + self.interval

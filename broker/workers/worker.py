@@ -24,7 +24,7 @@ from broker import listeners
 from broker.channel_handlers import HANDLERS
 from broker.cluster.proxy import ProxiedReader
 from broker.definitions_ops import snapshot_ops
-from broker.gc_pacing import GcPacer
+from broker.gc_pacing import BUSY_WITHIN_S, GcPacer
 from broker.reader import Reader
 from broker.server import Broker
 from broker.workers.handlers import install
@@ -141,7 +141,7 @@ async def serve(spec: WorkerSpec) -> None:
 
     receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set,
                                new_link)
-    pacer = GcPacer(busy=broker.loop_lag.is_busy) if spec.config.gc_pacing else None
+    pacer = GcPacer(busy=lambda: broker.loop_lag.was_busy_within(BUSY_WITHIN_S)) if spec.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
     control.send(("ready",))

@@ -30,14 +30,21 @@ def test_busy_follows_the_loop_threads_cpu_share() -> None:
         load = probe.load
         await asyncio.sleep(0.2)
         idle = probe.busy
+        recently = probe.was_busy_within(5.0)  # what the GC pacer asks (gc_pacing.py)
+        long_ago = probe.was_busy_within(0.05)
         probe.stop()
-        return busy_when_spinning, idle, load
+        return busy_when_spinning, idle, load, recently, long_ago
 
-    busy, idle_busy, load = asyncio.run(scenario())
+    busy, idle_busy, load, recently, long_ago = asyncio.run(scenario())
     assert busy, load
     assert not idle_busy
+    assert recently and not long_ago
 
 
 def test_a_zero_busy_load_is_always_busy() -> None:
     """consumer_bias_load = 0: the bias applies whatever the load (tests use it)."""
     assert LoopLagProbe(busy_load=0).busy
+
+
+def test_a_probe_never_busy_was_never_busy_recently() -> None:
+    assert not LoopLagProbe().was_busy_within(3600.0)
