@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
-from broker.delayed.store import DelayStore, Key, SpillJob
+from broker.delayed.store import DelayStore, Key, SpillJob, drop_gradually
 from broker.exchange.delayed import delay_from, delay_of, swapped_delay
 from broker.loop_lag import Histogram
 from broker.mailbox import Process
@@ -199,7 +199,8 @@ class DelayedMessages(Process):
                       exc_info=error)
             self.store.abort_spill(job)
         else:
-            self.store.finish_spill(job)
+            spilled = self.store.finish_spill(job)
+            self._loop.run_in_executor(None, drop_gradually, spilled)
 
     # -- due messages --------------------------------------------------------------------------
     def _arm(self) -> None:

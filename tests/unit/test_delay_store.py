@@ -281,3 +281,26 @@ def test_a_browse_of_many_runs_opens_at_most_open_runs_files(tmp_path) -> None:
     assert seen == sorted(seen) and len(seen) == 500
     assert len(store) == 2_000  # nothing handed out
     store.close()
+
+
+def test_a_spill_writes_its_run_in_parts_and_restores_the_switch_interval(tmp_path):
+    """SpillJob.write merges sorted chunks in Python and writes them part by part with
+    short GIL turns (the event loop's wait for the GIL stays short); the run is whole and in
+    key order, and the interpreter's switch interval is back afterwards."""
+    import sys
+
+    from broker.delayed.store import SpillJob, drop_gradually
+    from broker.durable_io import write_parts_atomically
+
+    before = sys.getswitchinterval()
+    entries = [(1000 + (i * 7919) % 5000, i, b"r%05d" % i) for i in range(5000)]
+    job = SpillJob(str(tmp_path), 1, 1, list(entries), 5000)
+    job.write()
+    assert sys.getswitchinterval() == before
+    data = (tmp_path / job.name).read_bytes()
+    assert data == b"".join(e[2] for e in sorted(entries))
+    garbage = list(entries)
+    drop_gradually(garbage)
+    assert garbage == [] and sys.getswitchinterval() == before
+    write_parts_atomically(str(tmp_path), "parts", [b"ab", b"", b"cd" * 1000], fsync=False)
+    assert (tmp_path / "parts").read_bytes() == b"ab" + b"cd" * 1000
