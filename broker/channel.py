@@ -119,6 +119,10 @@ class ChannelProcess(Process):
     """Channel `number` of connection `conn` (a `ChannelConnection`), dispatching its
     methods through `handlers`."""
 
+    # a client waits on the wire for its confirms: a queue fsyncs for them at the end of
+    # its turn (PersistConfirms reads this; a delayed exchange's holder says True)
+    lazy_confirms = False
+
     def __init__(self, conn: ChannelConnection, number: int, handlers: Handlers) -> None:
         super().__init__(conn.loop)
         writer, vhost, access_control = conn.writer, conn.vhost, conn.access_control

@@ -414,7 +414,8 @@ def test_unwritten_entries_keep_their_order_per_seq_id(tmp_path):
     assert [e.seq_id for e in again.read(0, 16)] == [0, 2, 3]
 
 
-def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_path):
+def reports():
+    """(what on_sync reported, an Event set at each report, the on_sync callback)."""
     got: list[list[bytes]] = []
     done = threading.Event()
 
@@ -422,6 +423,11 @@ def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_pa
         got.append(ids)
         done.set()
 
+    return got, done, on_sync
+
+
+def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_path):
+    got, done, on_sync = reports()
     qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
     qi.publish(0, pub(0), confirm=True)
     qi.publish(1, pub(1), confirm=True)
@@ -445,13 +451,7 @@ def test_confirm_of_a_publish_acked_before_sync_is_dropped_not_waited_for(tmp_pa
 def test_lazy_confirms_wait_for_a_sync_and_an_acked_one_is_never_written(tmp_path):
     """A lazy confirm (a delayed exchange's holder) does not ask for the next loop turn's
     fsync; the periodic sync still reports it; one acked first is dropped unwritten."""
-    got: list[list[bytes]] = []
-    done = threading.Event()
-
-    def on_sync(ids):
-        got.append(ids)
-        done.set()
-
+    got, done, on_sync = reports()
     qi = new_index(tmp_path, fsync=True, on_sync=on_sync)
     qi.publish(0, pub(0), confirm=True, lazy=True)
     qi.publish(1, pub(1), confirm=True, lazy=True)
