@@ -23,8 +23,21 @@ def fsync_dir(path: str) -> None:
 
 def write_parts_atomically(directory: str, name: str, parts: list[bytes], fsync: bool) -> None:
     """`write_atomically` of `b"".join(parts)` without that join: one write per part, so a
-    thread writing megabytes never holds the GIL for one long copy (the joined bytes are
-    built only for a replication sink, which reads the file back)."""
+    thread writing megabytes never holds the GIL for one long copy (a replication sink reads
+    the file back instead)."""
+    _replace_with_parts(directory, name, parts, fsync, None)
+
+
+def write_atomically(directory: str, name: str, data: bytes, fsync: bool) -> None:
+    """Replace `directory/name` with `data` via `name.tmp` + rename (never half-written)."""
+    _replace_with_parts(directory, name, [data], fsync, data)
+
+
+def _replace_with_parts(directory: str, name: str, parts: list[bytes], fsync: bool,
+                        data: bytes | None) -> None:
+    """Write `parts` to `name.tmp` (fsynced with `fsync`), rename it over `name`, tell the
+    replication hook (`data`: the whole content, None: the hook reads the file), then fsync
+    the directory."""
     tmp = os.path.join(directory, name + ".tmp")
     with open(tmp, "wb", buffering=0) as f:
         for part in parts:
@@ -33,21 +46,8 @@ def write_parts_atomically(directory: str, name: str, parts: list[bytes], fsync:
                 view = view[f.write(view):]
         if fsync:
             os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, name))
-    replication_hook.replaced(os.path.join(directory, name))
-    if fsync:
-        fsync_dir(directory)
-
-
-def write_atomically(directory: str, name: str, data: bytes, fsync: bool) -> None:
-    """Replace `directory/name` with `data` via `name.tmp` + rename (never half-written)."""
-    tmp = os.path.join(directory, name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, name))
-    replication_hook.replaced(os.path.join(directory, name), data)
+    path = os.path.join(directory, name)
+    os.replace(tmp, path)
+    replication_hook.replaced(path, data)
     if fsync:
         fsync_dir(directory)

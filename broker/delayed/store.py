@@ -279,7 +279,8 @@ class _OpenRuns:
 class SpillJob:
     """One memtable being written as sorted run `number` (covering journals up to
     `generation`): `write()` in any thread (sorted in chunks of SPILL_CHUNK and merged in
-    Python, so the event loop waits at most a chunk's sort for the GIL), then `DelayStore.finish_spill(job)` in the store's."""
+    Python, so the event loop waits at most a chunk's sort for the GIL), then
+    `DelayStore.finish_spill(job)` in the store's."""
 
     def __init__(self, directory: str, number: int, generation: int,
                  entries: list[tuple[int, int, bytes]], max_seq: int) -> None:

@@ -409,6 +409,14 @@ class QueueIndex:
                 return
         _write_all(self._fd, parts, self._journal_path)
 
+    def _take_unconfirmed(self) -> list[bytes]:
+        """The msg_ids owed a confirm so far (lazy ones too), forgotten here: the sync or
+        fold that covers them reports them."""
+        owed = list(self._unconfirmed.values())
+        self._unconfirmed = {}
+        self._lazy = set()
+        return owed
+
     def needs_sync(self) -> bool:
         """True while msg_ids published with confirm=True (and not lazy) wait for an fsync."""
         return len(self._unconfirmed) > len(self._lazy)
@@ -422,8 +430,7 @@ class QueueIndex:
         if not self.fsync:
             self.flush()
             self._dirty = False
-            ready, self._unconfirmed = list(self._unconfirmed.values()), {}
-            self._lazy = set()
+            ready = self._take_unconfirmed()
             if self.on_sync is not None and ready:
                 self.on_sync(ready)
             return
@@ -431,8 +438,7 @@ class QueueIndex:
         if not parts and not self._unconfirmed and not self._dirty:
             return
         self._dirty = False
-        batch, self._unconfirmed = list(self._unconfirmed.values()), {}
-        self._lazy = set()
+        batch = self._take_unconfirmed()
         self._submit((parts, batch))
 
     def _submit(self, job: tuple[list[Any], list[bytes]] | None) -> None:
@@ -531,8 +537,7 @@ class QueueIndex:
         self._journal_count = 0
         self._journal_bytes = 0
         self._dirty = False
-        ready, self._unconfirmed = list(self._unconfirmed.values()), {}
-        self._lazy = set()
+        ready = self._take_unconfirmed()
         if ready and self.on_sync is not None:
             self.on_sync(ready)
 
