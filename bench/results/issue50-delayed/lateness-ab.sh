@@ -2,11 +2,11 @@
 # Issue 50's lateness, as measured on 29 Nov (lateness-1M-{A,B}-*): two rounds, each a
 # consumer with manual acks then a no-ack one, each run on a fresh broker (this checkout, port
 # 5804, Prometheus on 15699 scraped at the end for the holder's own lateness histogram).
-# Usage: bash lateness-ab.sh OUTDIR
+# Usage: bash lateness-ab.sh OUTDIR  (ROUNDS="1 2" and MODES="manual auto" by default)
 out=$(realpath -m "${1:?OUTDIR}"); mkdir -p "$out"
 cd "$(dirname "$0")/../../.."
-for r in 1 2; do
- for mode in manual auto; do
+for r in ${ROUNDS:-1 2}; do
+ for mode in ${MODES:-manual auto}; do
   while awk '{exit !($1 > 1.5)}' /proc/loadavg; do sleep 2; done
   root=$(mktemp -d)
   python3 -m broker --port 5804 --data-dir "$root/d" --set management.tcp.port=0 --set prometheus.tcp.port=15699 > $root/log 2>&1 &
