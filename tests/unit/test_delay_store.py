@@ -326,3 +326,17 @@ def test_sorted_parts_joins_any_records_in_key_order(dues, chunk):
     finally:
         store_module.SPILL_CHUNK = saved
     assert b"".join(parts) == b"".join(e[2] for e in sorted(entries))
+
+
+def test_sorted_parts_of_records_taken_in_order_keep_them_whole_and_in_order():
+    """The fast path: records taken in key order (one delay for every message) come out as
+    they went in, in parts of SPILL_CHUNK records; one record out of place sends them
+    through the ranges instead, still in order."""
+    from broker.delayed.store import SPILL_CHUNK, sorted_parts
+
+    entries = [(1000 + i // 7, i, b"%06d" % i) for i in range(5 * SPILL_CHUNK + 3)]
+    parts = sorted_parts(list(entries))
+    assert len(parts) == 6 and b"".join(parts) == b"".join(e[2] for e in entries)
+    swapped = list(entries)
+    swapped[10], swapped[4000] = swapped[4000], swapped[10]
+    assert b"".join(sorted_parts(swapped)) == b"".join(e[2] for e in entries)
