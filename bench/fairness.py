@@ -217,20 +217,33 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     broker/workers/placement.py), so: the admin connection (worker 0), the bystander's
     (worker 1), the bystander's queue declared on it (worker 1), the flood's queues on the
     admin's (worker 0 twice), then each flood connection (worker 0) followed by an idle
-    filler connection (worker 1) to even the counts again. "any": in the order the
-    processes connect."""
+    filler connection (worker 1) to even the counts again. "together": everything on worker
+    0 and worker 1 idle, as in one process but beside a second one (a filler connection and
+    a spare queue on worker 1 after each of worker 0's). "any": in the order the processes
+    connect."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
     admin = pika.BlockingConnection(pika.URLParameters(uri))
     ch = admin.channel()
-    apart = placement == "apart"
+    together = placement == "together"
+    apart = placement == "apart" or together
+    fillers: list[pika.BlockingConnection] = []
+    spare: list[str] = []  # "together": queues that keep worker 1's count even
+    if together:
+        fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))  # worker 1
+        fch = fillers[0].channel()
+        for q in (a, b, c):
+            ch.queue_declare(q, auto_delete=False)  # worker 0 (a tie: the declarer's)
+            spare.append(f"fair-spare-{len(spare)}-{tag}")
+            fch.queue_declare(spare[-1], auto_delete=False)  # worker 1 (fewer queues)
     by = pika.BlockingConnection(pika.URLParameters(uri)) if apart else None
-    if by is not None:
+    if together:
+        fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))  # worker 1
+    elif by is not None:
         by.channel().queue_declare(c, auto_delete=False)
-    for q in ((a, b) if apart else (a, b, c)):
+    for q in ((a, b) if placement == "apart" else () if together else (a, b, c)):
         ch.queue_declare(q, auto_delete=False)
     ctx = mp.get_context("spawn")
-    fillers: list[pika.BlockingConnection] = []
     if shape == "none":
         procs: list[Any] = []
     elif apart:
@@ -284,7 +297,7 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     by.close()
     for filler in fillers:
         filler.close()
-    for q in (a, b, c):
+    for q in (a, b, c, *spare):
         ch.queue_delete(q)
     admin.close()
     rtts.sort()
@@ -301,9 +314,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--shape", choices=("slow", "greedy", "none"), default="slow",
                    help="slow: issue 26's flood; greedy: issue 49's; none: the bystander "
                         "alone (see above)")
-    p.add_argument("--placement", choices=("any", "apart"), default="any",
+    p.add_argument("--placement", choices=("any", "apart", "together"), default="any",
                    help="apart: with --workers 2, the flood on worker 0 and the bystander "
-                        "on worker 1 (see run())")
+                        "on worker 1; together: all of it on worker 0 (see run())")
     p.add_argument("--flood", type=int, default=120_000)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=15.0)
