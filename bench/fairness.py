@@ -52,17 +52,22 @@ BODY = b"x" * 1024
 
 
 class RunQueueWatch:
-    """The broker's longest wait for a CPU while runnable (ms), from the kernel's schedstat
+    """The broker's longest wait for a CPU while runnable (ms), and all its threads' waits
+    added up (ms), from the kernel's schedstat
     (/proc/<pid>/task/<tid>/schedstat, 2nd field: ns spent on a run queue). Sampled every
     2 ms for each thread; the kernel adds a wait when the thread gets the CPU back, so the
     largest step between two samples is the longest single wait, near enough. A bystander
     maximum close to it is the OS scheduler's doing (more runnable processes than cores),
-    not the broker's loop. Reports None when the broker is not a local process."""
+    not the broker's loop. A `--workers N` broker's workers (the listener's children, found
+    once at the start) are watched with it. Reports None when the broker is not a local
+    process."""
 
     def __init__(self, uri: str) -> None:
         url = urlparse(uri)
         self.pid = find_listener(url.hostname or "127.0.0.1", url.port or 5672)
         self.max_ms: float | None = None
+        self.total_ms: int | None = None  # all its threads' waits added up over the watch
+        self._pids: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -76,20 +81,41 @@ class RunQueueWatch:
         if self._thread.is_alive():
             self._thread.join()
 
-    def _waits(self) -> dict[str, int]:
-        out = {}
-        base = f"/proc/{self.pid}/task"
-        for tid in os.listdir(base):
+    def _find_pids(self) -> list[int]:
+        """The broker's process and its children (a `--workers N` broker's workers)."""
+        pids = [self.pid] if self.pid is not None else []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
             try:
-                with open(f"{base}/{tid}/schedstat") as f:
-                    out[tid] = int(f.read().split()[1])
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
+            if ppid == self.pid:
+                pids.append(int(entry))
+        return pids
+
+    def _waits(self) -> dict[str, int]:
+        out = {}
+        for pid in self._pids:
+            base = f"/proc/{pid}/task"
+            try:
+                tids = os.listdir(base)
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"{base}/{tid}/schedstat") as f:
+                        out[tid] = int(f.read().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
         return out
 
     def _run(self) -> None:
+        self._pids = self._find_pids()
         try:
-            last = self._waits()
+            first = last = self._waits()
         except OSError:
             return
         worst = 0
@@ -102,6 +128,7 @@ class RunQueueWatch:
                 worst = max(worst, ns - last.get(tid, ns))
             last = now
         self.max_ms = round(worst / 1e6, 1)
+        self.total_ms = round(sum(ns - first.get(tid, ns) for tid, ns in last.items()) / 1e6)
 
 
 def _flood(uri: str, queue: str, n: int, seconds: float) -> None:
@@ -219,8 +246,11 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     admin's (worker 0 twice), then each flood connection (worker 0) followed by an idle
     filler connection (worker 1) to even the counts again. "together": everything on worker
     0 and worker 1 idle, as in one process but beside a second one (a filler connection and
-    a spare queue on worker 1 after each of worker 0's). "any": in the order the processes
-    connect."""
+    a spare queue on worker 1 after each of worker 0's). "across": the bystander on worker
+    1 and its queue on worker 0, and so is the greedy consumer (its queue on worker 0, it on
+    worker 1): both queues' deliveries cross the same link, the case a cross-worker flood can
+    hurt most; the publisher and the slow reader on worker 0, the slow reader's queue on
+    worker 1. "any": in the order the processes connect."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
     admin = pika.BlockingConnection(pika.URLParameters(uri))
@@ -236,16 +266,36 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
             ch.queue_declare(q, auto_delete=False)  # worker 0 (a tie: the declarer's)
             spare.append(f"fair-spare-{len(spare)}-{tag}")
             fch.queue_declare(spare[-1], auto_delete=False)  # worker 1 (fewer queues)
-    by = pika.BlockingConnection(pika.URLParameters(uri)) if apart else None
+    across = placement == "across"
+    by = pika.BlockingConnection(pika.URLParameters(uri)) if apart or across else None
     if together:
         fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))  # worker 1
+    elif across and by is not None:
+        ch.queue_declare(a, auto_delete=False)  # worker 0 (a tie: the declarer's)
+        by.channel().queue_declare(b, auto_delete=False)  # worker 1 (fewer queues)
+        ch.queue_declare(c, auto_delete=False)  # worker 0 (a tie: the declarer's)
     elif by is not None:
         by.channel().queue_declare(c, auto_delete=False)
-    for q in ((a, b) if placement == "apart" else () if together else (a, b, c)):
+    for q in ((a, b) if placement == "apart" else () if together or across else (a, b, c)):
         ch.queue_declare(q, auto_delete=False)
     ctx = mp.get_context("spawn")
     if shape == "none":
         procs: list[Any] = []
+    elif across:
+        procs = []
+        counts = [1, 1]  # connections per worker: the admin's, the bystander's
+        for target, args, worker in ((_never_acks, (uri, a, seconds), 1),
+                                     (_greedy_flood, (uri, (a, b), seconds), 0),
+                                     (_trickle_reader, (uri, b, seconds), 0)):
+            while counts.index(min(counts)) != worker:  # where the next one would go
+                fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))
+                counts[counts.index(min(counts))] += 1
+            ready = ctx.Event()
+            procs.append(ctx.Process(target=target, args=(*args, ready)))
+            procs[-1].start()
+            if not ready.wait(30):
+                raise RuntimeError("a flood connection did not open")
+            counts[worker] += 1
     elif apart:
         procs = []
         for target, args in ((_never_acks, (uri, a, seconds)),
@@ -275,7 +325,7 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     got: list[float] = []
     bch.basic_consume(c, lambda *args: got.append(time.monotonic()), auto_ack=True)
     for p in procs:
-        if not apart:
+        if not apart and not across:
             p.start()
     time.sleep(1.0)  # let the flood and the drain get going
     rtts = []
@@ -304,7 +354,8 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     return {"p50": round(statistics.median(rtts), 2),
             "p99": round(rtts[int(len(rtts) * 0.99) - 1], 2), "max": round(rtts[-1], 2),
             "count": len(rtts), "load": os.getloadavg()[0],
-            "broker_runqueue_wait_max_ms": watch.max_ms}
+            "broker_runqueue_wait_max_ms": watch.max_ms,
+            "broker_runqueue_wait_total_ms": watch.total_ms}
 
 
 def main(argv: list[str]) -> int:
@@ -314,9 +365,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--shape", choices=("slow", "greedy", "none"), default="slow",
                    help="slow: issue 26's flood; greedy: issue 49's; none: the bystander "
                         "alone (see above)")
-    p.add_argument("--placement", choices=("any", "apart", "together"), default="any",
+    p.add_argument("--placement", choices=("any", "apart", "together", "across"),
+                   default="any",
                    help="apart: with --workers 2, the flood on worker 0 and the bystander "
-                        "on worker 1; together: all of it on worker 0 (see run())")
+                        "on worker 1; together: all of it on worker 0; across: both "
+                        "consumers' deliveries cross one link (see run())")
     p.add_argument("--flood", type=int, default=120_000)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=15.0)
@@ -342,7 +395,8 @@ def main(argv: list[str]) -> int:
             print(f"{shown} round {rnd}: bystander round trip p50 {res['p50']} ms, p99 "
                   f"{res['p99']} ms, max {res['max']} ms over {res['count']} (load before "
                   f"{res['load_before']}); the broker's longest wait for a CPU "
-                  f"{res['broker_runqueue_wait_max_ms']} ms", flush=True)
+                  f"{res['broker_runqueue_wait_max_ms']} ms, "
+                  f"{res['broker_runqueue_wait_total_ms']} ms in all", flush=True)
     summary = {uri: {k: _spread([r[k] for r in rs]) for k in ("p50", "p99", "max")}
                for uri, rs in runs.items()}
     if ns.rounds > 1:
