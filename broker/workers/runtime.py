@@ -4,7 +4,8 @@ one worker process.
 Owns, in every worker: the mesh of links to the other workers; the placement table
 (broker/workers/placement.py) and the `RemoteQueue` proxies for queues of other workers;
 the `RemoteChannel` proxies for channels of other workers that publish to or consume from
-our queues; the records between them (broker/workers/remote.py); the requests a queue's
+our queues; the records between them (broker/workers/remote.py), held back until the broker
+is up and then handed to the data plane (broker/workers/data_plane.py); the requests a queue's
 owner answers (broker/workers/queue_requests.py); numbering our connections so that other
 workers can name them (`ConnRef`; broker/workers/connection_tracking.py tells them); the
 bridge of worker 0's management API into the others (broker/workers/api_bridge.py).
@@ -27,19 +28,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from broker import errors, trace
 from broker.access import CONFIGURE, READ, WRITE, ChannelAccess
 from broker.connection_close import CLOSED
 from broker.direct_reply_to import REGISTRY as REPLY_REGISTRY
-from broker.queue_delivery import RUN
-from broker.queue_process import ACK, DISCARD, PUBLISHES, REQUEUE
-from broker.workers import dedup_sharing, federation_watch, queue_requests, remote
+from broker.workers import dedup_sharing, federation_watch, queue_requests
 from broker.workers.api_bridge import ApiBridge
 from broker.workers.change_log import ChangeApplier, ChangeLog
 from broker.workers.connection_tracking import ConnectionTracking
+from broker.workers.data_plane import DataPlane
 from broker.workers.global_qos import GlobalQos
 from broker.workers.mesh import Answer, Mesh
 from broker.workers.placement import Placement
@@ -119,8 +118,9 @@ class WorkerRuntime:
                                     self.remote_channels.get, self.channel_ref)
         # a cluster leader's (broker/workers/replication.py WorkerSink.after), else None
         self.replicated_gate: Callable[[Callable[[], None]], None] | None = None
-        # our channels whose paused socket the queues of these workers were told of
-        self._paused: dict[ChannelRef, set[int]] = {}
+        # the records for our queues and channels
+        self.data = DataPlane(mesh, self._vhost, self._local_channel, self.remote_channel,
+                              self.remote_channels, self.proxies, self.global_qos)
         self._register()
 
     @property
@@ -131,7 +131,7 @@ class WorkerRuntime:
     def _register(self) -> None:
         m = self.mesh
         m.on("q", self._on_queue_record)
-        m.on("ch", self._on_channel_record)
+        m.on("ch", self.data.on_channel_record)
         m.on("chg", self._on_change)
         m.on("chg_ok", self._on_change_applied)
         m.on("fwd", self._on_forwarded)
@@ -180,8 +180,7 @@ class WorkerRuntime:
     def connection_gone(self, reader: Reader) -> None:
         s = self._serials.pop(reader, None)
         self.tracking.gone(reader, s)
-        for ref in [r for r in self._paused if r.serial == s]:
-            del self._paused[ref]  # a paused channel that closed: its worker was told
+        self.data.connection_gone(s)
         if s is not None and s not in self._closing:
             self._readers.pop(s, None)
 
@@ -612,108 +611,13 @@ class WorkerRuntime:
         self.placed.update(placed)
         self.applier = ChangeApplier(seq)
 
-    # -- the data plane: records for our queues and channels -------------------------------
     def _on_queue_record(self, peer: int, record: tuple) -> None:
         if not self.started:  # a restarted worker: its queues are not recovered yet
             self._early_records.append((peer, record))
             return
-        _, vhost, name, kind, ref, payload = record
-        if kind == remote.FLOW:  # about the channel, whichever queue of ours it consumes
-            rc = self.remote_channels.get(ref)
-            if rc is not None:
-                rc.paused = not payload
-                if payload:  # the consumer's socket drained: our queues try again
-                    for q in rc.queues:
-                        q.cast((RUN,))
-            return
-        v = self._vhost(vhost)
-        queue = v.queues.get(name) if v is not None else None
-        channel = self.remote_channel(ref)
-        if queue is None or isinstance(queue, RemoteQueue):
-            # deleted (or never ours): what needed an answer gets the one a deleted
-            # queue gives (a publisher's confirm is released, as rabbit_confirms does)
-            if kind == PUBLISHES and payload[1] and channel is not None:
-                channel.cast(("confirm", _Gone(vhost, name), payload[1]))
-            return
-        if kind == PUBLISHES:
-            if channel is not None:
-                channel.queues.add(queue)
-            queue.cast((PUBLISHES, channel, payload[0], payload[1]))
-        elif kind in (ACK, REQUEUE, DISCARD):
-            if channel is not None:
-                channel.settled(queue, [tag for tag, _ctag in payload])
-            queue.cast((kind, channel, payload))
-        elif kind == RUN:
-            queue.cast((RUN,))
-        elif kind == remote.CHANNEL_DOWN:
-            if channel is not None:
-                channel.outstanding.pop(queue, None)
-                channel.queues.discard(queue)
-            queue.call(queue.channel_down, channel, payload)
-        elif kind == remote.REMOVE_CONSUMER:
-            queue.call(queue.remove_consumer, channel, payload)
-        elif kind == remote.TOUCH:
-            queue.touch()
+        self.data.on_queue_record(peer, record)
 
-    def _on_channel_record(self, peer: int, record: tuple) -> None:
-        _, ref, op, vhost, qname, payload = record
-        ch = self._local_channel(ref)
-        proxy = self.proxies.get((vhost, qname))
-        if op == remote.CANCELLED and ch is not None and proxy is None:
-            # the queue's vhost was deleted here first (its deletion's definitions record
-            # overtook the queue's cancel): the consumer is still told, as in one process
-            queue = ch.consumers.get(payload)
-            if queue is not None:
-                ch.consumer_cancelled(queue, payload)
-            return
-        if ch is None or proxy is None:
-            if op == remote.DELIVER:
-                # the channel closed while these deliveries travelled: back to the queue
-                back = [(d[3], d[0]) for d in payload if d[3] is not None]
-                if back:
-                    self.mesh.send(peer, ("q", vhost, qname, REQUEUE, ref, back))
-            return
-        if op == remote.DELIVER:
-            deliver = ch.deliver
-            for ctag, message, redelivered, ack_tag in payload:
-                deliver(proxy, ctag, message, redelivered, ack_tag)
-            if ch.limiter.reserved:  # credit of our channel-wide limit, used
-                self.global_qos.delivered(ch, peer, sum(d[3] is not None for d in payload))
-            if ch.writer.paused:
-                self._pause_deliveries(ch, peer, ref, vhost, qname)
-        elif op == remote.CONFIRM:
-            ch.cast(("confirm", proxy, payload))
-        elif op == remote.REJECT:
-            ch.cast(("reject", proxy, payload))
-        elif op == remote.CREDIT:
-            ch.grant_credit(proxy, payload)
-        elif op == remote.HOLD:
-            ch.hold_publishes(proxy)
-        elif op == remote.RELEASE:
-            ch.release_publishes(proxy)
-        elif op == remote.CANCELLED:
-            ch.consumer_cancelled(proxy, payload)
-        elif op == remote.QUEUE_GONE:
-            ch.cast(("queue_gone", proxy))
-
-    def _pause_deliveries(self, ch: Any, peer: int, ref: ChannelRef, vhost: str,
-                          qname: str) -> None:
-        """Our channel `ch`'s socket stopped taking writes while worker `peer`'s queues
-        deliver to it: that worker holds its deliveries to `ch` until the writer resumes
-        (the local path's `can_deliver` does the same with the paused writer). What was
-        already on its way still arrives: the overshoot is one loop turn's deliveries."""
-        told = self._paused.setdefault(ref, set())
-        if peer in told:
-            return
-        if not told:
-            ch.writer.add_resume_callback(lambda: self._resume_deliveries(ref))
-        told.add(peer)
-        self.mesh.send(peer, ("q", vhost, qname, remote.FLOW, ref, False))
-
-    def _resume_deliveries(self, ref: ChannelRef) -> None:
-        for peer in sorted(self._paused.pop(ref, ())):
-            self.mesh.send(peer, ("q", "", "", remote.FLOW, ref, True))
-
+    # -- requests to a queue's owner ---------------------------------------------------------
     def ask_queue(self, worker: int, kind: str, payload: tuple, on_reply: OnReply) -> None:
         if worker == self.index:
             self._queue_request(kind)(self.index, payload, LocalAnswer(on_reply))
@@ -773,7 +677,7 @@ class WorkerRuntime:
             proxy.down = True
         for reader in list(self._serials):
             for ch in list(reader.channels.values()):
-                self._queues_crashed(ch, down)
+                self.data.queues_crashed(ch, down)
         forget_worker(peer)
         self.tracking.peer_lost(peer)
         if self.log is None:
@@ -788,25 +692,6 @@ class WorkerRuntime:
                         isinstance(owner, ConnRef) and owner.worker == peer):
                     v.delete_queue_now(queue)
 
-    def _queues_crashed(self, ch: Any, down: set[RemoteQueue]) -> None:
-        """Tell local channel `ch` that the queues `down` crashed (RabbitMQ's channel on a
-        queue process's abnormal exit)."""
-        if not down:
-            return
-        for tag, queue in list(ch.consumers.items()):
-            if queue in down:
-                ch.consumer_cancelled(queue, tag)
-        for dtag, (queue, ack_tag, ctag) in list(ch.unacked.items()):
-            if queue in down and ack_tag is not None:
-                ch.unacked[dtag] = (queue, None, ctag)  # the restarted queue has it back
-        if ch.confirm is not None:
-            for queue in down:
-                ch.confirm.queue_crashed(queue)
-        for queue in down:
-            if ch.credit.peer_down(queue):
-                ch.resume()
-        ch.cast(("reject", next(iter(down)), []))  # a batch: its nacks go out after it
-
     def _peer_back(self, peer: int) -> None:
         """A new link to restarted worker `peer`: its queues take records again; it is told
         our open connections (for the connection limits)."""
@@ -817,15 +702,6 @@ class WorkerRuntime:
 
 
 _LATER = object()  # _run's answer comes later (the queue's worker is asked first)
-
-
-class _Gone:
-    """A queue that is gone by the time a publish reached its worker, as the publisher's
-    channel is told of it (its confirm tracker releases the message for that queue)."""
-
-    def __init__(self, vhost: str, name: str) -> None:
-        self.vhost = SimpleNamespace(name=vhost)
-        self.name = name
 
 
 class _RemoteReply:
