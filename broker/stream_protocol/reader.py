@@ -20,6 +20,9 @@ to 3.13 enforce none (RabbitMQ 4.x does): clients rely on it, rstream's producer
 MB publish frames on a 1 MiB frame_max; the ceiling keeps memory bounded. A failed login →
 AUTHENTICATION_FAILURE (8), an unknown mechanism → SASL_MECHANISM_NOT_SUPPORTED (7), a
 vhost the user may not use → VIRTUAL_HOST_ACCESS_FAILURE (12), each followed by the close.
+Every close the server decides on lingers (`_fail`): a FIN after the last frame, then the
+client's frames read and dropped for up to LINGER_S, so a frame it sent meanwhile cannot
+turn into a reset that destroys the response it has not read yet.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ TUNED = "tuned"
 OPENED = "opened"
 CLOSING = "closing"
 FAILURE = "failure"
+LINGER_S = 1.0  # how long a failed connection's socket is read after its FIN (s)
 
 _PRE_AUTH = {core.PEER_PROPERTIES, core.SASL_HANDSHAKE, core.SASL_AUTHENTICATE, core.TUNE,
              core.OPEN, core.HEARTBEAT}
@@ -189,6 +193,8 @@ class StreamConnection(asyncio.Protocol):
         self.listener.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.step == FAILURE:
+            return  # a lingering close (_fail): read and dropped
         self._last_in = time.monotonic()
         self.recv_oct += len(data)
         self.recv_cnt += 1
@@ -217,6 +223,12 @@ class StreamConnection(asyncio.Protocol):
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._gone()
+        self.transport = None
+
+    def _gone(self) -> None:
+        """Leave the listener and the streams: at the socket's end, or as soon as the
+        connection fails while its socket lingers (_fail). Idempotent."""
         self.listener.connections.discard(self)
         queues = [p.queue for p in self.publishers.values()] + list(self.subscriptions.values())
         for q in {id(q): q for q in queues}.values():
@@ -225,7 +237,6 @@ class StreamConnection(asyncio.Protocol):
         self.publishers.clear()
         if self._heartbeat_timer is not None:
             self._heartbeat_timer.cancel()
-        self.transport = None
 
     def flow(self) -> None:
         """Stop reading while a resource alarm is in effect and this connection has a
@@ -303,16 +314,37 @@ class StreamConnection(asyncio.Protocol):
 
     # -- sending -----------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if (self.transport is not None and not self.transport.is_closing()
+                and self.step != FAILURE):  # a failed connection's socket only lingers
             self.transport.write(data)
             self.send_oct += len(data)
             self.send_cnt += 1
 
     def _fail(self) -> None:
-        """Close the socket at once (RabbitMQ's connection_step = failure)."""
+        """Stop serving the connection (RabbitMQ's connection_step = failure) with a
+        lingering close: what was sent goes out followed by a FIN, and what the client
+        still sends is read and dropped until it closes too, or for LINGER_S at most.
+
+        Closing the socket outright loses the last response whenever the client writes
+        before reading it: rstream, for one, sends its first heartbeat together with
+        `open`, and a frame arriving at a closed socket is answered with a reset, which
+        makes the client's kernel throw away the unread refusal
+        (VIRTUAL_HOST_ACCESS_FAILURE becomes ConnectionResetError). A TLS transport
+        cannot half-close and is closed at once."""
         self.step = FAILURE
-        if self.transport is not None:
-            self.transport.close()
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        self._gone()
+        if not t.can_write_eof():
+            t.close()
+            return
+        try:
+            t.write_eof()
+        except OSError:
+            t.close()
+            return
+        asyncio.get_running_loop().call_later(LINGER_S, t.close)
 
     def shutdown(self) -> None:
         """The broker stops: tell the client, then close."""
@@ -446,7 +478,7 @@ class StreamConnection(asyncio.Protocol):
     def _heartbeat_tick(self) -> None:
         """Send a heartbeat every `heartbeat` seconds; close after two silent periods (the
         client sends heartbeats or frames)."""
-        if self.transport is None:
+        if self.transport is None or self.step == FAILURE:
             return
         if time.monotonic() - self._last_in > 2 * self.heartbeat:
             log.warning("stream connection %s: missed heartbeats from client, timeout: %ds",

@@ -6,6 +6,7 @@ get RabbitMQ's response codes and a closed connection, without touching other co
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import subprocess
@@ -88,6 +89,32 @@ def test_wrong_password_and_a_vhost_without_access_are_refused(sbroker):
 
 
 # -- raw frames, built by hand from PROTOCOL.adoc -----------------------------------------------
+def test_a_refusal_reaches_a_client_that_writes_on_after_open(sbroker):
+    """The flake rstream showed: its first heartbeat leaves with `open`. Had the server
+    closed with that frame unread, its kernel would have answered with a reset, and an
+    asyncio client raises the reset before the refusal it holds unread
+    (VIRTUAL_HOST_ACCESS_FAILURE became ConnectionResetError). Here 800 kB of heartbeats
+    follow `open`, more than one read takes, so part is surely unread when the server
+    gives up; it now half-closes and reads on (_fail)."""
+    sock = tuned(sbroker)
+
+    async def refused() -> bytes:
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(frame(struct.pack(">HHI", 21, 1, 4) + s("no-such-vhost"))
+                     + frame(struct.pack(">HH", 23, 1)) * 100_000)
+        await asyncio.sleep(0.3)  # a reset, if any, has arrived by now
+        try:
+            size = struct.unpack(">I", await reader.readexactly(4))[0]
+            reply = await reader.readexactly(size)
+            assert await reader.read() == b""  # then the server's FIN
+            return reply
+        finally:
+            writer.close()
+
+    key, _v, corr, code = struct.unpack_from(">HHIH", run(refused()))
+    assert (key, corr, code) == (0x8015, 4, core.VIRTUAL_HOST_ACCESS_FAILURE)
+
+
 def test_a_command_before_authentication_closes_the_connection(sbroker):
     sock = socket.create_connection(("127.0.0.1", sbroker.stream_port), timeout=5)
     sock.sendall(frame(struct.pack(">HHI", 13, 1, 1) + s("early") + struct.pack(">I", 0)))
