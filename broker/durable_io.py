@@ -12,13 +12,18 @@ import os
 from broker import replication_hook
 
 
-def fsync_dir(path: str) -> None:
-    """fsync the directory `path` so renames and new entries in it are durable."""
+def fsync_path(path: str) -> None:
+    """fsync the file or directory at `path` (a file's directory entry is `fsync_dir`'s)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync the directory `path` so renames and new entries in it are durable."""
+    fsync_path(path)
 
 
 def write_parts_atomically(directory: str, name: str, parts: list[bytes], fsync: bool) -> None:

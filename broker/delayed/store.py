@@ -55,7 +55,7 @@ from operator import itemgetter
 from typing import Any, BinaryIO
 
 from broker import replication_hook, storage_codec
-from broker.durable_io import fsync_dir, write_parts_atomically
+from broker.durable_io import fsync_dir, fsync_path, write_parts_atomically
 from broker.message import Message
 from broker.quorum.record_log import RecordLog, frame
 
@@ -291,6 +291,7 @@ class SpillJob:
         self.generation = generation
         self.entries = entries  # a copy of the memtable's heap: nobody else changes it
         self.name = ""  # the run's file name, once written
+        self.journal_path = ""  # the journal started with it, fsynced by write()
         self.count = len(entries)
         self.max_seq = max_seq
 
@@ -299,6 +300,8 @@ class SpillJob:
             self._write()
 
     def _write(self) -> None:
+        if self.journal_path:  # its directory entry with the run's, below
+            fsync_path(self.journal_path)
         self.name = f"{RUN_PREFIX}{self.number}-{self.count}-{self.max_seq}-{self.generation}"
         write_parts_atomically(self.directory, self.name, sorted_parts(self.entries),
                                fsync=True)
@@ -384,6 +387,7 @@ class DelayStore:
         self._spilling: list[tuple[int, int, bytes]] = []
         self._spill_job: SpillJob | None = None
         self._old_journal: RecordLog | None = None  # the journal a SpillJob covers
+        self._directory_unsynced = False  # a journal renamed in, its entry not fsynced
         self._spill_last: Key = (0, 0)  # the last key handed out of `_spilling`
         self._generation = 0  # of the journal written now
         self._journal: RecordLog | None = None
@@ -429,6 +433,9 @@ class DelayStore:
                 continue
             self._add_run(run)
         live = []
+        # a record handed out and not settled when a spill started is in the journal that
+        # spill covers and in the one it started: read once
+        seen: set[Key] = set()
         for generation in sorted(journals):
             path = os.path.join(self.directory, f"{JOURNAL}-{generation}")
             if generation <= covered:  # its messages are in a run
@@ -438,7 +445,8 @@ class DelayStore:
             for record in RecordLog(self.directory, f"{JOURNAL}-{generation}").load():
                 due, seq = _KEY.unpack_from(record)
                 max_seq = max(max_seq, seq)
-                if (due, seq) > self.watermark:
+                if (due, seq) > self.watermark and (due, seq) not in seen:
+                    seen.add((due, seq))
                     live.append(record)
                     framed = frame(record)
                     heapq.heappush(self._mem, (due, seq, framed))
@@ -522,7 +530,15 @@ class DelayStore:
         self._old_journal = self._journal
         self._generation += 1
         self._journal = RecordLog(self.directory, f"{JOURNAL}-{self._generation}")
-        self._journal.rewrite([f[_FRAME.size:] for f in self._unsettled_mem.values()])
+        # not fsynced here: two fsyncs on the event loop stalled it for milliseconds at
+        # every spill. The job fsyncs the file before its run (and the directory after),
+        # so the new journal is durable before finish_spill deletes the old one; until
+        # then the old one holds these records too, and confirms of what is appended
+        # meanwhile wait for the directory as well (sync_fds).
+        self._journal.rewrite([f[_FRAME.size:] for f in self._unsettled_mem.values()],
+                              fsync=False)
+        job.journal_path = self._journal.path
+        self._directory_unsynced = True
         return job
 
     def finish_spill(self, job: SpillJob) -> list[tuple[int, int, bytes]]:
@@ -575,6 +591,9 @@ class DelayStore:
             fd = records.take_sync_fd() if records is not None else -1
             if fd >= 0:
                 fds.append(fd)
+        if self._directory_unsynced and self.directory is not None:
+            self._directory_unsynced = False  # a new journal's entry (_start_spill)
+            fds.append(os.open(self.directory, os.O_RDONLY))
         return fds
 
     def sync(self) -> None:

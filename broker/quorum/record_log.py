@@ -63,15 +63,18 @@ class RecordLog:
                         "appending)", self.path, len(data) - pos)
         return out
 
-    def rewrite(self, payloads: Iterable[bytes]) -> None:
-        """Replace the file with `payloads` (fsynced, renamed into place) and append to it
-        from now on."""
+    def rewrite(self, payloads: Iterable[bytes], fsync: bool = True) -> None:
+        """Replace the file with `payloads` (renamed into place; fsynced with the directory,
+        or with `fsync` False left to the caller: the file counts as appended to, so the
+        next `sync`/`take_sync_fd` covers its data, not its directory entry) and append to
+        it from now on."""
         self.close()
         os.makedirs(self.directory, exist_ok=True)
         frames = [frame(p) for p in payloads]
-        write_atomically(self.directory, self.name, b"".join(frames), fsync=True)
+        write_atomically(self.directory, self.name, b"".join(frames), fsync=fsync)
         self.records = len(frames)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._dirty = not fsync
 
     def append(self, payload: bytes) -> None:
         """Add one record (one write(2): a killed process keeps it; a power cut keeps it

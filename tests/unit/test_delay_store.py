@@ -340,3 +340,52 @@ def test_sorted_parts_of_records_taken_in_order_keep_them_whole_and_in_order():
     swapped = list(entries)
     swapped[10], swapped[4000] = swapped[4000], swapped[10]
     assert b"".join(sorted_parts(swapped)) == b"".join(e[2] for e in entries)
+
+
+def test_a_crash_during_a_spill_repeats_nothing_handed_out_and_not_settled(tmp_path) -> None:
+    """Handed out and not settled when a spill starts: such a record is in the covered
+    journal and in the new one that the spill starts; a crash before the run is whole
+    leaves both, and recovery reads it once."""
+    path = str(tmp_path / "x")
+    store = DelayStore(path, memtable_bytes=20_000)
+    for i in range(20):
+        store.add(1_000 + i, _msg(i))
+    store.flush()
+    out = store.pop_due(1_019, 10)  # handed out, never settled
+    assert _ids(out) == list(range(10))
+    job, n = _fill_until_spill(store, start=20)
+    store.sync()  # the crash: the job never ran, no clean close
+    again = DelayStore(path, memtable_bytes=20_000)
+    got = _ids(again.pop_due(10**12, 10**6))
+    assert sorted(got) == list(range(n))
+    again.close()
+
+
+def test_starting_a_spill_fsyncs_nothing_on_the_loop_and_the_job_makes_it_durable(
+        tmp_path, monkeypatch) -> None:
+    """The new journal a spill starts is renamed in without an fsync on the event loop
+    (two fsyncs stalled it at every spill); the job's thread fsyncs it before the run, and
+    confirms of what is appended meanwhile wait for the directory too (sync_fds)."""
+    path = str(tmp_path / "x")
+    store = DelayStore(path, memtable_bytes=20_000)
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    job, n = _fill_until_spill(store)
+    assert synced == []  # flush(background=True) started the spill: nothing fsynced
+    for fd in store.sync_fds():  # what the holder's fsync thread does for a confirm
+        os.fsync(fd)
+        os.close(fd)
+    assert path in synced and any(p.startswith(path + "/" + JOURNAL) for p in synced)
+    synced.clear()
+    job.write()
+    journal = job.journal_path
+    assert synced[0] == journal and synced[-1] == path  # the journal first, the entries last
+    store.finish_spill(job)
+    assert sorted(_ids(store.pop_due(10**12, 10**6))) == list(range(n))
+    store.close()
