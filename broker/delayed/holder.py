@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
-from broker.delayed.store import DelayStore, Key, SpillJob, drop_gradually
+from broker.delayed.store import DelayStore, Key, SpillJob, close_all, drop_gradually
 from broker.exchange.delayed import delay_from, delay_of, swapped_delay
 from broker.loop_lag import Histogram
 from broker.mailbox import Process
@@ -92,6 +92,7 @@ class DelayedMessages(Process):
         self.name = exchange  # the exchange's name (QueueFacade: channels log and key by it)
         self.deleted = False
         self.store = DelayStore(directory)
+        self.store.unlink_later = True  # spent runs and covered journals: in a thread
         self._fsync = fsync and directory is not None
         self.credit = CreditFlow(credit_initial, credit_more_after)  # receiver side
         self._unsynced: list[tuple[ChannelFacade, int]] = []  # confirms waiting for a flush
@@ -160,6 +161,7 @@ class DelayedMessages(Process):
             future = self._loop.run_in_executor(None, job.write)
             future.add_done_callback(lambda f: self.cast((SPILLED, job, f.exception())))
         store.commit()
+        self._collect_garbage()
         if self._unsynced and self._syncing is None:
             self._sync()
         self._arm()
@@ -201,6 +203,14 @@ class DelayedMessages(Process):
         else:
             spilled = self.store.finish_spill(job)
             self._loop.run_in_executor(None, drop_gradually, spilled)
+            self._collect_garbage()
+
+    def _collect_garbage(self) -> None:
+        """Free the blocks of what the store unlinked (a covered journal, spent runs) in
+        a thread."""
+        garbage = self.store.take_garbage()
+        if garbage:
+            self._loop.run_in_executor(None, close_all, garbage)
 
     # -- due messages --------------------------------------------------------------------------
     def _arm(self) -> None:

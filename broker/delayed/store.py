@@ -103,6 +103,12 @@ class _ShortGilTurns:
 _SHORT_GIL_TURNS = _ShortGilTurns()
 
 
+def close_all(fds: list[int]) -> None:
+    """Close `fds` (for a thread: the last close of an unlinked file frees its blocks)."""
+    for fd in fds:
+        os.close(fd)
+
+
 def drop_gradually(items: list[Any]) -> None:
     """Free `items` (holding the last references to them) SPILL_CHUNK at a time with short
     GIL turns: for a thread, so that the event loop never waits for one long free."""
@@ -388,6 +394,10 @@ class DelayStore:
         self._spill_job: SpillJob | None = None
         self._old_journal: RecordLog | None = None  # the journal a SpillJob covers
         self._directory_unsynced = False  # a journal renamed in, its entry not fsynced
+        # the holder's: spent runs and covered journals are unlinked in a thread, not here
+        # (an unlink of an 8 MiB file took 3-4 ms of the event loop at every spill)
+        self.unlink_later = False
+        self._garbage: list[int] = []
         self._spill_last: Key = (0, 0)  # the last key handed out of `_spilling`
         self._generation = 0  # of the journal written now
         self._journal: RecordLog | None = None
@@ -559,12 +569,7 @@ class DelayStore:
         old, self._old_journal = self._old_journal, None
         if old is not None:
             old.close()
-        path = os.path.join(self.directory, f"{JOURNAL}-{job.generation}")
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        replication_hook.deleted(path)
+        self._unlink(os.path.join(self.directory, f"{JOURNAL}-{job.generation}"))
         return spilled
 
     def abort_spill(self, job: SpillJob) -> None:
@@ -685,11 +690,32 @@ class DelayStore:
         run.close()
         self._runs.pop(run.number, None)
         self._size_chunks(len(self._runs))
+        self._unlink(run.path)
+
+    def _unlink(self, path: str) -> None:
+        """Delete a spent run or a covered journal. With `unlink_later` the name goes now
+        and the blocks later: the file is opened, then unlinked (tens of µs: the inode
+        lives on), and the last close, which frees its blocks (3-4 ms for 8 MiB on
+        ext4), is left to whoever calls `take_garbage`."""
+        fd = -1
+        if self.unlink_later:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                pass
         try:
-            os.unlink(run.path)
+            os.unlink(path)
         except FileNotFoundError:
             pass
-        replication_hook.deleted(run.path)
+        if fd >= 0:
+            self._garbage.append(fd)
+        replication_hook.deleted(path)
+
+    def take_garbage(self) -> list[int]:
+        """Descriptors of files unlinked since the last call (with `unlink_later`), the
+        last ones open on them: for `close_all` in a thread."""
+        garbage, self._garbage = self._garbage, []
+        return garbage
 
     # -- sizes and listing -----------------------------------------------------------------
     def __len__(self) -> int:
@@ -728,6 +754,7 @@ class DelayStore:
         self.commit()
         self.flush()
         self.sync()
+        close_all(self.take_garbage())
         for run in list(self._runs.values()):
             run.close()
         for records in (self._journal, self._old_journal, self._fired):
@@ -736,6 +763,7 @@ class DelayStore:
 
     def delete(self) -> None:
         """Forget every message and remove the directory (the exchange was deleted)."""
+        close_all(self.take_garbage())
         for run in list(self._runs.values()):
             run.close()
         self._runs.clear()
