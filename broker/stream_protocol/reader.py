@@ -325,12 +325,12 @@ class StreamConnection(asyncio.Protocol):
         lingering close: what was sent goes out followed by a FIN, and what the client
         still sends is read and dropped until it closes too, or for LINGER_S at most.
 
-        Closing the socket outright loses the last response whenever the client writes
-        before reading it: rstream, for one, sends its first heartbeat together with
-        `open`, and a frame arriving at a closed socket is answered with a reset, which
-        makes the client's kernel throw away the unread refusal
-        (VIRTUAL_HOST_ACCESS_FAILURE becomes ConnectionResetError). A TLS transport
-        cannot half-close and is closed at once."""
+        Closing the socket outright could lose the last response: rstream, for one,
+        sends its first heartbeat right after `open`; closed with that frame unread, the
+        socket sends a reset instead of a FIN, and an asyncio client raises the reset
+        ahead of the refusal it has received but not yet read (VIRTUAL_HOST_ACCESS_FAILURE
+        became ConnectionResetError, now and then). A TLS transport cannot half-close and
+        is closed at once."""
         self.step = FAILURE
         t = self.transport
         if t is None or t.is_closing():
