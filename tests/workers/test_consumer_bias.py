@@ -28,6 +28,9 @@ def test_a_busy_loop_holds_the_publisher_while_the_consumers_drain(workers_broke
     assert length_off > HIGH + 10_000, runs  # without the bias the backlog runs away
     # across workers the hold reaches the publisher's channel a link hop late and the
     # publishes already on the link still arrive: a looser bound (CI saw 19 964 against
-    # 32 600 there, 7 844 against 32 300 in one process)
-    assert length * (3 if workers == 1 else 1.25) < length_off, runs
+    # 32 600 there, 7 844 against 32 300 in one process). In one process the bias also
+    # lets the publisher go whenever the consumer took fewer than 16 messages over two
+    # 10 ms checks, which this test's consumer does when CI starves it of CPU (CI saw
+    # 14 664 against 32 100 once); without the bias the two are equal
+    assert length * (2 if workers == 1 else 1.25) < length_off, runs
     assert sent >= 3000, runs
