@@ -165,6 +165,12 @@ class BrokerConfig:
     # queues serve consumers before publishers while the event loop's thread uses at least
     # this share of the CPU (broker/consumer_bias.py); 0: always, above 1: never
     consumer_bias_load: float = 0.7
+    # where a new queue's process goes among the workers when neither its arguments nor its
+    # policy say (rabbitmq.conf names; "" or an unknown name: the worker with the fewest
+    # queues, broker/workers/placement.py `locator`): client-local, min-masters or random
+    # for classic queues; client-local or balanced for quorum queues
+    queue_master_locator: str = ""
+    queue_leader_locator: str = ""
 
     extra: Mapping[str, Any] = field(default_factory=dict)  # unknown TOML keys, kept for plugins
     # what reading the configuration warned about (rabbitmq.conf keys not acted on), logged

@@ -17,6 +17,7 @@ from typing import Any
 from broker import errors
 from broker.backing_queue.priority import MAX_SUPPORTED_PRIORITY
 from broker.confirms import CONFIRM_MODES
+from broker.policies import LEADER_LOCATORS
 from broker.ttl import MAX_EXPIRY
 
 # x-overflow values (rabbitmq.com/maxlength.html); reject-publish-dlx behaves as
@@ -71,8 +72,6 @@ _ANY_QUEUE_ARGUMENT = frozenset(k for keys in QUEUE_ARGUMENTS.values() for k in 
 QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
                       "stream": "rabbit_stream_queue"}
 DLX_STRATEGIES = ("at-most-once", "at-least-once")  # ?KNOWN_DLX_STRATEGIES
-# rabbit_queue_location:queue_leader_locators() (3.10: two names and their older aliases)
-LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
 def _integer(value: Any) -> str | None:

@@ -19,6 +19,7 @@ Pure: no I/O; the vhost applies the result (broker/vhost.py).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -64,7 +65,8 @@ UNSUPPORTED_POLICIES: dict[str, frozenset[str]] = {
                          "dead-letter-strategy", "confirm-on")),
 }
 # keys RabbitMQ 3.10 knows for features this broker does not have (mirroring, streams'
-# segment size, placement): accepted so definitions from a RabbitMQ import, and ignored
+# segment size), accepted so definitions from a RabbitMQ import, and ignored; and the two
+# locators, which choose a new queue's worker (broker/workers/placement.py `locator`)
 IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
                 "ha-promote-on-failure", "ha-sync-batch-size", "queue-master-locator", "queue-leader-locator",
                 "max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
@@ -75,8 +77,19 @@ IGNORED_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown"
 OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes",
                  "max-in-memory-length", "max-in-memory-bytes", "delivery-limit")
 OPERATOR_COMPONENT = "operator_policy"  # the runtime-parameter component that stores them
+# rabbit_queue_location:queue_leader_locators() (3.10: two names and their older aliases)
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+# the classic-queue locators RabbitMQ 3.10.8 registers (rabbit_queue_location_client_local,
+# _min_masters, _random); x-queue-master-locator is not checked at declare: an unknown name
+# is passed over when the queue is placed (rabbit_queue_master_location_misc)
+MASTER_LOCATORS = ("client-local", "min-masters", "random")
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 _CONFIRM = ("persist", "ack", "ack-lite")
+
+
+def _erlang(value: Any) -> str:
+    """`value` as Erlang's ~p prints a JSON value: a string as a binary, <<"x">>."""
+    return f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
 
 
 def _non_negative(key: str, value: Any, positive: bool = False) -> None:
@@ -122,6 +135,14 @@ def validate(pattern: str, definition: Any, priority: Any, apply_to: str) -> Non
             raise ValueError("queue-mode: default or lazy expected")
         elif key == "confirm-on" and value not in _CONFIRM:
             raise ValueError(f"confirm-on: one of {', '.join(_CONFIRM)} expected")
+        elif key == "queue-master-locator" and value not in MASTER_LOCATORS:
+            # rabbit_queue_location_validator:validate_strategy/1
+            raise ValueError(f"Validation failed\n\n{_erlang(value)} invalid "
+                             "queue-master-locator value\n")
+        elif key == "queue-leader-locator" and value not in LEADER_LOCATORS:
+            # rabbit_policies:validate_policy0/2
+            raise ValueError(f"Validation failed\n\n{_erlang(value)} is not a valid queue "
+                             "leader locator value\n")
     validate_sharding(definition)  # shards-per-node, routing-key (rabbitmq_sharding)
     err = validate_federation(definition)  # rabbitmq_federation's policy validator
     if err is not None:

@@ -148,6 +148,8 @@ _KEYS: dict[str, Setter] = {
     "stream.frame_max": _field("stream_frame_max", int),
     "stream.heartbeat": _field("stream_heartbeat", int),
     "stream.initial_credits": _field("stream_initial_credits", int),
+    "queue_master_locator": _field("queue_master_locator"),
+    "queue_leader_locator": _field("queue_leader_locator"),
 }
 
 

@@ -3,8 +3,8 @@
 
 Owns: `Placement`: the table (vhost, queue) -> worker index every worker holds alike; the
 owner's choice for a new queue (a stream in the owner, an exclusive queue on its
-connection's worker, else the
-worker with the fewest queues, ties to the declaring connection's worker); the placements
+connection's worker, else as the queue's locator says: `locator` reads it from the declare
+arguments, the policy and the configuration as RabbitMQ does); the placements
 chosen since the last change record (`take_fresh`: a change carries them, so the other
 workers take the owner's choice); `queue_workers.json`, the owner's durable record of where
 each durable queue's files are. Talks to: broker/workers/runtime.py. Must never: decide
@@ -15,11 +15,48 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from broker import replication_hook
 
 OWNER = 0  # the metadata owner: the worker a queue not listed in the file lives in
+# what each name means here: on the declaring connection's worker, on the worker with the
+# fewest queues (ties to the declaring connection's), on a random live worker. A quorum
+# queue's `balanced` and its 3.10 aliases `random` and `least-leaders` all mean balanced
+# (rabbit_queue_location:leader_locator0/1)
+CLIENT_LOCAL, LEAST_QUEUES, RANDOM = "client-local", "least-queues", "random"
+_MEANS = {"client-local": CLIENT_LOCAL, "min-masters": LEAST_QUEUES, "random": RANDOM}
+_LEADER_MEANS = {"client-local": CLIENT_LOCAL, "balanced": LEAST_QUEUES,
+                 "random": LEAST_QUEUES, "least-leaders": LEAST_QUEUES}
+
+
+def locator(queue_type: str, arguments: Mapping[str, Any], policy: Mapping[str, Any],
+            master_config: str = "", leader_config: str = "") -> str:
+    """How a new queue picks its worker: CLIENT_LOCAL, LEAST_QUEUES (the default) or RANDOM.
+
+    A classic queue: the `x-queue-master-locator` argument, else the `queue-master-locator`
+    policy key (`policy`: the definition in force), else `master_config`
+    (`queue_master_locator`), the first one that names a known locator (an unknown name is
+    passed over, as rabbit_queue_master_location_misc:get_location/1 does). A quorum queue:
+    the `queue-leader-locator` policy key, else the `x-queue-leader-locator` argument (the
+    policy wins: rabbit_queue_type_util:args_policy_lookup with the policy's value), else
+    `leader_config` (`queue_leader_locator`). None given: LEAST_QUEUES, RabbitMQ's
+    `min-masters` among this broker's workers (RabbitMQ's own default, client-local, would
+    put every queue a setup script declares on one worker: docs/multicore.md)."""
+    if queue_type == "quorum":
+        means = _LEADER_MEANS
+        tried = (policy.get("queue-leader-locator"), arguments.get("x-queue-leader-locator"),
+                 leader_config)
+    else:
+        means = _MEANS
+        tried = (arguments.get("x-queue-master-locator"), policy.get("queue-master-locator"),
+                 master_config)
+    for name in tried:
+        if isinstance(name, str) and name in means:
+            return means[name]
+    return LEAST_QUEUES
 
 
 class Placement:
@@ -31,13 +68,19 @@ class Placement:
         self._file: str | None = None  # the owner's queue_workers.json
 
     def choose(self, key: tuple[str, str], fixed: int | None, origin: int,
-               live: Iterable[int]) -> int:
+               live: Iterable[int], how: str = LEAST_QUEUES) -> int:
         """The owner places new queue `key`: on `fixed` when given (a stream's worker, an
-        exclusive queue's connection's), else on the worker of `live` with the fewest
-        queues, ties to `origin` (the declaring connection's worker), then the lowest
-        index."""
+        exclusive queue's connection's), else as `how` (from `locator`) says: CLIENT_LOCAL
+        on `origin` (the declaring connection's worker) while it is live, RANDOM on any
+        worker of `live`, LEAST_QUEUES on the worker of `live` with the fewest queues, ties
+        to `origin`, then the lowest index."""
+        live = set(live)
         if fixed is not None:
             worker = fixed
+        elif how == CLIENT_LOCAL and origin in live:
+            worker = origin
+        elif how == RANDOM:
+            worker = random.choice(sorted(live))
         else:
             counts = dict.fromkeys(live, 0)
             for w in self.placed.values():

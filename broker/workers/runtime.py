@@ -41,7 +41,7 @@ from broker.workers.connection_tracking import ConnectionTracking
 from broker.workers.data_plane import DataPlane
 from broker.workers.global_qos import GlobalQos
 from broker.workers.mesh import Answer, Mesh
-from broker.workers.placement import Placement
+from broker.workers.placement import LEAST_QUEUES, Placement
 from broker.workers.refs import ChannelRef, ConnRef, conn_ref, forget, forget_worker
 from broker.workers.remote import RemoteChannel, RemoteQueue
 from broker.workers.vhost import WorkerVHost, apply
@@ -230,12 +230,13 @@ class WorkerRuntime:
         self.mesh.send_grouped(worker, head, item)
 
     def placement(self, vhost: str, name: str, exclusive_owner: Any,
-                  queue_type: str = "classic") -> int:
+                  queue_type: str = "classic", how: str = LEAST_QUEUES) -> int:
         """Where queue `name` lives: recorded (a replayed record, a recovered queue), or,
         in the owner, chosen now: a stream in the owner, whose worker serves the stream
         protocol (its connections read the stream's log in place); an exclusive queue on
-        its connection's worker; else the worker with the fewest queues (ties to the
-        declaring connection's worker)."""
+        its connection's worker; else as `how` says (broker/workers/placement.py
+        `locator`: the declaring connection's worker, the worker with the fewest queues,
+        ties to the declaring connection's, or a random one)."""
         key = (vhost, name)
         worker = self.placed.get(key)
         if worker is not None:
@@ -246,7 +247,8 @@ class WorkerRuntime:
         fixed = OWNER if queue_type == "stream" else ref.worker if ref is not None else None
         live = self.log.live | {OWNER} if self.log is not None else set(range(self.count))
         return self.places.choose(key, fixed,
-                                  self._origin if self._origin is not None else OWNER, live)
+                                  self._origin if self._origin is not None else OWNER, live,
+                                  how)
 
     _origin: int | None = None  # the worker whose request the owner executes now
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.vhost import VHost
+from broker.workers.placement import LEAST_QUEUES, locator
 from broker.workers.refs import ConnRef
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class VHostRuntime(Protocol):
     def owner_ref(self, owner: Any) -> ConnRef | None: ...  # a connection, as records name it
 
     def placement(self, vhost: str, name: str, exclusive_owner: Any,
-                  queue_type: str = "classic") -> int: ...
+                  queue_type: str = "classic", how: str = LEAST_QUEUES) -> int: ...
 
     def remote_queue(self, vhost: str, name: str, worker: int, **attrs: Any) -> RemoteQueue: ...
 
@@ -89,14 +90,18 @@ class WorkerVHost(VHost):
     # -- where queues live -------------------------------------------------------------------
     def _new_queue(self, name: str, queue_type: str, durable: bool, auto_delete: bool,
                    exclusive_owner: Any, arguments: dict) -> QueueProcess:
-        worker = self.runtime.placement(self.name, name, exclusive_owner, queue_type)
+        policy = self.policy_for("queues", name, queue_type)
+        how = locator(queue_type, arguments,
+                      policy.definition if policy is not None else {},
+                      self._config.queue_master_locator, self._config.queue_leader_locator)
+        worker = self.runtime.placement(self.name, name, exclusive_owner, queue_type, how)
         if worker == self.runtime.index:
             return super()._new_queue(name, queue_type, durable, auto_delete,
                                       exclusive_owner, arguments)
         proxy = self.runtime.remote_queue(
             self.name, name, worker, durable=durable, auto_delete=auto_delete,
             exclusive_owner=exclusive_owner, arguments=arguments, queue_type=queue_type,
-            policy=self.policy_for("queues", name, queue_type))
+            policy=policy)
         return proxy  # type: ignore[return-value]  # a QueueFacade the vhost holds alike
 
     # -- telling changes ---------------------------------------------------------------------

@@ -130,3 +130,13 @@ def test_the_stream_protocols_settings_in_both_formats(tmp_path):
                  "stream_heartbeat = 10\n", "broker.toml")
     cfg = load_config(["--config", str(toml)], environ={})
     assert (cfg.stream_listeners_tcp_default, cfg.stream_heartbeat) == ("127.0.0.1:5552", 10)
+
+
+def test_the_queue_locators_are_taken_not_warned_about(tmp_path):
+    """queue_master_locator and queue_leader_locator choose a new queue's worker
+    (broker/workers/placement.py); before, they were RabbitMQ keys this broker ignored."""
+    text = "queue_master_locator = client-local\nqueue_leader_locator = balanced\n"
+    cfg = load_config(["--config", str(_conf(tmp_path, text))], environ={})
+    assert (cfg.queue_master_locator, cfg.queue_leader_locator) == ("client-local",
+                                                                     "balanced")
+    assert not cfg.warnings
