@@ -21,6 +21,22 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+def fsync_and_close(fds: list[int]) -> None:
+    """fsync each of `fds`, then close it. Every one is closed, even after a failure; the
+    first OSError is raised once all are closed, and no fsync is tried after it."""
+    error: OSError | None = None
+    for fd in fds:
+        try:
+            if error is None:
+                os.fsync(fd)
+        except OSError as exc:
+            error = exc
+        finally:
+            os.close(fd)
+    if error is not None:
+        raise error
+
+
 def fsync_dir(path: str) -> None:
     """fsync the directory `path` so renames and new entries in it are durable."""
     fsync_path(path)

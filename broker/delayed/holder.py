@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import os
 import struct
 import time
 from collections.abc import Hashable
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.credit_flow import CreditFlow
 from broker.dead_letter import routing_keys
 from broker.delayed.store import DelayStore, Key, SpillJob, close_all, drop_gradually
+from broker.durable_io import fsync_and_close
 from broker.exchange.delayed import delay_from, delay_of, swapped_delay
 from broker.loop_lag import Histogram
 from broker.mailbox import Process
@@ -176,7 +176,7 @@ class DelayedMessages(Process):
             return
         fds = self.store.sync_fds()
         self._syncing = owed
-        future = self._loop.run_in_executor(None, _fsync_all, fds)
+        future = self._loop.run_in_executor(None, fsync_and_close, fds)
         future.add_done_callback(lambda f: self.cast((SYNCED, owed)))
 
     def _release(self, owed: list[tuple[ChannelFacade, int]]) -> None:
@@ -383,14 +383,6 @@ def swapped(message: Message, headers: dict | None, delay: int) -> Message:
                      "x-delay": SignedInt(value) if value >= -(1 << 31) else LongLong(value)}
     return Message(message.exchange, message.routing_key, props, message.body,
                    msg_id=message.msg_id, raw_properties=encode_properties(props))
-
-
-def _fsync_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _now_ms() -> int:

@@ -55,7 +55,7 @@ from operator import itemgetter
 from typing import Any, BinaryIO
 
 from broker import replication_hook, storage_codec
-from broker.durable_io import fsync_dir, fsync_path, write_parts_atomically
+from broker.durable_io import fsync_and_close, fsync_dir, fsync_path, write_parts_atomically
 from broker.message import Message
 from broker.quorum.record_log import RecordLog, frame
 
@@ -603,11 +603,7 @@ class DelayStore:
 
     def sync(self) -> None:
         """fsync what was written, here and now."""
-        for fd in self.sync_fds():
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_and_close(self.sync_fds())
 
     # -- handing out -----------------------------------------------------------------------
     def next_due(self) -> int | None:
