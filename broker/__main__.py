@@ -79,7 +79,7 @@ async def _serve(broker: Broker) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
-    pacer = GcPacer(busy=lambda: broker.loop_lag.was_busy_within(BUSY_WITHIN_S)) if broker.config.gc_pacing else None
+    pacer = GcPacer(busy=lambda: broker.loop_lag.was_active_within(BUSY_WITHIN_S)) if broker.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
     await stop.wait()

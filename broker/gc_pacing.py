@@ -32,7 +32,8 @@ The schedule:
   than FULL_WHEN_GROWN_BELOW memory blocks more than at the last freeze (the queues hold
   few messages; at most every FULL_CHEAP_EVERY_S seconds), and at the latest every
   FULL_EVERY_S seconds whatever it costs, except that a pass that would be long waits while
-  the event loop is saturated (`busy`, the loop-lag probe's), up to FULL_EVERY_S more: a
+  the event loop is active (`busy`: the loop-lag probe's `was_active_within`, traffic or a
+  wait for a CPU in the last BUSY_WITHIN_S), up to FULL_EVERY_S more: a
   flood's messages usually go when it ends, and the pass is cheap then (issue 49). Cheap
   passes back off while they find nothing: each one that frees fewer than USEFUL_COLLECTED objects doubles the wait before the next
   (10, 20, 40 … s, up to FULL_EVERY_S), and one that frees more brings it back to
@@ -83,7 +84,7 @@ FULL_EVERY_S = 300.0  # the longest unfrozen cyclic garbage waits for a full col
 FULL_CHEAP_EVERY_S = 10.0  # cheap full collections at most this often
 USEFUL_COLLECTED = 1_000  # a full pass freeing fewer objects than this was not worth its pause
 DEEP_EVERY_S = 3600.0  # the longest frozen cyclic garbage waits for a deep pass
-BUSY_WITHIN_S = 5.0  # a forced long pass waits if the loop was saturated this recently
+BUSY_WITHIN_S = 5.0  # a forced long pass waits if the loop was active this recently
 NO_AUTOMATIC_PASS = 1 << 30  # CPython's third threshold while pacing: never reached
 
 
@@ -172,9 +173,11 @@ class GcPacer:
             # a flood is under way (issue 49: a forced pass over the 2 million objects a
             # greedy consumer's unacked messages keep took 979 ms, the bystander's worst
             # round trip): most floods end, their messages go, and the pass is cheap then.
-            # `busy` looks back BUSY_WITHIN_S (LoopLagProbe.was_busy_within): on 29 Nov a
+            # `busy` looks back BUSY_WITHIN_S (LoopLagProbe.was_active_within): on 29 Nov a
             # 106 ms pass still fell inside a greedy flood whose loop was below the busy
-            # load at the one instant the tick asked
+            # load at the one instant the tick asked; and a 338 ms one inside a flood on two
+            # workers, each waiting for one of 2 vCPUs, so never 0.7 busy by its own CPU
+            # share: an active loop (load 0.2 or a tick 5 ms late) now counts
             return
         if since >= self.full_every_s or cheap:
             t0 = time.perf_counter()

@@ -13,6 +13,10 @@ item 1): the two causes of tail latency that no per-message counter shows.
   time (BUSY_LOAD, 0.7, or the configuration's `consumer_bias_load`): the loop is
   saturated, and a queue serves its consumers before its publishers
   (broker/consumer_bias.py).
+- **Active**: a tick whose smoothed load is at least ACTIVE_LOAD (0.2), or that ran
+  ACTIVE_LAG_S (5 ms) late, finds the loop active: it serves traffic, or it waits for a CPU
+  other processes hold. `was_active_within(s)` is what the GC pacer asks before a long
+  pass (broker/gc_pacing.py): a CPU-starved loop is never `busy` by its own CPU share.
 
 Both go into fixed-bucket histograms (seconds, Prometheus's conventions: cumulative counts,
 a sum and a count), exported as `pybroker_event_loop_lag_seconds` and
@@ -31,6 +35,11 @@ import gc
 import time
 
 BUSY_LOAD = 0.7  # share of an interval's wall time the loop thread ran on a CPU: busy
+# a tick at or above either of these finds the loop *active*: serving traffic, or waiting for
+# a CPU that other processes hold (then its thread's share stays below BUSY_LOAD however much
+# work waits: two workers and their clients on 2 vCPUs got 0.4-0.6 each in issue 49's flood)
+ACTIVE_LOAD = 0.2
+ACTIVE_LAG_S = 0.005
 
 # seconds; the last bucket is +Inf
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -87,6 +96,7 @@ class LoopLagProbe:
         self._cpu = 0.0  # thread CPU seconds at the last tick
         self._at = 0.0  # loop time of the last tick
         self._busy_at = float("-inf")  # loop time of the last tick that found it busy
+        self._active_at = float("-inf")  # ... that found it active (see the module doc)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -109,11 +119,18 @@ class LoopLagProbe:
         loop = self._loop
         return loop is not None and loop.time() - self._busy_at <= seconds
 
+    def was_active_within(self, seconds: float) -> bool:
+        """Did any tick of the last `seconds` s find the loop active (serving traffic, or
+        waiting for a CPU; see the module docstring)?"""
+        loop = self._loop
+        return self.busy or (loop is not None and loop.time() - self._active_at <= seconds)
+
     def _tick(self) -> None:
         loop = self._loop
         assert loop is not None
         now = loop.time()
-        self.lag.observe(max(0.0, now - self._due))
+        lag = max(0.0, now - self._due)
+        self.lag.observe(lag)
         cpu = time.thread_time()
         wall = now - self._at
         if wall > 0:
@@ -121,6 +138,8 @@ class LoopLagProbe:
             self.busy = self.load >= self.busy_load
             if self.busy:
                 self._busy_at = now
+        if lag >= ACTIVE_LAG_S or self.load >= ACTIVE_LOAD:
+            self._active_at = now
         self._cpu = cpu
         self._at = now
         self._due = now + self.interval

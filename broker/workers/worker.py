@@ -141,7 +141,7 @@ async def serve(spec: WorkerSpec) -> None:
 
     receiver = HandOffReceiver(loop, socket.socket(fileno=spec.handoff_fd), adopt, stop.set,
                                new_link)
-    pacer = GcPacer(busy=lambda: broker.loop_lag.was_busy_within(BUSY_WITHIN_S)) if spec.config.gc_pacing else None
+    pacer = GcPacer(busy=lambda: broker.loop_lag.was_active_within(BUSY_WITHIN_S)) if spec.config.gc_pacing else None
     if pacer is not None:
         pacer.start(loop)
     control.send(("ready",))

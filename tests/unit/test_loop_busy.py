@@ -48,3 +48,28 @@ def test_a_zero_busy_load_is_always_busy() -> None:
 
 def test_a_probe_never_busy_was_never_busy_recently() -> None:
     assert not LoopLagProbe().was_busy_within(3600.0)
+
+
+def test_a_loop_kept_waiting_is_active_though_not_busy() -> None:
+    """A loop that gets no CPU (here: callbacks that block without using one, as a worker
+    waits for a CPU other processes hold) runs its ticks late: it is active for the GC
+    pacer, though its thread's CPU share never makes it busy (issue 49's 338 ms pass)."""
+    async def scenario() -> tuple[bool, bool, bool]:
+        probe = LoopLagProbe()
+        probe.start()
+        before = probe.was_active_within(5.0)
+        for _ in range(5):
+            await asyncio.sleep(0.011)  # the probe's tick falls due meanwhile
+            time.sleep(0.02)  # noqa: ASYNC251 - blocks the loop on purpose: the tick runs late
+        await asyncio.sleep(0.011)  # the last late tick runs
+        active, busy = probe.was_active_within(5.0), probe.busy
+        probe.stop()
+        return before, active, busy
+
+    before, active, busy = asyncio.run(scenario())
+    assert not before
+    assert active and not busy
+
+
+def test_a_probe_never_started_was_never_active() -> None:
+    assert not LoopLagProbe().was_active_within(3600.0)
