@@ -250,7 +250,9 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     1 and its queue on worker 0, and so is the greedy consumer (its queue on worker 0, it on
     worker 1): both queues' deliveries cross the same link, the case a cross-worker flood can
     hurt most; the publisher and the slow reader on worker 0, the slow reader's queue on
-    worker 1. "any": in the order the processes connect."""
+    worker 1. "any": in the order the processes connect. "local": as "any", but the
+    bystander declares its own queue with `x-queue-master-locator: client-local`, so it
+    lives on the bystander's worker (worker 1; the flood's queues on workers 0 and 1)."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = f"fair-flood-{tag}", f"fair-drain-{tag}", f"fair-bystander-{tag}"
     admin = pika.BlockingConnection(pika.URLParameters(uri))
@@ -267,16 +269,25 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
             spare.append(f"fair-spare-{len(spare)}-{tag}")
             fch.queue_declare(spare[-1], auto_delete=False)  # worker 1 (fewer queues)
     across = placement == "across"
-    by = pika.BlockingConnection(pika.URLParameters(uri)) if apart or across else None
+    local = placement == "local"
+    by = (pika.BlockingConnection(pika.URLParameters(uri)) if apart or across or local
+          else None)
     if together:
         fillers.append(pika.BlockingConnection(pika.URLParameters(uri)))  # worker 1
     elif across and by is not None:
         ch.queue_declare(a, auto_delete=False)  # worker 0 (a tie: the declarer's)
         by.channel().queue_declare(b, auto_delete=False)  # worker 1 (fewer queues)
         ch.queue_declare(c, auto_delete=False)  # worker 0 (a tie: the declarer's)
+    elif local and by is not None:
+        by.channel().queue_declare(b, auto_delete=False)  # worker 1 (a tie: the declarer's)
+        # worker 1, the bystander's, by the locator (the default: worker 0, fewer queues)
+        by.channel().queue_declare(c, auto_delete=False,
+                                   arguments={"x-queue-master-locator": "client-local"})
+        ch.queue_declare(a, auto_delete=False)  # worker 0 (fewer queues), as in "any"
     elif by is not None:
         by.channel().queue_declare(c, auto_delete=False)
-    for q in ((a, b) if placement == "apart" else () if together or across else (a, b, c)):
+    for q in ((a, b) if placement == "apart" else () if together or across or local
+              else (a, b, c)):
         ch.queue_declare(q, auto_delete=False)
     ctx = mp.get_context("spawn")
     if shape == "none":
@@ -365,11 +376,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--shape", choices=("slow", "greedy", "none"), default="slow",
                    help="slow: issue 26's flood; greedy: issue 49's; none: the bystander "
                         "alone (see above)")
-    p.add_argument("--placement", choices=("any", "apart", "together", "across"),
+    p.add_argument("--placement", choices=("any", "apart", "together", "across", "local"),
                    default="any",
                    help="apart: with --workers 2, the flood on worker 0 and the bystander "
                         "on worker 1; together: all of it on worker 0; across: both "
-                        "consumers' deliveries cross one link (see run())")
+                        "consumers' deliveries cross one link; local: as any, with the "
+                        "bystander's queue declared client-local (see run())")
     p.add_argument("--flood", type=int, default=120_000)
     p.add_argument("--backlog", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=15.0)

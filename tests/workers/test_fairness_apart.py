@@ -39,3 +39,30 @@ def test_the_flood_and_the_bystander_run_on_different_workers(workers_broker):
     # the three flood connections; worker 1 the bystander's queue, the bystander and three
     # idle fillers
     assert [(0, 2, 4), (1, 1, 4)] in seen, seen
+
+
+def test_a_client_local_bystander_queue_lives_on_the_bystanders_worker(workers_broker):
+    """`--placement local`: the bystander declares its queue with x-queue-master-locator
+    client-local, so it goes to the bystander's worker (1) though that worker already has
+    the flood's second queue: worker 0 holds one queue, worker 1 two (the default would
+    have put it on worker 0, the worker with fewer, and the flood's first queue on 1)."""
+    broker = workers_broker(2)
+    seen: list[list[tuple[int, int]]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            nodes = broker.api_get("/api/nodes")
+            seen.append([(w["index"], w["queues"]) for w in nodes[0].get("workers", [])])
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        res = fairness.run(broker.url, seconds=5.0, every_ms=20, shape="greedy",
+                           placement="local")
+    finally:
+        stop.set()
+        watcher.join()
+    assert res["count"] > 20
+    assert [(0, 1), (1, 2)] in seen, seen
