@@ -339,18 +339,7 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
         if not apart and not across:
             p.start()
     time.sleep(1.0)  # let the flood and the drain get going
-    rtts = []
-    deadline = time.monotonic() + seconds - 2
-    with RunQueueWatch(uri) as watch:
-        while time.monotonic() < deadline:
-            t0 = time.monotonic()
-            got.clear()
-            bch.basic_publish("", c, b"ping")
-            while not got and time.monotonic() - t0 < 5:
-                by.process_data_events(0.001)
-            if got:
-                rtts.append((got[0] - t0) * 1000)
-            time.sleep(every_ms / 1000)
+    result = round_trips(uri, by, bch, c, got, seconds - 2, every_ms)
     for p in procs:
         p.join(seconds + 30)
         if p.is_alive():
@@ -361,6 +350,28 @@ def run(uri: str, flood: int = 120_000, backlog: int = 50_000,
     for q in (a, b, c, *spare):
         ch.queue_delete(q)
     admin.close()
+    return result
+
+
+def round_trips(uri: str, by: pika.BlockingConnection, bch: Any, queue: str,
+                got: list[float], seconds: float, every_ms: float) -> dict[str, Any]:
+    """The bystander's measurement: for `seconds`, publish to `queue` on channel `bch` of
+    `by` and wait for the delivery that appends its arrival time to `got` (a consumer set
+    up beforehand), one round trip every `every_ms` ms after the last came back. Its round
+    trips in ms {p50, p99, max, count}, the load, and the broker's run-queue waits
+    meanwhile (RunQueueWatch)."""
+    rtts = []
+    deadline = time.monotonic() + seconds
+    with RunQueueWatch(uri) as watch:
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            got.clear()
+            bch.basic_publish("", queue, b"ping")
+            while not got and time.monotonic() - t0 < 5:
+                by.process_data_events(0.001)
+            if got:
+                rtts.append((got[0] - t0) * 1000)
+            time.sleep(every_ms / 1000)
     rtts.sort()
     return {"p50": round(statistics.median(rtts), 2),
             "p99": round(rtts[int(len(rtts) * 0.99) - 1], 2), "max": round(rtts[-1], 2),

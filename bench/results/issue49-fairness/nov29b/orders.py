@@ -11,7 +11,6 @@ broker's run-queue waits added up over the run (ms).
 import json
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -46,18 +45,7 @@ def run(uri: str, order: list[str], seconds: float = 25.0, every_ms: float = 100
     got: list[float] = []
     bch.basic_consume(c, lambda *args: got.append(time.monotonic()), auto_ack=True)
     time.sleep(1.0)
-    rtts = []
-    deadline = time.monotonic() + seconds - 2
-    with f.RunQueueWatch(uri) as watch:
-        while time.monotonic() < deadline:
-            t0 = time.monotonic()
-            got.clear()
-            bch.basic_publish("", c, b"ping")
-            while not got and time.monotonic() - t0 < 5:
-                by.process_data_events(0.001)
-            if got:
-                rtts.append((got[0] - t0) * 1000)
-            time.sleep(every_ms / 1000)
+    result = f.round_trips(uri, by, bch, c, got, seconds - 2, every_ms)
     for p in procs:
         p.join(seconds + 30)
         if p.is_alive():
@@ -66,10 +54,8 @@ def run(uri: str, order: list[str], seconds: float = 25.0, every_ms: float = 100
     for q in (a, b, c):
         ch.queue_delete(q)
     admin.close()
-    rtts.sort()
-    return {"order": order, "p50": round(statistics.median(rtts), 2),
-            "p99": round(rtts[int(len(rtts) * 0.99) - 1], 2), "max": round(rtts[-1], 2),
-            "wait_total_ms": watch.total_ms, "load": os.getloadavg()[0]}
+    result.update(order=order, wait_total_ms=result["broker_runqueue_wait_total_ms"])
+    return result
 
 
 def main() -> None:
