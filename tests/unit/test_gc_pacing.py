@@ -159,3 +159,25 @@ def test_a_long_forced_pass_waits_while_the_loop_is_busy_and_no_longer_than_twic
     pacer._last_full -= 1
     pacer.tick()
     assert pacer.full_passes == 3
+
+
+def test_a_deep_pass_waits_while_the_loop_is_active_and_no_longer_than_the_full_period(pacer):
+    """The deep pass scans every object, the frozen ones too: as the long forced pass, it
+    waits while the loop is active (a flood), up to full_every_s after it fell due; the
+    full passes go on meanwhile."""
+    busy = [True]
+    pacer.busy = lambda: busy[0]
+    pacer.begin()
+    pacer.full_every_s = 300.0
+    pacer.deep_every_s = 0.0  # due
+    pacer.tick()
+    assert pacer.deep_passes == 0  # held: the loop is active
+    busy[0] = False
+    pacer.tick()
+    assert pacer.deep_passes == 1  # idle: it runs
+    busy[0] = True
+    pacer.tick()
+    assert pacer.deep_passes == 1  # due again, held again
+    pacer._deep_held_since -= 301  # held for longer than the full period: it runs now
+    pacer.tick()
+    assert pacer.deep_passes == 2
